@@ -1,0 +1,75 @@
+# Two commands do all set-up on a fresh machine: `make test` and `make run`.
+# Both are idempotent: a stamp per requirements hash skips pip when nothing changed.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+HASH_RUN := $(shell cat requirements.txt constraints.txt | sha1sum | cut -c1-12)
+HASH_DEV := $(shell cat requirements*.txt constraints.txt | sha1sum | cut -c1-12)
+STAMP_RUN := $(VENV)/.stamp-run-$(HASH_RUN)
+STAMP_DEV := $(VENV)/.stamp-dev-$(HASH_DEV)
+PIP := $(PY) -m pip install -q --disable-pip-version-check -c constraints.txt
+
+# Synth and tests make no network call: no telemetry, no notices, no account, no IMDS.
+export CDK_DISABLE_CLI_TELEMETRY := true
+export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
+export AWS_EC2_METADATA_DISABLED := true
+unexport CDK_DEFAULT_ACCOUNT
+
+.PHONY: help setup setup-run sysdeps synth lint pytest test run clean bench-fidelity patch-check
+
+help:
+	@echo "make test   set up (.venv, npm ci, system packages), synth every stack, lint, pytest"
+	@echo "make run    lean set-up, then python -m harness.run ARGS='...'"
+	@echo "make clean  remove .venv, node_modules, cdk.out"
+
+$(VENV)/bin/python:
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip==25.3 2>/dev/null || true
+
+$(STAMP_RUN): | $(VENV)/bin/python
+	$(PIP) -r requirements.txt
+	rm -f $(VENV)/.stamp-run-*; touch $@
+
+$(STAMP_DEV): | $(VENV)/bin/python
+	$(PIP) -r requirements-dev.txt
+	rm -f $(VENV)/.stamp-dev-* $(VENV)/.stamp-run-*; touch $@ $(STAMP_RUN)
+
+node_modules/.package-lock.json: package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+# System packages the tests use for real: OpenSSH server (tunnel tests), Chromium (report
+# screenshot). Installed only where missing and only as root; otherwise say what to install.
+sysdeps:
+	@missing=""; command -v /usr/sbin/sshd >/dev/null || missing="$$missing openssh-server"; \
+	command -v chromium >/dev/null || missing="$$missing chromium"; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing) >/dev/null \
+	      || { echo "could not apt-get install:$$missing"; exit 1; }; \
+	  else echo "missing system packages:$$missing (sudo apt-get install$$missing)"; exit 1; fi; \
+	fi
+
+setup: $(STAMP_DEV) node_modules/.package-lock.json sysdeps
+setup-run: $(STAMP_RUN) node_modules/.package-lock.json
+
+synth: setup
+	rm -rf cdk.out
+	npx cdk synth -q -o cdk.out
+
+lint: synth
+	$(VENV)/bin/cfn-lint cdk.out/*.template.json
+	$(VENV)/bin/shellcheck $$(git ls-files '*.sh' 2>/dev/null || find . -name '*.sh' -not -path './node_modules/*' -not -path './.venv/*')
+
+pytest: setup
+	$(PY) -m pytest -q
+
+test: lint pytest
+
+run: setup-run
+	$(PY) -m harness.run $(ARGS)
+
+clean:
+	rm -rf $(VENV) node_modules cdk.out .pytest_cache

@@ -1,0 +1,1 @@
+"""CDK stacks of the inference kit. Imports aws-cdk-lib; the harness never imports this package."""

@@ -1,0 +1,188 @@
+"""cdk.json context parsed once into typed, validated config.
+
+Every problem is a ``ConfigError`` whose message is one line naming the bad value and what would
+be valid; ``app.py`` prints it and exits non-zero, so ``cdk synth`` never shows a traceback for
+bad input. No aws-cdk-lib import here: the harness and tests can validate config without jsii.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from harness.catalog import BACKEND_IDS, BACKENDS, IMAGE_ARCH, INSTANCES, instance_arch
+
+
+class ConfigError(ValueError):
+    """A context value is malformed or out of range. str(e) is the one line to show."""
+
+
+_REGION = re.compile(r"^[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d$")
+_SECRET_NAME = re.compile(r"^[A-Za-z0-9/_+=.@-]{1,512}$")
+_VLLM_TAG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+@dataclass(frozen=True)
+class BackendConfig:
+    id: str
+    instance_type: str | None
+    model_id: str
+    # SageMaker only: one endpoint per instance type (the GPU-family sweep is a list here).
+    instance_types: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class KitConfig:
+    region: str
+    backends: tuple[BackendConfig, ...]
+    hf_token_secret: str  # Secrets Manager secret *name* holding the Hugging Face token
+    idle_stop_minutes: int  # 0 disables idle stop
+    ttl_hours: float  # hard time limit for every billable resource; 0 disables (not advised)
+    max_model_len: int
+    sagemaker_vllm_tag: str
+    sagemaker_ami_version: str  # InferenceAmiVersion for CUDA-13 images; "" to omit
+    tags: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def backend_ids(self) -> tuple[str, ...]:
+        return tuple(b.id for b in self.backends)
+
+    def backend(self, backend_id: str) -> BackendConfig | None:
+        return next((b for b in self.backends if b.id == backend_id), None)
+
+
+def _str_list(key: str, value: Any) -> list[str]:
+    if isinstance(value, str):
+        items = [v.strip() for v in value.split(",")]
+    elif isinstance(value, (list, tuple)):
+        items = [str(v).strip() for v in value]
+    else:
+        raise ConfigError(f"{key}={value!r} is not a comma-separated list")
+    if any(not i for i in items):
+        raise ConfigError(f"{key}={value!r} has an empty item; give e.g. {key}=g6,inf2")
+    return items
+
+
+def _number(key: str, value: Any, cast: Callable[[Any], Any], lo: float, hi: float) -> Any:
+    try:
+        if isinstance(value, bool):
+            raise ValueError
+        n = cast(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{key}={value!r} is not a number; valid: {lo:g} to {hi:g}") from None
+    if not lo <= n <= hi:
+        raise ConfigError(f"{key}={value!r} is out of range; valid: {lo:g} to {hi:g}")
+    return n
+
+
+def _instance_type(backend_id: str, key: str, value: Any) -> str:
+    if not isinstance(value, str):
+        raise ConfigError(f"{key}={value!r} is not an instance type (e.g. g6.xlarge)")
+    b = BACKENDS[backend_id]
+    sagemaker = b.service == "sagemaker"
+    if sagemaker != value.startswith("ml."):
+        want = "an ml.* SageMaker type" if sagemaker else "an EC2 type without ml."
+        raise ConfigError(f"{key}={value!r}: {backend_id} needs {want}, e.g. {b.instance_type}")
+    try:
+        arch = instance_arch(value)
+    except ValueError:
+        raise ConfigError(f"{key}={value!r} is not an instance type (e.g. {b.instance_type})") from None
+    want_arch = IMAGE_ARCH[b.image] if b.image else "x86_64"
+    if arch != want_arch:
+        raise ConfigError(
+            f"{key}={value!r} is {arch} but the {backend_id} image is {want_arch}; "
+            f"use a {want_arch} type such as {b.instance_type}"
+        )
+    if b.image == "neuron" and not value.split(".")[0] in {"inf2", "trn1", "trn1n"}:
+        raise ConfigError(f"{key}={value!r}: {backend_id} needs an inf2/trn1 type, e.g. {b.instance_type}")
+    if backend_id in {"g6", "g5g"} and not value.startswith(("g", "p")):
+        raise ConfigError(f"{key}={value!r}: {backend_id} needs an NVIDIA GPU type, e.g. {b.instance_type}")
+    return value
+
+
+KNOWN_KEYS = {
+    "region", "backends", "model", "bedrock_model", "hf_token_secret", "idle_stop_minutes",
+    "ttl_hours", "max_model_len", "sagemaker_vllm_tag", "sagemaker_ami_version",
+    "sagemaker_instance_types", "tags",
+    *(f"{b}_instance_type" for b in BACKEND_IDS if BACKENDS[b].instance_type),
+    *(f"{b}_model" for b in BACKEND_IDS),
+}
+
+DEFAULTS: dict[str, Any] = {
+    "region": "us-east-1",
+    "backends": ",".join(BACKEND_IDS),
+    "hf_token_secret": "inference-kit/hf-token",
+    "idle_stop_minutes": 60,
+    "ttl_hours": 8,
+    "max_model_len": 4096,
+    "sagemaker_vllm_tag": "0.31.0-gpu-py312-cu130-ubuntu22.04-sagemaker",
+    "sagemaker_ami_version": "al2-ami-sagemaker-inference-gpu-4-1",
+}
+
+
+def parse(context: Mapping[str, Any]) -> KitConfig:
+    """Validate the kit's context keys. Unknown kit-looking keys are ignored (CDK adds its own)."""
+    get = lambda k: context.get(k, DEFAULTS.get(k))  # noqa: E731
+
+    region = get("region")
+    if not isinstance(region, str) or not _REGION.match(region):
+        raise ConfigError(f"region={region!r} is not an AWS region code (e.g. us-east-1)")
+
+    ids = _str_list("backends", get("backends"))
+    for i in ids:
+        if i not in BACKENDS:
+            raise ConfigError(f"backends: unknown backend {i!r}; valid: {', '.join(BACKEND_IDS)}")
+    ids = [b for b in BACKEND_IDS if b in ids]  # catalog order, no duplicates
+
+    default_model = context.get("model")
+    backends = []
+    for bid in ids:
+        b = BACKENDS[bid]
+        model = context.get(f"{bid}_model") or (default_model if bid != "bedrock" else None) \
+            or (context.get("bedrock_model") if bid == "bedrock" else None) or b.model_id
+        if not isinstance(model, str) or not model.strip() or any(c.isspace() for c in model):
+            raise ConfigError(f"{bid}_model={model!r} is not a model id (e.g. {b.model_id})")
+        itype = None
+        itypes: tuple[str, ...] = ()
+        if b.instance_type:
+            key = f"{bid}_instance_type"
+            itype = _instance_type(bid, key, context.get(key, b.instance_type))
+            if bid == "sagemaker" and "sagemaker_instance_types" in context:
+                itypes = tuple(_instance_type(bid, "sagemaker_instance_types", t) for t in
+                               _str_list("sagemaker_instance_types", context["sagemaker_instance_types"]))
+                itype = itypes[0]
+            elif bid == "sagemaker":
+                itypes = (itype,)
+        backends.append(BackendConfig(bid, itype, model, itypes))
+
+    secret = get("hf_token_secret")
+    if not isinstance(secret, str) or not _SECRET_NAME.match(secret):
+        raise ConfigError(f"hf_token_secret={secret!r} is not a Secrets Manager secret name "
+                          "(letters, digits and /_+=.@-)")
+    tag = get("sagemaker_vllm_tag")
+    if not isinstance(tag, str) or not _VLLM_TAG.match(tag):
+        raise ConfigError(f"sagemaker_vllm_tag={tag!r} is not an image tag (e.g. {DEFAULTS['sagemaker_vllm_tag']})")
+    ami_version = get("sagemaker_ami_version")
+    if not isinstance(ami_version, str):
+        raise ConfigError(f"sagemaker_ami_version={ami_version!r} must be a string ('' to omit)")
+
+    tags = context.get("tags", {})
+    if not isinstance(tags, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in tags.items()):
+        raise ConfigError(f"tags={tags!r} must be an object of string keys and values")
+
+    return KitConfig(
+        region=region,
+        backends=tuple(backends),
+        hf_token_secret=secret,
+        idle_stop_minutes=int(_number("idle_stop_minutes", get("idle_stop_minutes"), int, 0, 1440)),
+        ttl_hours=float(_number("ttl_hours", get("ttl_hours"), float, 0, 720)),
+        max_model_len=int(_number("max_model_len", get("max_model_len"), int, 256, 131072)),
+        sagemaker_vllm_tag=tag,
+        sagemaker_ami_version=ami_version,
+        tags=dict(tags),
+    )
+
+
+def spec_for(instance_type: str):
+    """The catalog's InstanceSpec, or None for a type the catalog does not list."""
+    return INSTANCES.get(instance_type)
