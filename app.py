@@ -12,8 +12,7 @@ from stacks.config import ConfigError, parse
 def main() -> None:
     app = cdk.App()
     try:
-        config = parse(app.node.try_get_context  # type: ignore[arg-type]
-                       and {k: app.node.try_get_context(k) for k in _context_keys(app)})
+        config = parse({k: app.node.try_get_context(k) for k in _context_keys(app)})
     except ConfigError as e:
         print(f"config error: {e}", file=sys.stderr)
         sys.exit(2)
