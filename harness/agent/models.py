@@ -1,0 +1,76 @@
+"""Strands model providers for an ``Endpoint``: OpenAI-compatible, SageMaker, Bedrock.
+
+Clients can be injected (tests pass moto's SageMaker runtime or a recorded Bedrock client); in
+a real run they are built from the default boto3 session with per-call timeouts and no silent
+retries below the agent (the trial does its own, visible, backoff on throttling).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from botocore.config import Config as BotocoreConfig
+
+from harness.endpoint import Endpoint
+
+# OpenAI-compatible servers are given a placeholder key: vLLM accepts any when none is set.
+PLACEHOLDER_API_KEY = "not-needed"
+
+
+def build_model(endpoint: Endpoint, *, timeout: float = 60.0, max_tokens: int = 512,
+                temperature: float = 0.0, client: Any = None, boto_session: Any = None):
+    """A Strands ``Model`` speaking to ``endpoint``.
+
+    ``client``: for kind ``sagemaker`` a ``sagemaker-runtime`` client, for ``bedrock`` a
+    ``bedrock-runtime`` client; replaces the one Strands builds (the seam the tests use).
+    """
+    if endpoint.kind == "openai":
+        from strands.models.openai import OpenAIModel
+
+        if not endpoint.base_url:
+            raise ValueError(f"endpoint {endpoint.name!r} has no base_url (tunnel not open?)")
+        return OpenAIModel(
+            client_args={"base_url": endpoint.base_url, "api_key": PLACEHOLDER_API_KEY,
+                         "timeout": timeout, "max_retries": 0},
+            model_id=endpoint.model_id,
+            params={"max_tokens": max_tokens, "temperature": temperature},
+        )
+    if endpoint.kind == "sagemaker":
+        from strands.models.sagemaker import SageMakerAIModel
+
+        if not endpoint.endpoint_name:
+            raise ValueError(f"endpoint {endpoint.name!r} has no SageMaker endpoint name")
+        endpoint_config: dict[str, Any] = {"endpoint_name": endpoint.endpoint_name}
+        if endpoint.region:
+            endpoint_config["region_name"] = endpoint.region
+        # stream=False: InvokeEndpoint returns the server's token usage, which Strands' streaming
+        # path for SageMaker does not report; the trial needs tokens, not time to first token.
+        model = SageMakerAIModel(
+            endpoint_config=endpoint_config,
+            payload_config={"max_tokens": max_tokens, "temperature": temperature, "stream": False},
+            boto_session=boto_session,
+            boto_client_config=_boto_config(timeout),
+        )
+        if client is not None:
+            model.client = client
+        return model
+    if endpoint.kind == "bedrock":
+        from strands.models.bedrock import BedrockModel
+
+        kwargs: dict[str, Any] = {"model_id": endpoint.model_id, "max_tokens": max_tokens,
+                                  "temperature": temperature,
+                                  "boto_client_config": _boto_config(timeout)}
+        if boto_session is not None:
+            kwargs["boto_session"] = boto_session
+        elif endpoint.region:
+            kwargs["region_name"] = endpoint.region
+        model = BedrockModel(**kwargs)
+        if client is not None:
+            model.client = client
+        return model
+    raise ValueError(f"unknown endpoint kind {endpoint.kind!r}; valid: openai, sagemaker, bedrock")
+
+
+def _boto_config(timeout: float) -> BotocoreConfig:
+    # Throttling is retried by the agent's ModelRetryStrategy, so botocore makes one attempt.
+    return BotocoreConfig(read_timeout=timeout, connect_timeout=min(timeout, 10.0),
+                          retries={"max_attempts": 1, "mode": "standard"})
