@@ -1,0 +1,324 @@
+"""Reach a model server on a private EC2 instance with no inbound port: an EC2 Instance Connect
+Endpoint (EIC) websocket carrying SSH, then a paramiko ``direct-tcpip`` channel to the server.
+
+Chain, all pure Python (no AWS CLI, no session-manager-plugin, no open port):
+
+1. ``describe_instances`` gives the private IP, VPC and subnet; the instance's EIC endpoint is
+   found the way the AWS CLI does (same subnet first, else the first in the VPC).
+2. An ephemeral ed25519 key is pushed with ``ec2-instance-connect send_ssh_public_key`` (valid
+   60 s, for one OS user; never written to disk).
+3. ``wss://<eice-dns>/openTunnel?...`` is presigned with botocore's ``RequestSigner`` exactly as
+   ``aws ec2-instance-connect open-tunnel`` does (awscli/customizations/ec2instanceconnect/
+   eicesigner.py: service ``ec2-instance-connect``, SigV4 query string, 60 s expiry) and opened
+   with the ``websockets`` sync client; SSH bytes travel as binary frames.
+4. paramiko runs SSH over that websocket (a socketpair bridge), authenticates with the key and
+   opens one ``direct-tcpip`` channel per local connection to 127.0.0.1:<port> on the instance.
+5. A forwarder listening on 127.0.0.1:<ephemeral> exposes the server as ``http://127.0.0.1:N/v1``.
+
+Host keys: EIC gives no known_hosts entry to check against, and the websocket itself is TLS to an
+AWS endpoint authenticated by SigV4, which connects only to the private IP inside the VPC. The
+host key the instance presents first is pinned for the rest of the run (``HostKeyPins``); a
+different key on a later connection to the same instance aborts. Nothing is ever added to the
+user's ``~/.ssh/known_hosts``.
+
+Everything is a context manager: the forwarder, the SSH transport and the websocket close when
+the run ends, on an error, and on Ctrl-C.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import select
+import socket
+import threading
+from typing import Any, Callable, Iterator
+from urllib.parse import urlencode
+
+import paramiko
+
+from harness.endpoint import Endpoint
+
+log = logging.getLogger(__name__)
+
+DEFAULT_OS_USER = "ubuntu"  # the GPU and Neuron DLAMIs are Ubuntu
+MAX_TUNNEL_SECONDS = 3600  # EIC's upper bound for maxTunnelDuration
+_FRAME = 65_000  # bytes per websocket frame, as the AWS CLI sends
+_EICE_STATES = ["create-complete", "update-in-progress", "update-failed", "update-complete"]
+
+
+class AccessError(RuntimeError):
+    """The tunnel could not be opened; the message says which step failed."""
+
+
+# --------------------------------------------------------------------------- presigned URL
+def presign_open_tunnel(botocore_session: Any, region: str, eice_dns: str, eice_id: str,
+                        private_ip: str, remote_port: int = 22,
+                        max_tunnel_duration: int | None = MAX_TUNNEL_SECONDS,
+                        expires_in: int = 60) -> str:
+    """The presigned ``wss://<eice_dns>/openTunnel`` URL, built as the AWS CLI builds it."""
+    from botocore.signers import RequestSigner
+
+    model = botocore_session.get_service_model("ec2-instance-connect")
+    signer = RequestSigner(model.service_id, region, model.signing_name, model.signature_version,
+                           botocore_session.get_credentials(),
+                           botocore_session.get_component("event_emitter"))
+    qs: dict[str, Any] = {"instanceConnectEndpointId": eice_id, "remotePort": remote_port,
+                          "privateIpAddress": private_ip}
+    if max_tunnel_duration:
+        qs["maxTunnelDuration"] = max_tunnel_duration
+    request = {"url": f"wss://{eice_dns}/openTunnel?{urlencode(qs)}", "body": {},
+               "headers": {"host": eice_dns}, "method": "GET", "query_string": "",
+               "url_path": "/", "context": {}}
+    return signer.generate_presigned_url(request_dict=request, operation_name="openTunnel",
+                                         expires_in=expires_in)
+
+
+def find_eice(ec2: Any, vpc_id: str, subnet_id: str | None) -> dict[str, Any]:
+    """The EIC endpoint for an instance: one in its subnet, else the first in its VPC."""
+    found: list[dict[str, Any]] = []
+    pages = ec2.get_paginator("describe_instance_connect_endpoints").paginate(
+        Filters=[{"Name": "state", "Values": _EICE_STATES}, {"Name": "vpc-id", "Values": [vpc_id]}])
+    for page in pages:
+        for eice in page.get("InstanceConnectEndpoints", []):
+            if eice.get("SubnetId") == subnet_id:
+                return eice
+            found.append(eice)
+    if not found:
+        raise AccessError(f"no EC2 Instance Connect Endpoint in {vpc_id} (deploy the NetworkStack)")
+    return found[0]
+
+
+# --------------------------------------------------------------------------- keys, host keys
+def new_ephemeral_key() -> paramiko.Ed25519Key:
+    """A fresh ed25519 key, in memory only (paramiko cannot generate ed25519 itself)."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    pem = Ed25519PrivateKey.generate().private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption())
+    return paramiko.Ed25519Key(file_obj=io.StringIO(pem.decode()))
+
+
+def public_key_line(key: paramiko.PKey) -> str:
+    return f"{key.get_name()} {key.get_base64()} inference-kit-ephemeral"
+
+
+class HostKeyMismatch(AccessError):
+    pass
+
+
+class HostKeyPins:
+    """Trust on first use, for one run only: the first key an instance shows is pinned in memory."""
+
+    def __init__(self) -> None:
+        self._pins: dict[str, tuple[str, str]] = {}
+        self._lock = threading.Lock()
+
+    def check(self, host: str, key: paramiko.PKey) -> None:
+        seen = (key.get_name(), key.get_base64())
+        with self._lock:
+            pinned = self._pins.setdefault(host, seen)
+        if pinned != seen:
+            raise HostKeyMismatch(f"host key of {host} changed during the run "
+                                  f"(now {key.get_name()} {key.fingerprint}); aborting")
+
+    def get(self, host: str) -> tuple[str, str] | None:
+        return self._pins.get(host)
+
+
+# --------------------------------------------------------------------------- websocket bridge
+class WebsocketBridge:
+    """A socket for paramiko whose bytes travel as binary frames over a websocket.
+
+    A socketpair: paramiko owns one end; two threads copy between the other end and the websocket.
+    """
+
+    def __init__(self, url: str, *, open_timeout: float = 15.0, user_agent: str | None = None) -> None:
+        from websockets.sync.client import connect
+
+        try:
+            # No websocket pings (EIC tunnels carry SSH, whose keepalives keep them busy), no
+            # compression (SSH bytes are encrypted), no frame size cap.
+            self._ws = connect(url, open_timeout=open_timeout, ping_interval=None, compression=None,
+                               max_size=None, user_agent_header=user_agent or "inference-kit")
+        except Exception as exc:  # noqa: BLE001 - one line naming the step
+            raise AccessError(f"could not open the EIC websocket: {type(exc).__name__}: {exc}") from exc
+        self.sock, self._peer = socket.socketpair()
+        self.error: str | None = None
+        self._threads = [threading.Thread(target=self._ws_to_sock, daemon=True),
+                         threading.Thread(target=self._sock_to_ws, daemon=True)]
+        for t in self._threads:
+            t.start()
+
+    def _ws_to_sock(self) -> None:
+        try:
+            for message in self._ws:
+                if isinstance(message, str):  # EIC sends only binary; text means an error
+                    self.error = f"unexpected text frame: {message[:200]}"
+                    break
+                self._peer.sendall(message)
+        except Exception as exc:  # noqa: BLE001
+            self.error = self.error or f"{type(exc).__name__}: {exc}"
+        finally:
+            with contextlib.suppress(OSError):
+                self._peer.shutdown(socket.SHUT_WR)
+
+    def _sock_to_ws(self) -> None:
+        try:
+            while True:
+                data = self._peer.recv(_FRAME)
+                if not data:
+                    break
+                self._ws.send(data)
+        except Exception as exc:  # noqa: BLE001
+            self.error = self.error or f"{type(exc).__name__}: {exc}"
+        finally:
+            with contextlib.suppress(Exception):
+                self._ws.close()
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self._ws.close()
+        for s in (self.sock, self._peer):
+            with contextlib.suppress(OSError):
+                s.close()
+        for t in self._threads:
+            t.join(5)
+
+    def __enter__(self) -> "WebsocketBridge":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+# --------------------------------------------------------------------------- SSH + forwarder
+class SshForward:
+    """SSH over ``sock``, then a local 127.0.0.1 listener whose connections become direct-tcpip
+    channels to ``remote_host:remote_port`` on the far side."""
+
+    def __init__(self, sock: Any, *, username: str, pkey: paramiko.PKey, remote_port: int,
+                 host_id: str, pins: HostKeyPins, remote_host: str = "127.0.0.1",
+                 timeout: float = 20.0, keepalive: int = 30) -> None:
+        self.remote = (remote_host, remote_port)
+        self.transport = paramiko.Transport(sock)
+        self._closing = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._listener: socket.socket | None = None
+        try:
+            self.transport.start_client(timeout=timeout)
+            pins.check(host_id, self.transport.get_remote_server_key())
+            self.transport.auth_publickey(username, pkey)
+            self.transport.set_keepalive(keepalive)
+        except HostKeyMismatch:
+            self.transport.close()
+            raise
+        except Exception as exc:  # noqa: BLE001
+            self.transport.close()
+            raise AccessError(f"SSH to {host_id} failed: {type(exc).__name__}: {exc}") from exc
+        self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._listener.bind(("127.0.0.1", 0))
+        self._listener.listen(128)
+        self.local_port = self._listener.getsockname()[1]
+        self._spawn(self._accept_loop)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.local_port}/v1"
+
+    def _spawn(self, target: Callable[..., None], *args: Any) -> None:
+        t = threading.Thread(target=target, args=args, daemon=True)
+        t.start()
+        self._threads.append(t)
+
+    def _accept_loop(self) -> None:
+        assert self._listener is not None
+        while not self._closing.is_set():
+            try:
+                conn, addr = self._listener.accept()
+            except OSError:
+                return
+            try:
+                chan = self.transport.open_channel("direct-tcpip", self.remote, addr, timeout=15)
+            except Exception as exc:  # noqa: BLE001 - the client sees a closed connection
+                log.warning("direct-tcpip to %s:%s refused: %s", *self.remote, exc)
+                conn.close()
+                continue
+            self._spawn(self._pump, conn, chan)
+
+    def _pump(self, conn: socket.socket, chan: paramiko.Channel) -> None:
+        try:
+            while not self._closing.is_set():
+                ready, _, _ = select.select([conn, chan], [], [], 0.5)
+                if conn in ready:
+                    data = conn.recv(32768)
+                    if not data:
+                        break
+                    chan.sendall(data)
+                if chan in ready:
+                    data = chan.recv(32768)
+                    if not data:
+                        break
+                    conn.sendall(data)
+        except OSError:
+            pass
+        finally:
+            chan.close()
+            conn.close()
+
+    def close(self) -> None:
+        self._closing.set()
+        if self._listener is not None:
+            # shutdown() wakes the thread blocked in accept(); close() alone does not on Linux.
+            with contextlib.suppress(OSError):
+                self._listener.shutdown(socket.SHUT_RDWR)
+            with contextlib.suppress(OSError):
+                self._listener.close()
+        self.transport.close()
+        for t in self._threads:
+            t.join(2)
+
+    def __enter__(self) -> "SshForward":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+# --------------------------------------------------------------------------- the whole chain
+@contextlib.contextmanager
+def eic_tunnel(endpoint: Endpoint, *, botocore_session: Any, region: str, pins: HostKeyPins,
+               os_user: str = DEFAULT_OS_USER, max_tunnel_duration: int = MAX_TUNNEL_SECONDS,
+               ec2: Any = None, eic: Any = None,
+               rewrite_url: Callable[[str], str] | None = None) -> Iterator[Endpoint]:
+    """Yield ``endpoint`` with ``base_url`` pointing at a local forward to its model server.
+
+    ``ec2``/``eic`` clients and ``rewrite_url`` (wss URL -> what to dial) are seams for tests.
+    """
+    if not endpoint.instance_id or not endpoint.port:
+        raise AccessError(f"{endpoint.name}: no InstanceId/Port in the stack outputs")
+    ec2 = ec2 or botocore_session.create_client("ec2", region_name=region)
+    eic = eic or botocore_session.create_client("ec2-instance-connect", region_name=region)
+    try:
+        reservations = ec2.describe_instances(InstanceIds=[endpoint.instance_id])["Reservations"]
+        inst = reservations[0]["Instances"][0]
+    except Exception as exc:  # noqa: BLE001
+        raise AccessError(f"{endpoint.name}: describe_instances {endpoint.instance_id}: {exc}") from exc
+    state = inst.get("State", {}).get("Name")
+    if state != "running":
+        raise AccessError(f"{endpoint.name}: instance {endpoint.instance_id} is {state} "
+                          "(idle stop? start it with aws ec2 start-instances)")
+    eice = find_eice(ec2, inst["VpcId"], inst.get("SubnetId"))
+    key = new_ephemeral_key()
+    try:
+        eic.send_ssh_public_key(InstanceId=endpoint.instance_id, InstanceOSUser=os_user,
+                                SSHPublicKey=public_key_line(key))
+    except Exception as exc:  # noqa: BLE001
+        raise AccessError(f"{endpoint.name}: send_ssh_public_key: {exc}") from exc
+    url = presign_open_tunnel(botocore_session, region, eice["DnsName"], eice["InstanceConnectEndpointId"],
+                              inst["PrivateIpAddress"], 22, max_tunnel_duration)
+    with WebsocketBridge(rewrite_url(url) if rewrite_url else url) as bridge, \
+            SshForward(bridge.sock, username=os_user, pkey=key, remote_port=endpoint.port,
+                       host_id=endpoint.instance_id, pins=pins) as fwd:
+        yield endpoint.with_base_url(fwd.base_url)

@@ -1,0 +1,132 @@
+"""Loopback servers for the access tests: a real OpenSSH sshd, a tiny HTTP server, and a fake
+EIC endpoint (a websocket server that bridges /openTunnel to the sshd, as EIC bridges to port 22)."""
+from __future__ import annotations
+
+import contextlib
+import http.server
+import os
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterator
+from urllib.parse import parse_qs, urlparse
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def sshd(sshd_bin: str, tmp: Path, authorized_key_line: str) -> Iterator[dict[str, Any]]:
+    """sshd on 127.0.0.1 with its own host key and authorized_keys; yields port, host key path."""
+    host_key = tmp / "ssh_host_ed25519_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(host_key)], check=True)
+    auth = tmp / "authorized_keys"
+    auth.write_text(authorized_key_line + "\n")
+    os.chmod(auth, 0o600)
+    port = free_port()
+    cfg = tmp / "sshd_config"
+    user = os.environ.get("USER") or "root"
+    cfg.write_text(f"""ListenAddress 127.0.0.1
+Port {port}
+HostKey {host_key}
+PidFile {tmp}/sshd.pid
+AuthorizedKeysFile {auth}
+StrictModes no
+UsePAM no
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+PubkeyAuthentication yes
+PermitRootLogin prohibit-password
+AllowTcpForwarding local
+X11Forwarding no
+""")
+    Path("/run/sshd").mkdir(exist_ok=True)  # privilege-separation directory sshd insists on
+    proc = subprocess.Popen([sshd_bin, "-D", "-e", "-f", str(cfg)], stderr=subprocess.PIPE)
+    try:
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(f"sshd exited: {proc.stderr.read().decode()[-500:]}")
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+                break
+            time.sleep(0.05)
+        yield {"port": port, "host_key": host_key, "user": user}
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+        proc.stderr.close()
+
+
+class _Hello(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:  # noqa: N802
+        body = f'{{"path": "{self.path}"}}'.encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def http_server() -> Iterator[int]:
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hello)
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    try:
+        yield srv.server_address[1]
+    finally:
+        srv.shutdown()
+        srv.server_close()
+        t.join(5)
+
+
+@contextlib.contextmanager
+def fake_eic(target_port: int) -> Iterator[dict[str, Any]]:
+    """A websocket server that, like EIC, checks the openTunnel query and pipes binary frames to
+    a TCP port. Records each request's query parameters."""
+    from websockets.sync.server import serve
+
+    seen: list[dict[str, list[str]]] = []
+
+    def handler(ws: Any) -> None:
+        q = parse_qs(urlparse(ws.request.path).query)
+        seen.append(q)
+        if urlparse(ws.request.path).path != "/openTunnel" or "X-Amz-Signature" not in q:
+            ws.close(1008, "not a presigned openTunnel request")
+            return
+        with socket.create_connection(("127.0.0.1", target_port)) as tcp:
+            def down() -> None:
+                with contextlib.suppress(Exception):
+                    while data := tcp.recv(65536):
+                        ws.send(data)
+                with contextlib.suppress(Exception):
+                    ws.close()
+            t = threading.Thread(target=down, daemon=True)
+            t.start()
+            with contextlib.suppress(Exception):
+                for msg in ws:
+                    tcp.sendall(msg if isinstance(msg, bytes) else msg.encode())
+            with contextlib.suppress(OSError):
+                tcp.shutdown(socket.SHUT_RDWR)
+            t.join(5)
+
+    server = serve(handler, "127.0.0.1", 0, compression=None, ping_interval=None, max_size=None)
+    t = threading.Thread(target=server.serve_forever, daemon=True)
+    t.start()
+    try:
+        yield {"port": server.socket.getsockname()[1], "seen": seen}
+    finally:
+        server.shutdown()
+        t.join(5)
