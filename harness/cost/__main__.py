@@ -1,0 +1,101 @@
+"""python -m harness.cost [--offline] [--json] [--input-per-output R] [--region REGION]
+python -m harness.cost run RESULTS_DIR [--offline] [--input-per-output R]
+python -m harness.cost snapshot --out FILE          (re-price the snapshot live; needs credentials)
+
+The first form prints the plan per backend (harness.cost.plan); without credentials, or with
+--offline, every price comes from the dated snapshot and says so. Bad input: one line, exit 2.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from harness.results import write_json
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, no usage dump
+        print(f"harness.cost: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def _ratio(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text!r}") from None
+    if not v >= 0 or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text!r}")
+    return v
+
+
+def _region(text: str) -> str:
+    from harness.cost.prices import location_for_region
+
+    try:
+        location_for_region(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    from harness.cost.prices import PriceBook
+
+    if argv[:1] == ["snapshot"]:
+        return _snapshot(argv[1:])
+    if argv[:1] == ["run"]:
+        p = _Parser(prog="python -m harness.cost run")
+        p.add_argument("results_dir", type=Path)
+        p.add_argument("--offline", action="store_true")
+        p.add_argument("--input-per-output", type=_ratio, default=5.0)
+        a = p.parse_args(argv[1:])
+        if not (a.results_dir / "meta.json").exists() and not (a.results_dir / "bench").is_dir():
+            print(f"harness.cost: {a.results_dir} is not a results directory (no meta.json, no bench/)",
+                  file=sys.stderr)
+            return 2
+        from harness.cost.model import cost_for_run
+
+        cost = cost_for_run(a.results_dir, PriceBook.auto(offline=a.offline), a.input_per_output)
+        print(f"wrote {a.results_dir / 'cost.json'} ({len(cost['endpoints'])} endpoints)")
+        return 0
+
+    p = _Parser(prog="python -m harness.cost", description="Cost plan per backend.")
+    p.add_argument("--offline", action="store_true", help="use the dated snapshot, never the API")
+    p.add_argument("--json", action="store_true", help="print JSON: one object per backend id")
+    p.add_argument("--input-per-output", type=_ratio, default=5.0,
+                   help="input tokens per output token for Bedrock (default 5)")
+    p.add_argument("--region", type=_region, default=None,
+                   help="price this region (default: each snapshot entry's own region)")
+    a = p.parse_args(argv)
+    from harness.cost.plan import format_plan, offline_plan
+
+    book = PriceBook.auto(offline=a.offline)
+    plan = offline_plan(a.input_per_output, book, region=a.region)
+    if a.json:
+        print(json.dumps(plan, indent=2))
+    else:
+        print(format_plan(plan, a.input_per_output, book.notes))
+    return 0
+
+
+def _snapshot(argv: list[str]) -> int:
+    from harness.cost.prices import PriceListClient, has_credentials, load_snapshot, refresh_snapshot
+
+    p = _Parser(prog="python -m harness.cost snapshot")
+    p.add_argument("--out", type=Path, required=True)
+    a = p.parse_args(argv)
+    if not has_credentials():
+        print("harness.cost: no AWS credentials: the snapshot can only be refreshed live", file=sys.stderr)
+        return 2
+    new = refresh_snapshot(PriceListClient(), load_snapshot())
+    write_json(a.out, new)
+    print(f"wrote {a.out} ({len(new['instances'])} instances, {len(new['bedrock'])} Bedrock models, as of {new['as_of']})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
