@@ -1,0 +1,210 @@
+"""Discovery: the deployed backends, as ``Endpoint`` objects, from the stacks' own outputs.
+
+Sources, combined in this order:
+
+* CloudFormation in the configured region (``describe_stacks`` on the kit's stack names from
+  ``harness.catalog``; a stack that does not exist is simply not deployed);
+* or an outputs file (``cdk deploy --outputs-file cdk-outputs.json``: ``{StackName: {Key: value}}``);
+* plus any OpenAI-compatible server given as ``--endpoint NAME=URL`` (model id from
+  ``GET /v1/models`` unless given).
+
+Every backend stack emits the same outputs (the contract with ``stacks/``): ``BackendId``,
+``Service`` (bedrock|sagemaker|ec2), ``Region``, ``ModelId``, ``InstanceType``, and per kind
+``InstanceId`` + ``Port`` (EC2), ``EndpointName`` (SageMaker), or just ``ModelId`` (Bedrock).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from harness import catalog
+from harness.endpoint import Endpoint
+
+READY_STATUSES = {"CREATE_COMPLETE", "UPDATE_COMPLETE", "UPDATE_ROLLBACK_COMPLETE", "IMPORT_COMPLETE"}
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,39}$")
+
+
+class DiscoveryError(ValueError):
+    """Bad discovery input (outputs file, --endpoint value); the message is one line."""
+
+
+@dataclass
+class Discovery:
+    endpoints: list[Endpoint] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # stacks not deployed / not ready, skipped
+
+
+def resolve_region(arg: str | None, env: Mapping[str, str] | None = None,
+                   cdk_json: Path = Path("cdk.json")) -> str | None:
+    """--region, else AWS_REGION / AWS_DEFAULT_REGION, else cdk.json context ``region``."""
+    env = os.environ if env is None else env
+    if arg:
+        return arg
+    for k in ("AWS_REGION", "AWS_DEFAULT_REGION"):
+        if env.get(k):
+            return env[k]
+    try:
+        return json.loads(cdk_json.read_text()).get("context", {}).get("region")
+    except (OSError, ValueError):
+        return None
+
+
+def _stack_backend(stack_name: str, outputs: Mapping[str, str]) -> catalog.Backend | None:
+    bid = outputs.get("BackendId")
+    if bid in catalog.BACKENDS:
+        return catalog.BACKENDS[bid]
+    for b in catalog.BACKENDS.values():
+        if b.stack_name == stack_name:
+            return b
+    return None
+
+
+def endpoint_from_outputs(stack_name: str, outputs: Mapping[str, str],
+                          default_region: str | None = None) -> Endpoint:
+    """One backend stack's outputs -> an Endpoint. Raises DiscoveryError naming a missing key."""
+    b = _stack_backend(stack_name, outputs)
+    if b is None:
+        raise DiscoveryError(f"stack {stack_name!r} is not a kit backend (no BackendId output); "
+                             f"valid backends: {', '.join(catalog.BACKEND_IDS)}")
+    service = outputs.get("Service", b.service)
+    region = outputs.get("Region") or default_region
+    model_id = outputs.get("ModelId") or b.model_id
+    instance_type = outputs.get("InstanceType") or b.instance_type
+
+    def need(key: str) -> str:
+        v = outputs.get(key)
+        if not v:
+            raise DiscoveryError(f"stack {stack_name}: output {key!r} missing (service {service})")
+        return str(v)
+
+    common: dict[str, Any] = dict(name=b.id, model_id=model_id, label=b.label, region=region,
+                                  tool_calls=b.tool_calls, instance_type=instance_type,
+                                  stack_name=stack_name)
+    if service == "bedrock":
+        return Endpoint(kind="bedrock", **{**common, "instance_type": None})
+    if service == "sagemaker":
+        return Endpoint(kind="sagemaker", endpoint_name=need("EndpointName"), **common)
+    if service == "ec2":
+        try:
+            port = int(need("Port"))
+        except ValueError:
+            raise DiscoveryError(f"stack {stack_name}: output 'Port' is not a number: {outputs['Port']!r}") from None
+        return Endpoint(kind="openai", instance_id=need("InstanceId"), port=port, **common)
+    raise DiscoveryError(f"stack {stack_name}: Service output {service!r} is not one of bedrock, sagemaker, ec2")
+
+
+def from_outputs(all_outputs: Mapping[str, Mapping[str, str]], default_region: str | None = None,
+                 backends: Iterable[str] | None = None) -> Discovery:
+    """``{StackName: {OutputKey: value}}`` -> endpoints for the kit's backend stacks in it.
+
+    Stacks that are not backends (the NetworkStack, image stacks) are ignored.
+    """
+    wanted = set(backends) if backends else None
+    d = Discovery()
+    for b in catalog.BACKENDS.values():
+        if wanted is not None and b.id not in wanted:
+            continue
+        outputs = all_outputs.get(b.stack_name)
+        if outputs is None:
+            d.notes.append(f"{b.id}: {b.stack_name} not deployed")
+            continue
+        d.endpoints.append(endpoint_from_outputs(b.stack_name, outputs, default_region))
+    return d
+
+
+def load_outputs_file(path: Path) -> dict[str, dict[str, str]]:
+    try:
+        data = json.loads(Path(path).read_text())
+    except OSError as e:
+        raise DiscoveryError(f"--outputs-file {path}: {e.strerror}") from None
+    except ValueError as e:
+        raise DiscoveryError(f"--outputs-file {path}: not JSON ({e})") from None
+    if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
+        raise DiscoveryError(f"--outputs-file {path}: expected {{StackName: {{OutputKey: value}}}} "
+                             "as written by cdk deploy --outputs-file")
+    return data
+
+
+def from_cloudformation(cfn: Any, default_region: str | None = None,
+                        backends: Iterable[str] | None = None) -> Discovery:
+    """Read the kit's backend stacks with ``describe_stacks``; missing = not deployed."""
+    from botocore.exceptions import ClientError
+
+    d = Discovery()
+    wanted = set(backends) if backends else None
+    for b in catalog.BACKENDS.values():
+        if wanted is not None and b.id not in wanted:
+            continue
+        try:
+            stack = cfn.describe_stacks(StackName=b.stack_name)["Stacks"][0]
+        except ClientError as e:
+            if "does not exist" in str(e):
+                d.notes.append(f"{b.id}: {b.stack_name} not deployed")
+                continue
+            raise
+        status = stack.get("StackStatus", "")
+        if status not in READY_STATUSES:
+            d.notes.append(f"{b.id}: {b.stack_name} is {status}, skipped")
+            continue
+        outputs = {o["OutputKey"]: o["OutputValue"] for o in stack.get("Outputs", [])}
+        d.endpoints.append(endpoint_from_outputs(b.stack_name, outputs, default_region))
+    return d
+
+
+# --------------------------------------------------------------------------- --endpoint NAME=URL
+def parse_endpoint_arg(value: str) -> tuple[str, str]:
+    """``NAME=URL`` -> (name, base URL ending in /v1). Raises DiscoveryError with one line."""
+    name, sep, url = value.partition("=")
+    if not sep or not _NAME.match(name) or not re.match(r"^https?://[^/\s]+", url):
+        raise DiscoveryError(f"--endpoint {value!r}: expected NAME=URL, e.g. "
+                             "local=http://127.0.0.1:8000/v1 (NAME: letters, digits, . _ -)")
+    url = url.rstrip("/")
+    if not url.endswith("/v1"):
+        url += "/v1"
+    return name, url
+
+
+def probe_model_id(base_url: str, timeout: float = 10.0) -> str:
+    """The first model an OpenAI-compatible server lists at ``GET /v1/models``."""
+    try:
+        with urllib.request.urlopen(base_url + "/models", timeout=timeout) as r:  # noqa: S310 - user URL
+            data = json.loads(r.read())
+        return str(data["data"][0]["id"])
+    except (urllib.error.URLError, OSError, ValueError, KeyError, IndexError, TypeError) as e:
+        reason = getattr(e, "reason", None) or e
+        raise DiscoveryError(f"{base_url}/models: no model id ({reason}); pass --model") from None
+
+
+def parse_model_args(values: Iterable[str]) -> tuple[str | None, dict[str, str]]:
+    """``--model ID`` (for every --endpoint) and ``--model NAME=ID`` (for one)."""
+    default, per = None, {}
+    for v in values:
+        name, sep, mid = v.partition("=")
+        if sep and _NAME.match(name) and mid:
+            per[name] = mid
+        elif not sep and v:
+            default = v
+        else:
+            raise DiscoveryError(f"--model {v!r}: expected MODEL_ID or NAME=MODEL_ID")
+    return default, per
+
+
+def from_endpoint_args(values: Iterable[str], models: Iterable[str] = (),
+                       plain: Iterable[str] = ()) -> list[Endpoint]:
+    default_model, per_model = parse_model_args(models)
+    plain = set(plain)
+    out: list[Endpoint] = []
+    for v in values:
+        name, url = parse_endpoint_arg(v)
+        if any(e.name == name for e in out):
+            raise DiscoveryError(f"--endpoint {v!r}: name {name!r} given twice")
+        model_id = per_model.get(name) or default_model or probe_model_id(url)
+        out.append(Endpoint(name=name, kind="openai", model_id=model_id, label=f"{name} ({url})",
+                            base_url=url, tool_calls=name not in plain))
+    return out

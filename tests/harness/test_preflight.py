@@ -1,0 +1,110 @@
+"""Preflight on moto (real per-region offerings), with the quota and Bedrock calls injected."""
+from __future__ import annotations
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from harness import preflight
+
+
+class FakeBedrock:
+    def __init__(self, **status):
+        self.status = {"regionAvailability": "AVAILABLE", "authorizationStatus": "AUTHORIZED",
+                       "entitlementAvailability": "AVAILABLE", **status}
+        self.asked = []
+
+    def get_foundation_model_availability(self, modelId):  # noqa: N803
+        self.asked.append(modelId)
+        return {"modelId": modelId, **self.status}
+
+
+def _quota(values):
+    return lambda service, code: values.get(code)
+
+
+@pytest.fixture()
+def aws(monkeypatch):
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    with mock_aws():
+        yield
+
+
+def _bootstrap(region):
+    boto3.client("ssm", region_name=region).put_parameter(
+        Name=preflight.BOOTSTRAP_PARAM, Value="27", Type="String")
+
+
+def test_all_ready_in_us_east_1(aws, capsys):
+    _bootstrap("us-east-1")
+    bedrock = FakeBedrock()
+    rc = preflight.main(["--region", "us-east-1"], session=boto3.Session(region_name="us-east-1"),
+                        quota=_quota({"L-DB2E81BA": 64, "L-1945791B": 8, "L-2C3B7624": 8}),
+                        sagemaker_quota=lambda t: 1.0, bedrock=bedrock)
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert bedrock.asked == ["amazon.nova-micro-v1:0"]
+    assert "us-east-1a" in out and "g5g.2xlarge offered" in out
+    for b in ("bedrock", "sagemaker", "g6", "g5g", "inf2", "trn1"):
+        assert f"{b:<10} ready" in out
+
+
+def test_g5g_not_offered_in_us_east_2_blocks_only_g5g(aws, capsys):
+    _bootstrap("us-east-2")
+    rc = preflight.main(["--region", "us-east-2", "--backends", "g6,g5g"],
+                        session=boto3.Session(region_name="us-east-2"),
+                        quota=_quota({"L-DB2E81BA": 64}))
+    out = capsys.readouterr().out
+    assert rc == 1
+    assert "g5g.2xlarge is not offered in us-east-2" in out
+    assert "g5g        blocked" in out and "g6         ready" in out
+
+
+def test_quota_summed_over_selected_stacks(aws, capsys):
+    _bootstrap("us-east-1")
+    # g6.xlarge (4) + g5g.2xlarge (8) = 12 G vCPUs needed, 8 allowed: both G backends blocked.
+    rc = preflight.main(["--region", "us-east-1", "--backends", "g6,g5g,inf2"],
+                        session=boto3.Session(region_name="us-east-1"),
+                        quota=_quota({"L-DB2E81BA": 8, "L-1945791B": 4}))
+    out = capsys.readouterr().out
+    assert rc == 1
+    assert "= 8 vCPUs, selected stacks need 12" in out
+    assert "g6         blocked" in out and "inf2       ready" in out
+
+
+def test_zero_quota_and_unreadable_quota(aws, capsys):
+    _bootstrap("us-east-1")
+    rc = preflight.main(["--region", "us-east-1", "--backends", "trn1,inf2"],
+                        session=boto3.Session(region_name="us-east-1"),
+                        quota=_quota({"L-2C3B7624": 0}))
+    out = capsys.readouterr().out
+    assert rc == 1
+    assert "trn1       blocked" in out
+    assert "inf2       ready (with warnings)" in out and "could not read" in out
+
+
+def test_no_bootstrap_and_bedrock_not_entitled_block(aws, capsys):
+    rc = preflight.main(["--region", "us-east-1", "--backends", "bedrock"],
+                        session=boto3.Session(region_name="us-east-1"),
+                        bedrock=FakeBedrock(entitlementAvailability="NOT_AVAILABLE"))
+    out = capsys.readouterr().out
+    assert rc == 1
+    assert "not bootstrapped" in out and "no entitlement" in out
+
+
+def test_no_credentials_blocks(monkeypatch, tmp_path, capsys):
+    for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    rc = preflight.main(["--region", "us-east-1", "--backends", "g6"],
+                        session=boto3.Session(region_name="us-east-1"))
+    out = capsys.readouterr().out
+    assert rc == 1 and "no usable AWS credentials" in out
+
+
+def test_unknown_backend_is_one_line_exit_2(capsys):
+    assert preflight.main(["--backends", "g6,h100"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["--backends: unknown backend 'h100'; valid: bedrock, sagemaker, g6, g5g, inf2, trn1"]
