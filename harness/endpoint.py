@@ -25,6 +25,7 @@ class Endpoint:
     # EC2 backends before the tunnel is opened
     instance_id: str | None = None
     port: int | None = None
+    ssh_user: str | None = None  # OS user for EC2 Instance Connect (stack output SshUser)
     # sagemaker
     endpoint_name: str | None = None
     stack_name: str | None = None
