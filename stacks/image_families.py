@@ -1,0 +1,57 @@
+"""Which machine image and which engine script each image family boots: the one place to change.
+
+The catalog (harness/catalog.py) names a backend's family (``Backend.image``); this table says
+where its AMI id comes from and which ``userdata/engine-*.sh`` starts its server. The image
+pipelines (stacks/images.py) replace ``ssm_parameter`` with the parameter they publish their AMI
+to; everything else in the EC2 construct stays as is.
+
+Public SSM parameters, resolved by CloudFormation at deploy time (never looked up at synth):
+- GPU DLAMI "Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04)", per architecture; the arm64 family
+  is the one that supports g5g (AWS DLAMI release notes).
+- Neuron multi-framework DLAMI (Ubuntu 22.04); note the parameter ends in ``image_id``, not
+  ``ami-id`` (Neuron DLAMI user guide, "SSM parameter prefix" table).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+
+@dataclass(frozen=True)
+class ImageFamily:
+    name: str
+    ssm_parameter: str  # SSM parameter holding the AMI id
+    engine_script: str  # file under userdata/ defining engine_install and engine_exec
+    root_volume_gib: int  # >= the AMI's snapshot, plus engine, weights and cache
+    readiness_timeout_minutes: int  # boot → install → download → load → one answer
+    root_device_name: str = "/dev/sda1"  # Ubuntu DLAMIs
+    ssh_user: str = "ubuntu"
+    env: Mapping[str, str] = field(default_factory=dict)  # extra KIT_* variables for the engine
+
+
+GPU_DLAMI = "/aws/service/deeplearning/ami/{arch}/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id"
+NEURON_DLAMI = "/aws/service/neuron/dlami/multi-framework/ubuntu-22.04/latest/image_id"
+
+# vLLM on g6: the seed ran vLLM 0.30 on the L4; gemma4 tool-call parser and Gemma 4 support
+# are in that line. uv provides a standalone CPython so the DLAMI's Python does not matter.
+VLLM_GPU_ENV = {"KIT_VLLM_VERSION": "0.30.0", "KIT_UV_VERSION": "0.13.8", "KIT_PYTHON_VERSION": "3.12"}
+
+IMAGE_FAMILIES: dict[str, ImageFamily] = {
+    f.name: f
+    for f in [
+        ImageFamily("gpu-x86", GPU_DLAMI.format(arch="x86_64"), "engine-vllm-gpu.sh",
+                    root_volume_gib=150, readiness_timeout_minutes=45, env=VLLM_GPU_ENV),
+        ImageFamily("gpu-arm64", GPU_DLAMI.format(arch="arm64"), "engine-vllm-g5g.sh",
+                    root_volume_gib=150, readiness_timeout_minutes=45),
+        # Neuron: first request compiles graphs for the configured shapes, hence the longer wait.
+        ImageFamily("neuron", NEURON_DLAMI, "engine-neuron.sh",
+                    root_volume_gib=200, readiness_timeout_minutes=60),
+    ]
+}
+
+
+def image_family(name: str) -> ImageFamily:
+    try:
+        return IMAGE_FAMILIES[name]
+    except KeyError:
+        raise ValueError(f"unknown image family {name!r}; valid: {', '.join(IMAGE_FAMILIES)}") from None

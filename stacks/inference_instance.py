@@ -1,0 +1,170 @@
+"""THE reusable EC2 inference construct: one model server on one instance, reachable only
+through the VPC's EC2 Instance Connect Endpoint, answering before ``cdk deploy`` returns.
+
+Used by every EC2 backend (g6, g5g, inf2, trn1; see stacks/ec2_backend.py). What it builds:
+- the instance from an AMI id held in an SSM parameter (resolved by CloudFormation at deploy
+  time), in a public subnet with a public IPv4 address for outbound downloads (no NAT);
+- an encrypted gp3 root volume, IMDSv2 required (instance tags readable through IMDS for the
+  TTL guard), detailed monitoring, ``InstanceInitiatedShutdownBehavior=stop`` so an OS shutdown
+  (idle/TTL guard) stops rather than terminates;
+- a security group with one ingress rule, tcp/22 from the Instance Connect Endpoint's group, and
+  egress limited to tcp/80 and tcp/443 (package mirrors, PyPI, Hugging Face, AWS APIs);
+- an instance role: AmazonSSMManagedInstanceCore, read of the one Hugging Face token secret,
+  SignalResource on its own stack (fallback signal path), plus ``extra_statements``;
+- user data assembled from userdata/: kit.env (variables, shell-quoted), lib.sh, the engine file,
+  boot.sh, then ``kit-boot`` runs; see userdata/boot.sh for the provisioning steps;
+- a CreationPolicy: the instance counts as created only when it signals after ``/health`` and one
+  real chat completion succeeded; failure is signalled with the tail of the logs.
+
+The instance's logical id carries a digest of the user data, so a change to the scripts or the
+variables replaces the instance (user data runs on first boot only) instead of silently doing
+nothing.
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+import shlex
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import aws_cdk as cdk
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_secretsmanager as secretsmanager
+from constructs import Construct
+
+from stacks import nag
+
+USERDATA_DIR = Path(__file__).resolve().parent.parent / "userdata"
+USER_DATA_LIMIT = 16 * 1024  # EC2 limit on raw user data
+_HEREDOC = "KIT_EOF"
+_ENV_NAME = re.compile(r"^KIT_[A-Z0-9_]+$")
+
+# Where each file lands on the instance (boot.sh sources the others from these paths).
+_LIB_PATH = "/usr/local/lib/inference-kit/lib.sh"
+_ENGINE_PATH = "/usr/local/lib/inference-kit/engine.sh"
+_BOOT_PATH = "/usr/local/bin/kit-boot"
+_ENV_PATH = "/etc/inference-kit/kit.env"
+
+
+def render_user_data(engine_script: str, env: Mapping[str, str]) -> str:
+    """The whole user data script: writes kit.env and the scripts, then runs kit-boot.
+
+    ``env`` values may hold CDK tokens (resolved by CloudFormation); they are shell-quoted.
+    """
+    for k in env:
+        if not _ENV_NAME.match(k):
+            raise ValueError(f"user-data variable {k!r} must look like KIT_NAME")
+    env_text = "".join(f"{k}={shlex.quote(str(v))}\n" for k, v in sorted(env.items()))
+    files = [
+        (_ENV_PATH, "0600", env_text),
+        (_LIB_PATH, "0644", (USERDATA_DIR / "lib.sh").read_text()),
+        (_ENGINE_PATH, "0644", (USERDATA_DIR / engine_script).read_text()),
+        (_BOOT_PATH, "0755", (USERDATA_DIR / "boot.sh").read_text()),
+    ]
+    out = ["#!/bin/bash", "# Written by stacks/inference_instance.py from userdata/*.sh", "set -euo pipefail",
+           "umask 022", "install -d -m 0755 /etc/inference-kit /usr/local/lib/inference-kit"]
+    for path, mode, text in files:
+        if any(line.strip() == _HEREDOC for line in text.splitlines()):
+            raise ValueError(f"{path}: a line equal to {_HEREDOC} would end the here-document early")
+        out += [f"cat >{path} <<'{_HEREDOC}'", text.rstrip("\n"), _HEREDOC, f"chmod {mode} {path}"]
+    out += [f"exec {_BOOT_PATH} provision", ""]
+    return "\n".join(out)
+
+
+class InferenceInstance(Construct):
+    """One model server on one EC2 instance.
+
+    Args:
+        vpc, eice_security_group: from NetworkStack.
+        instance_type: e.g. ``g6.xlarge``.
+        image_parameter: SSM parameter name holding the AMI id (public DLAMI or an image pipeline's).
+        engine_script: file under userdata/ defining ``engine_install`` and ``engine_exec``.
+        env: KIT_* variables for the engine (model, port, flags…); the construct adds
+            KIT_REGION, KIT_STACK, KIT_RESOURCE, KIT_HF_SECRET, KIT_PORT, KIT_READY_TIMEOUT_S.
+        port: model server port, bound to 127.0.0.1 on the instance.
+        hf_token_secret_name: Secrets Manager secret *name*; read at boot, never written to logs.
+        root_volume_gib, root_device_name: root EBS volume.
+        readiness_timeout: CreationPolicy timeout; sized for install + download + load.
+        extra_statements: more IAM statements for the instance role (e.g. an image bucket).
+        subnet_index: which public subnet (AZ) to launch in.
+
+    Attributes: ``instance``, ``role``, ``security_group``, ``user_data_text``, ``logical_id``.
+    """
+
+    def __init__(self, scope: Construct, construct_id: str, *, vpc: ec2.IVpc,
+                 eice_security_group: ec2.ISecurityGroup, instance_type: str, image_parameter: str,
+                 engine_script: str, env: Mapping[str, str], port: int, hf_token_secret_name: str,
+                 root_volume_gib: int, readiness_timeout: cdk.Duration,
+                 root_device_name: str = "/dev/sda1",
+                 extra_statements: Sequence[iam.PolicyStatement] = (), subnet_index: int = 0) -> None:
+        super().__init__(scope, construct_id)
+        stack = cdk.Stack.of(self)
+        if not 0 <= subnet_index < len(vpc.public_subnets):
+            raise ValueError(f"subnet_index={subnet_index}: the VPC has {len(vpc.public_subnets)} public subnets")
+
+        self.role = iam.Role(
+            self, "Role", assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
+            description=f"{stack.stack_name} inference instance",
+            managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name("AmazonSSMManagedInstanceCore")],
+        )
+        secret = secretsmanager.Secret.from_secret_name_v2(self, "HfTokenSecret", hf_token_secret_name)
+        secret.grant_read(self.role)
+        self.role.add_to_policy(iam.PolicyStatement(actions=["cloudformation:SignalResource"],
+                                                    resources=[stack.stack_id]))
+        for s in extra_statements:
+            self.role.add_to_policy(s)
+
+        self.security_group = ec2.SecurityGroup(
+            self, "SecurityGroup", vpc=vpc, allow_all_outbound=False,
+            description=f"{stack.stack_name}: SSH from the Instance Connect Endpoint only",
+        )
+        self.security_group.add_ingress_rule(eice_security_group, ec2.Port.tcp(22),
+                                             "SSH from the EC2 Instance Connect Endpoint only")
+        for p, why in ((443, "HTTPS: PyPI, Hugging Face, AWS APIs"), (80, "HTTP: Ubuntu package mirrors")):
+            self.security_group.add_egress_rule(ec2.Peer.any_ipv4(), ec2.Port.tcp(p), why)
+
+        # The logical id is fixed from a digest of everything but itself (user data names it).
+        base_env = {**env, "KIT_REGION": stack.region, "KIT_STACK": stack.stack_name,
+                    "KIT_HF_SECRET": hf_token_secret_name, "KIT_PORT": str(port),
+                    "KIT_READY_TIMEOUT_S": str(int(readiness_timeout.to_seconds()) - 120)}
+        digest = hashlib.sha256(
+            (render_user_data(engine_script, base_env) + image_parameter + instance_type).encode()).hexdigest()
+        self.logical_id = f"{construct_id}Instance{digest[:8].upper()}"
+        self.user_data_text = render_user_data(engine_script, {**base_env, "KIT_RESOURCE": self.logical_id})
+        if len(self.user_data_text.encode()) > USER_DATA_LIMIT:
+            raise ValueError(f"user data is {len(self.user_data_text)} bytes; EC2 allows {USER_DATA_LIMIT}")
+
+        self.instance = ec2.Instance(
+            self, "Instance",
+            instance_type=ec2.InstanceType(instance_type),
+            machine_image=ec2.MachineImage.from_ssm_parameter(image_parameter),
+            vpc=vpc,
+            vpc_subnets=ec2.SubnetSelection(subnets=[vpc.public_subnets[subnet_index]]),
+            associate_public_ip_address=True,
+            security_group=self.security_group,
+            role=self.role,
+            user_data=ec2.UserData.custom(self.user_data_text),
+            block_devices=[ec2.BlockDevice(
+                device_name=root_device_name,
+                volume=ec2.BlockDeviceVolume.ebs(root_volume_gib, encrypted=True, delete_on_termination=True,
+                                                 volume_type=ec2.EbsDeviceVolumeType.GP3))],
+            http_tokens=ec2.HttpTokens.REQUIRED,  # IMDSv2 only
+            http_endpoint=True,
+            http_put_response_hop_limit=1,
+            instance_metadata_tags=True,  # the TTL guard reads its tag through IMDS
+            detailed_monitoring=True,
+            instance_initiated_shutdown_behavior=ec2.InstanceInitiatedShutdownBehavior.STOP,
+            resource_signal_timeout=readiness_timeout,
+            propagate_tags_to_volume_on_creation=True,
+        )
+        cfn = self.instance.node.default_child
+        cfn.override_logical_id(self.logical_id)
+
+        nag.acknowledge(self.role, nag.SSM_CORE,
+                        "AmazonSSMManagedInstanceCore is the AWS-maintained minimum for Session Manager and "
+                        "SSM inventory on an instance; a hand copy would drift from the agent's needs")
+        nag.acknowledge(self.instance, "AwsSolutions-EC29",
+                        "Termination protection would block `cdk destroy`; the kit must tear down in one "
+                        "command. An instance per backend, not an ASG: one model server, stopped when idle")

@@ -1,0 +1,98 @@
+#!/bin/bash
+# kit-boot: the one entry point on every EC2 backend, installed to /usr/local/bin/kit-boot.
+#   kit-boot            provision (first boot, from user data): install the engine, start it as
+#                       the kit-engine systemd unit, wait for /health and one chat completion,
+#                       signal CloudFormation (failure carries the log tail)
+#   kit-boot serve      what kit-engine.service runs: fetch the HF token, exec the engine
+#   kit-boot guard      what kit-guard.timer runs every minute: TTL and idle stop
+# Safe to run again: every step checks before it acts, and the signal is sent once.
+set -Eeuo pipefail
+# shellcheck source=/dev/null
+. /etc/inference-kit/kit.env
+# shellcheck source=userdata/lib.sh
+. /usr/local/lib/inference-kit/lib.sh
+# shellcheck source=userdata/engine-vllm-gpu.sh
+. /usr/local/lib/inference-kit/engine.sh
+
+provision() {
+  install -d -m 0755 "$KIT_LOG_DIR"
+  install -d -m 0700 "$KIT_STATE_DIR"
+  exec >>"$KIT_BOOT_LOG" 2>&1
+  kit_log "provisioning $KIT_BACKEND: $KIT_MODEL on port $KIT_PORT"
+  local deadline=$(($(date +%s) + KIT_READY_TIMEOUT_S))
+  trap 'kit_signal 1 "$(kit_failure_reason)" || true' ERR
+
+  kit_ensure_tools
+  engine_install
+
+  cat >/etc/systemd/system/kit-engine.service <<UNIT
+[Unit]
+Description=Inference kit model server ($KIT_BACKEND)
+Wants=network-online.target
+After=network-online.target
+
+[Service]
+ExecStart=/usr/local/bin/kit-boot serve
+Restart=on-failure
+RestartSec=15
+LimitNOFILE=65536
+StandardOutput=append:$KIT_ENGINE_LOG
+StandardError=append:$KIT_ENGINE_LOG
+
+[Install]
+WantedBy=multi-user.target
+UNIT
+  cat >/etc/systemd/system/kit-guard.service <<UNIT
+[Unit]
+Description=Inference kit guardrails (TTL and idle stop)
+
+[Service]
+Type=oneshot
+ExecStart=/usr/local/bin/kit-boot guard
+StandardOutput=append:$KIT_LOG_DIR/guard.log
+StandardError=append:$KIT_LOG_DIR/guard.log
+UNIT
+  cat >/etc/systemd/system/kit-guard.timer <<UNIT
+[Unit]
+Description=Inference kit guardrails every minute
+
+[Timer]
+OnBootSec=2min
+OnUnitActiveSec=1min
+
+[Install]
+WantedBy=timers.target
+UNIT
+  systemctl daemon-reload
+  systemctl enable --now kit-guard.timer
+  systemctl enable kit-engine.service
+  systemctl restart kit-engine.service
+
+  if kit_wait_ready "$deadline"; then
+    touch "$KIT_STATE_DIR/ready"
+    kit_log "ready: /health and one chat completion answered"
+    kit_signal 0 "model answered a chat completion"
+  else
+    kit_signal 1 "$(kit_failure_reason)"
+    return 1
+  fi
+}
+
+serve() {
+  local token
+  token=$(kit_hf_token)
+  if [ -n "$token" ]; then
+    export HF_TOKEN="$token"
+  else
+    kit_log "secret $KIT_HF_SECRET unreadable or empty: continuing without a Hugging Face token"
+  fi
+  unset token
+  engine_exec
+}
+
+case "${1:-provision}" in
+  provision) provision ;;
+  serve) serve ;;
+  guard) kit_guard ;;
+  *) echo "usage: kit-boot [provision|serve|guard]" >&2; exit 2 ;;
+esac

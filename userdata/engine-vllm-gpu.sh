@@ -1,0 +1,31 @@
+# shellcheck shell=bash
+# Engine for g6 (and any x86_64 NVIDIA type): vLLM from PyPI in its own virtualenv.
+# Contract for every engine file (installed to /usr/local/lib/inference-kit/engine.sh):
+#   engine_install  idempotent install of the server (runs once per provisioning)
+#   engine_exec     exec the server in the foreground on 127.0.0.1:$KIT_PORT, serving
+#                   $KIT_SERVED_MODEL with an OpenAI-compatible /v1/chat/completions and /health
+# Variables come from /etc/inference-kit/kit.env (written by stacks/inference_instance.py).
+
+KIT_VENV=/opt/inference-kit/vllm
+
+engine_install() {
+  if [ -x "$KIT_VENV/bin/vllm" ] && "$KIT_VENV/bin/python" -c 'import vllm' 2>/dev/null; then
+    kit_log "vLLM already installed"
+    return 0
+  fi
+  kit_log "installing vLLM $KIT_VLLM_VERSION (uv $KIT_UV_VERSION, Python $KIT_PYTHON_VERSION)"
+  python3 -m venv /opt/inference-kit/uv
+  kit_retry 3 /opt/inference-kit/uv/bin/pip install -q "uv==$KIT_UV_VERSION"
+  # uv fetches a standalone CPython, so the engine does not depend on the AMI's Python.
+  kit_retry 3 /opt/inference-kit/uv/bin/uv venv --seed --python "$KIT_PYTHON_VERSION" "$KIT_VENV"
+  kit_retry 3 /opt/inference-kit/uv/bin/uv pip install --python "$KIT_VENV/bin/python" \
+    "vllm==$KIT_VLLM_VERSION"
+}
+
+engine_exec() {
+  export HF_HOME=/opt/inference-kit/hf VLLM_NO_USAGE_STATS=1
+  # shellcheck disable=SC2086  # KIT_VLLM_ARGS is a list of flags written by the stack
+  exec "$KIT_VENV/bin/vllm" serve "$KIT_MODEL" --served-model-name "$KIT_SERVED_MODEL" \
+    --host 127.0.0.1 --port "$KIT_PORT" --max-model-len "$KIT_MAX_MODEL_LEN" \
+    $KIT_VLLM_ARGS
+}

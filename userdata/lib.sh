@@ -1,0 +1,143 @@
+# shellcheck shell=bash
+# Functions shared by every EC2 backend (g6, g5g, inf2, trn1). Installed to
+# /usr/local/lib/inference-kit/lib.sh and sourced by kit-boot after /etc/inference-kit/kit.env.
+# Never `set -x` here: kit_hf_token's output is a secret.
+
+KIT_LOG_DIR=/var/log/inference-kit
+KIT_STATE_DIR=/var/lib/inference-kit
+KIT_ENGINE_LOG="$KIT_LOG_DIR/engine.log"
+KIT_BOOT_LOG="$KIT_LOG_DIR/boot.log"
+
+kit_log() { printf '%s kit: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$*"; }
+
+# Instance metadata through IMDSv2 (the only version the instance allows).
+kit_imds() {
+  local token
+  token=$(curl -sf -m 5 -X PUT -H 'X-aws-ec2-metadata-token-ttl-seconds: 60' \
+    http://169.254.169.254/latest/api/token) || return 1
+  curl -sf -m 5 -H "X-aws-ec2-metadata-token: $token" "http://169.254.169.254/latest/$1"
+}
+
+kit_retry() {  # kit_retry N cmd... : run cmd up to N times, 15 s apart
+  local n=$1 i
+  shift
+  for ((i = 1; i <= n; i++)); do
+    "$@" && return 0
+    kit_log "attempt $i/$n failed: $1"
+    sleep 15
+  done
+  return 1
+}
+
+kit_ensure_tools() {
+  local missing=()
+  command -v curl >/dev/null || missing+=(curl)
+  command -v unzip >/dev/null || missing+=(unzip)
+  python3 -c 'import ensurepip' 2>/dev/null || missing+=(python3-venv)
+  if ((${#missing[@]})); then
+    kit_retry 5 apt-get update -q
+    DEBIAN_FRONTEND=noninteractive kit_retry 5 apt-get install -y -q "${missing[@]}"
+  fi
+  if ! command -v aws >/dev/null; then
+    kit_log "installing AWS CLI v2"
+    kit_retry 5 curl -sSfL -o /tmp/awscliv2.zip "https://awscli.amazonaws.com/awscli-exe-linux-$(uname -m).zip"
+    (cd /tmp && unzip -q -o awscliv2.zip && ./aws/install --update)
+  fi
+  # cfn-signal carries a reason (the log tail) to the stack events; the CLI fallback cannot.
+  if [ ! -x /opt/aws-cfn-bootstrap/bin/cfn-signal ] && ! command -v cfn-signal >/dev/null; then
+    if ! { python3 -m venv /opt/aws-cfn-bootstrap && kit_retry 3 /opt/aws-cfn-bootstrap/bin/pip install -q \
+      https://s3.amazonaws.com/cloudformation-examples/aws-cfn-bootstrap-py3-latest.tar.gz; }; then
+      kit_log "cfn-signal unavailable; will signal with the AWS CLI (no reason text)"
+    fi
+  fi
+}
+
+# Prints the Hugging Face token on stdout and nothing else; empty if the secret is unreadable.
+kit_hf_token() {
+  aws secretsmanager get-secret-value --region "$KIT_REGION" --secret-id "$KIT_HF_SECRET" \
+    --query SecretString --output text 2>/dev/null || true
+}
+
+# One line from the end of the logs, with anything shaped like a token removed.
+kit_failure_reason() {
+  { tail -n 12 "$KIT_BOOT_LOG" 2>/dev/null; tail -n 20 "$KIT_ENGINE_LOG" 2>/dev/null; } |
+    sed -E 's/hf_[A-Za-z0-9]{8,}/hf_***/g' | tr -s '\n\t' '  ' | tail -c 900
+}
+
+kit_signal() {  # kit_signal 0|1 [reason]
+  local code=$1 reason=${2:-} iid cfn=/opt/aws-cfn-bootstrap/bin/cfn-signal
+  [ -e "$KIT_STATE_DIR/signalled" ] && return 0
+  command -v cfn-signal >/dev/null && cfn=$(command -v cfn-signal)
+  if [ -x "$cfn" ]; then
+    "$cfn" --exit-code "$code" --reason "${reason:-ready}" --stack "$KIT_STACK" \
+      --resource "$KIT_RESOURCE" --region "$KIT_REGION" || return 1
+  else
+    iid=$(kit_imds meta-data/instance-id) || return 1
+    aws cloudformation signal-resource --region "$KIT_REGION" --stack-name "$KIT_STACK" \
+      --logical-resource-id "$KIT_RESOURCE" --unique-id "$iid" \
+      --status "$([ "$code" = 0 ] && echo SUCCESS || echo FAILURE)" || return 1
+  fi
+  touch "$KIT_STATE_DIR/signalled"
+}
+
+# The model answers one real chat completion (not just /health).
+kit_chat_ok() {
+  local body
+  body=$(printf '{"model":"%s","messages":[{"role":"user","content":"Reply with the word ready."}],"max_tokens":16}' \
+    "$KIT_SERVED_MODEL")
+  curl -sf -m 120 -H 'Content-Type: application/json' -d "$body" \
+    "http://127.0.0.1:$KIT_PORT/v1/chat/completions" |
+    python3 -c 'import json,sys; m=json.load(sys.stdin)["choices"][0]["message"]; sys.exit(0 if m else 1)'
+}
+
+kit_wait_ready() {  # kit_wait_ready DEADLINE_EPOCH
+  local deadline=$1 restarts
+  while [ "$(date +%s)" -lt "$deadline" ]; do
+    restarts=$(systemctl show -p NRestarts --value kit-engine 2>/dev/null || echo 0)
+    if [ "${restarts:-0}" -ge 3 ]; then
+      kit_log "engine restarted $restarts times; giving up"
+      return 1
+    fi
+    if curl -sf -m 5 "http://127.0.0.1:$KIT_PORT${KIT_HEALTH_PATH:-/health}" >/dev/null && kit_chat_ok; then
+      return 0
+    fi
+    sleep 10
+  done
+  kit_log "not ready before the deadline"
+  return 1
+}
+
+# Requests served so far plus those in flight, from the engine's Prometheus metrics
+# (vLLM names; the Neuron engine exports the same two). Empty if /metrics is absent.
+kit_activity_counter() {
+  curl -sf -m 5 "http://127.0.0.1:$KIT_PORT/metrics" 2>/dev/null |
+    awk '/^[a-z_:]*(request_success_total|num_requests_running|num_requests_waiting)[{ ]/ {s += $NF}
+         END {if (NR) printf "%d\n", s}'
+}
+
+# Run every minute by kit-guard.timer: hard TTL first, then idle stop.
+# shutdown halts the OS; InstanceInitiatedShutdownBehavior=stop turns that into a stop.
+kit_guard() {
+  local now ttl boot counter conns last_boot last_counter last_active
+  now=$(date +%s)
+  ttl=$(kit_imds meta-data/tags/instance/kit-ttl-expires-epoch 2>/dev/null || true)
+  if [[ "$ttl" =~ ^[0-9]+$ ]] && [ "$now" -ge "$ttl" ]; then
+    kit_log "TTL reached ($(date -u -d "@$ttl" +%FT%TZ)); stopping"
+    shutdown -h now
+    return 0
+  fi
+  [ "${KIT_IDLE_MINUTES:-0}" -gt 0 ] || return 0
+  [ -e "$KIT_STATE_DIR/ready" ] || return 0  # never count provisioning as idle time
+  boot=$(cat /proc/sys/kernel/random/boot_id)
+  counter=$(kit_activity_counter || true)
+  conns=$(ss -Htn state established "( sport = :$KIT_PORT )" 2>/dev/null | wc -l)
+  read -r last_boot last_counter last_active 2>/dev/null <"$KIT_STATE_DIR/idle" || true
+  if [ "$boot" != "${last_boot:-}" ] || [ "$counter" != "${last_counter:-}" ] || [ "$conns" -gt 0 ]; then
+    last_active=$now
+  fi
+  echo "$boot $counter $last_active" >"$KIT_STATE_DIR/idle"
+  if [ $((now - last_active)) -ge $((KIT_IDLE_MINUTES * 60)) ]; then
+    kit_log "no requests for $KIT_IDLE_MINUTES minutes; stopping"
+    shutdown -h now
+  fi
+}
