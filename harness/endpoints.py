@@ -10,7 +10,7 @@ Sources, combined in this order:
 
 Every backend stack emits the same outputs (the contract with ``stacks/``): ``BackendId``,
 ``Service`` (bedrock|sagemaker|ec2), ``Region``, ``ModelId``, ``InstanceType``, and per kind
-``InstanceId`` + ``Port`` (EC2), ``EndpointName`` (SageMaker), or just ``ModelId`` (Bedrock).
+``InstanceId`` + ``Port`` + ``SshUser`` (EC2), ``EndpointName`` (SageMaker), or just ``ModelId`` (Bedrock).
 """
 from __future__ import annotations
 
@@ -95,7 +95,8 @@ def endpoint_from_outputs(stack_name: str, outputs: Mapping[str, str],
             port = int(need("Port"))
         except ValueError:
             raise DiscoveryError(f"stack {stack_name}: output 'Port' is not a number: {outputs['Port']!r}") from None
-        return Endpoint(kind="openai", instance_id=need("InstanceId"), port=port, **common)
+        return Endpoint(kind="openai", instance_id=need("InstanceId"), port=port,
+                        ssh_user=outputs.get("SshUser") or None, **common)
     raise DiscoveryError(f"stack {stack_name}: Service output {service!r} is not one of bedrock, sagemaker, ec2")
 
 

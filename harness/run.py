@@ -1,0 +1,340 @@
+"""``python -m harness.run``: discovery -> access -> agent trial -> scoreboard -> bench -> cost -> report.
+
+    python -m harness.run                                  # everything deployed in the region
+    python -m harness.run --only agent --runs 5            # just the agent trial
+    python -m harness.run --endpoint laptop=http://127.0.0.1:8000/v1 --only agent
+    python -m harness.run --outputs-file cdk-outputs.json --json out.json
+
+Without AWS credentials and without ``--endpoint`` it prints the offline plan (what would be
+measured and what it would cost, from the dated price snapshot) and one line saying what it needs,
+and exits 0. Results go to ``results/<run-id>/`` as they are measured (see ``harness.results``);
+Ctrl-C keeps everything already written and closes every tunnel.
+
+This module imports neither aws-cdk-lib nor torch: ``make run`` installs the lean requirements.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from harness import catalog
+from harness.endpoint import Endpoint
+from harness.results import DEFAULT_ROOT, append_jsonl, new_run_dir, write_json
+
+STAGES = ("agent", "scoreboard", "bench", "cost", "report")
+NEEDS = ("needs AWS credentials (aws configure, or AWS_PROFILE) and a deployed backend stack "
+         "(npx cdk deploy G6Stack), or --endpoint NAME=URL for any OpenAI-compatible server")
+
+
+class UsageError(ValueError):
+    """Bad command-line input: printed as one line, exit 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, not the usage block
+        raise UsageError(f"harness.run: {message} (see --help)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m harness.run", description=__doc__.split("\n\n")[0])
+    p.add_argument("--region", help="default: AWS_REGION, AWS_DEFAULT_REGION, then cdk.json context")
+    p.add_argument("--outputs-file", type=Path, help="cdk deploy --outputs-file JSON instead of CloudFormation")
+    p.add_argument("--endpoint", action="append", default=[], metavar="NAME=URL",
+                   help="an OpenAI-compatible server to include (repeatable)")
+    p.add_argument("--model", action="append", default=[], metavar="[NAME=]MODEL_ID",
+                   help="model id for --endpoint servers (default: first of GET /v1/models)")
+    p.add_argument("--plain", action="append", default=[], metavar="NAME",
+                   help="treat an --endpoint server as having no tool calling (plain-text variant)")
+    p.add_argument("--backends", help=f"only these catalog backends, comma-separated: {','.join(catalog.BACKEND_IDS)}")
+    p.add_argument("--only", action="append", default=[], metavar="STAGE",
+                   help=f"run only these stages (repeatable or comma-separated): {', '.join(STAGES)}")
+    p.add_argument("--runs", type=int, default=3, help="agent-trial runs per backend (default 3)")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds per agent run / question (default 120)")
+    p.add_argument("--results", type=Path, default=DEFAULT_ROOT, help="results root (default results/)")
+    p.add_argument("--json", type=Path, metavar="PATH", help="also write a JSON summary here")
+    p.add_argument("--scoreboard-model", default=catalog.NOVA_MICRO,
+                   help=f"Bedrock model of the scoreboard agent (default {catalog.NOVA_MICRO})")
+    p.add_argument("--os-user", default=None, help="OS user for EC2 Instance Connect (default: stack output, else ubuntu)")
+    return p
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    a = build_parser().parse_args(argv)
+    stages: list[str] = []
+    for v in a.only:
+        for s in (x.strip() for x in v.split(",")):
+            if s not in STAGES:
+                raise UsageError(f"harness.run: --only {s!r} is not a stage; valid: {', '.join(STAGES)}")
+            stages.append(s)
+    a.stages = [s for s in STAGES if s in stages] if stages else list(STAGES)
+    if a.runs < 1:
+        raise UsageError(f"harness.run: --runs {a.runs}: must be >= 1")
+    if a.timeout <= 0:
+        raise UsageError(f"harness.run: --timeout {a.timeout:g}: must be > 0")
+    a.backend_ids = None
+    if a.backends:
+        a.backend_ids = [b.strip() for b in a.backends.split(",") if b.strip()]
+        for b in a.backend_ids:
+            if b not in catalog.BACKENDS:
+                raise UsageError(f"harness.run: --backends: unknown backend {b!r}; valid: {', '.join(catalog.BACKEND_IDS)}")
+    from harness.endpoints import DiscoveryError, parse_endpoint_arg, parse_model_args
+
+    try:
+        for e in a.endpoint:
+            parse_endpoint_arg(e)
+        parse_model_args(a.model)
+    except DiscoveryError as e:
+        raise UsageError(f"harness.run: {e}") from None
+    return a
+
+
+# --------------------------------------------------------------------------- the offline plan
+def offline_plan_text() -> str:
+    """The cost helper's plan when present; otherwise what would be measured, from the catalog."""
+    if importlib.util.find_spec("harness.cost.plan") is not None:
+        from harness.cost.plan import format_plan, offline_plan
+        from harness.cost.prices import PriceBook
+
+        book = PriceBook.auto(offline=True)
+        return format_plan(offline_plan(5.0, book), 5.0, book.notes)
+    rows = [("backend", "stack", "service", "instance", "model", "agent trial")]
+    for b in catalog.BACKENDS.values():
+        rows.append((b.id, b.stack_name, b.service, b.instance_type or "managed", b.model_id,
+                     "tool calls" if b.tool_calls else "plain text"))
+    w = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(f"{c:<{w[i]}}" for i, c in enumerate(r)) for r in rows)
+
+
+def _has_credentials(session: Any) -> bool:
+    try:
+        return session.get_credentials() is not None
+    except Exception:  # noqa: BLE001 - a broken profile is no credentials
+        return False
+
+
+def _versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {"python": platform.python_version()}
+    for pkg in ("strands-agents", "boto3", "paramiko", "websockets", "openai"):
+        with contextlib.suppress(PackageNotFoundError):
+            out[pkg] = version(pkg)
+    return out
+
+
+# --------------------------------------------------------------------------- stages
+def _stage_bench(endpoints: list[Endpoint], run_dir: Path, echo: Callable[[str], None]) -> str:
+    if importlib.util.find_spec("harness.bench.api") is None:
+        echo("bench      not available in this build (harness.bench.api missing)")
+        return "not available in this build"
+    from harness.bench import api
+
+    failed = []
+    for ep in endpoints:
+        try:
+            api.run_bench(ep, out_dir=run_dir / "bench" / ep.name)
+        except KeyboardInterrupt:
+            raise
+        except Exception as exc:  # noqa: BLE001 - recorded, the next backend runs
+            failed.append(ep.name)
+            echo(f"bench      {ep.name}: error: {type(exc).__name__}: {str(exc)[:200]}")
+    return f"ok ({len(endpoints) - len(failed)}/{len(endpoints)} endpoints)"
+
+
+def _stage_cost(run_dir: Path, echo: Callable[[str], None]) -> str:
+    if importlib.util.find_spec("harness.cost.model") is None:
+        echo("cost       not available in this build (harness.cost missing)")
+        return "not available in this build"
+    from harness.cost.model import cost_for_run
+    from harness.cost.prices import PriceBook
+
+    cost = cost_for_run(run_dir, PriceBook.auto())
+    echo(f"cost       wrote {run_dir / 'cost.json'} ({len(cost.get('endpoints', {}))} endpoints)")
+    return "ok"
+
+
+def _stage_report(run_dir: Path, echo: Callable[[str], None]) -> str:
+    if importlib.util.find_spec("harness.report") is None:
+        echo("report     not available in this build (harness.report missing)")
+        return "not available in this build"
+    import harness.report as report
+
+    if not hasattr(report, "render"):
+        echo("report     not available in this build (harness.report.render missing)")
+        return "not available in this build"
+    out = report.render(run_dir)
+    echo(f"report     wrote {out}")
+    return "ok"
+
+
+# --------------------------------------------------------------------------- main
+def main(argv: list[str] | None = None, *, session: Any = None,
+         model_factory: Callable[[Endpoint], Any] | None = None, orchestrator: Any = None,
+         open_access: Callable[..., Any] | None = None, echo: Callable[[str], None] = print,
+         retry_initial_delay: float = 2.0) -> int:
+    """Entry point. Keyword arguments are seams for tests (boto3 session, Strands models,
+    the access opener); a real run leaves them unset."""
+    try:
+        args = parse_args(argv)
+    except UsageError as e:
+        print(e, file=sys.stderr)
+        return 2
+    from harness.endpoints import (Discovery, DiscoveryError, from_cloudformation, from_endpoint_args,
+                                   from_outputs, load_outputs_file, resolve_region)
+
+    region = resolve_region(args.region)
+    if session is None:
+        import boto3
+
+        session = boto3.Session(region_name=region) if region else boto3.Session()
+    creds = _has_credentials(session)
+
+    if not creds and not args.endpoint:
+        echo(offline_plan_text())
+        echo("")
+        echo(f"harness.run: nothing measured: {NEEDS}.")
+        return 0
+
+    # Discovery
+    try:
+        local = from_endpoint_args(args.endpoint, args.model, args.plain)
+        if args.outputs_file:
+            d = from_outputs(load_outputs_file(args.outputs_file), region, args.backend_ids)
+        elif creds:
+            if not region:
+                raise DiscoveryError("no region: pass --region, set AWS_REGION, or set context.region in cdk.json")
+            d = from_cloudformation(session.client("cloudformation", region_name=region), region, args.backend_ids)
+        else:
+            d = Discovery()
+    except DiscoveryError as e:
+        print(f"harness.run: {e}", file=sys.stderr)
+        return 2
+    except Exception as e:  # noqa: BLE001 - e.g. expired credentials: one line, not a traceback
+        print(f"harness.run: discovery failed in {region}: {type(e).__name__}: {str(e)[:300]}", file=sys.stderr)
+        return 1
+    aws_eps = d.endpoints
+    if aws_eps and not creds:
+        d.notes += [f"{e.name}: skipped, needs AWS credentials" for e in aws_eps]
+        aws_eps = []
+    endpoints = aws_eps + local
+    for n in d.notes:
+        echo(f"discovery  {n}")
+    if not endpoints:
+        echo(f"harness.run: no backend deployed in {region} and no --endpoint given; "
+             "deploy one (npx cdk deploy G6Stack) or pass --endpoint NAME=URL.")
+        return 0
+
+    run_dir = new_run_dir(args.results)
+    meta: dict[str, Any] = {"run_id": run_dir.name, "started_at": time.time(), "region": region,
+                            "argv": list(sys.argv[1:] if argv is None else argv), "stages": {},
+                            "endpoints": [e.to_dict() for e in endpoints], "notes": d.notes,
+                            "versions": _versions(), "interrupted": False}
+    write_json(run_dir / "meta.json", meta)
+    echo(f"results    {run_dir}")
+    records: list[Any] = []
+    board: dict[str, Any] | None = None
+    rc = 0
+    with contextlib.ExitStack() as stack:
+        try:
+            live = _open_access(endpoints, stack, session, region, args, run_dir, records, echo, open_access)
+            if model_factory is None:
+                from harness.agent.models import build_model
+
+                model_factory = lambda ep: build_model(ep, timeout=args.timeout, boto_session=session)  # noqa: E731
+            if "agent" in args.stages:
+                from harness.agent.trial import run_trial
+
+                records += run_trial(live, runs=args.runs, model_factory=model_factory,
+                                     out_path=run_dir / "agent_runs.jsonl", timeout=args.timeout,
+                                     echo=echo, retry_initial_delay=retry_initial_delay)
+                ok = sum(r.ok for r in records)
+                meta["stages"]["agent"] = f"ok ({ok}/{len(records)} runs passed)"
+                echo(f"agent      {ok}/{len(records)} runs passed")
+            if "scoreboard" in args.stages:
+                board = _scoreboard(live, args, session, region, creds, orchestrator, model_factory,
+                                    run_dir, meta, echo, retry_initial_delay)
+            if "bench" in args.stages:
+                meta["stages"]["bench"] = _stage_bench(live, run_dir, echo)
+            if "cost" in args.stages:
+                meta["stages"]["cost"] = _stage_cost(run_dir, echo)
+            if "report" in args.stages:
+                meta["stages"]["report"] = _stage_report(run_dir, echo)
+        except KeyboardInterrupt:
+            meta["interrupted"] = True
+            echo(f"\ninterrupted: everything measured so far is in {run_dir}")
+            rc = 130
+        finally:
+            meta["ended_at"] = time.time()
+            write_json(run_dir / "meta.json", meta)
+            if args.json:
+                write_json(args.json, {"results_dir": str(run_dir),
+                                       "agent_runs": [r.to_dict() for r in records],
+                                       "scoreboard": board, "stages": meta["stages"],
+                                       "interrupted": meta["interrupted"]})
+    return rc
+
+
+def _open_access(endpoints: list[Endpoint], stack: contextlib.ExitStack, session: Any, region: str | None,
+                 args: argparse.Namespace, run_dir: Path, records: list[Any],
+                 echo: Callable[[str], None], open_access: Callable[..., Any] | None) -> list[Endpoint]:
+    """EC2 backends get a tunnel (closed by ``stack``); one that cannot be reached is recorded
+    as a failed run in agent_runs.jsonl and left out of every stage."""
+    from harness.access import DEFAULT_OS_USER, HostKeyPins, eic_tunnel
+    from harness.agent.trial import RunRecord
+
+    pins = HostKeyPins()
+    live: list[Endpoint] = []
+    for ep in endpoints:
+        if ep.kind != "openai" or ep.base_url:
+            live.append(ep)
+            continue
+        opener = open_access or (lambda e: eic_tunnel(
+            e, botocore_session=session._session, region=e.region or region, pins=pins,
+            os_user=args.os_user or e.ssh_user or DEFAULT_OS_USER))
+        try:
+            live.append(stack.enter_context(opener(ep)))
+            echo(f"access     {ep.name}: {ep.instance_id}:{ep.port} -> {live[-1].base_url}")
+        except KeyboardInterrupt:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            msg = f"access failed: {str(exc)[:300]}"
+            echo(f"access     {ep.name}: {msg}")
+            rec = RunRecord(ep.name, 1, args.runs, ok=False, mode="tools" if ep.tool_calls else "plain",
+                            kind=ep.kind, model_id=ep.model_id, started_at=time.time(), error=msg,
+                            unreachable=True)
+            records.append(rec)
+            append_jsonl(run_dir / "agent_runs.jsonl", rec.to_dict())
+    return live
+
+
+def _scoreboard(live: list[Endpoint], args: argparse.Namespace, session: Any, region: str | None,
+                creds: bool, orchestrator: Any, model_factory: Callable[[Endpoint], Any], run_dir: Path,
+                meta: dict[str, Any], echo: Callable[[str], None], retry_initial_delay: float) -> dict | None:
+    from harness.agent.scoreboard import format_board, run_scoreboard
+
+    if orchestrator is None:
+        if not creds:
+            meta["stages"]["scoreboard"] = "skipped: the orchestrating agent runs on Bedrock (needs AWS credentials)"
+            echo(f"scoreboard {meta['stages']['scoreboard']}")
+            return None
+        from harness.agent.models import build_model
+
+        orchestrator = build_model(Endpoint("scoreboard", "bedrock", args.scoreboard_model, region=region),
+                                   timeout=args.timeout, boto_session=session)
+    board = run_scoreboard(live, orchestrator=orchestrator, model_factory=model_factory,
+                           timeout=args.timeout, retry_initial_delay=retry_initial_delay)
+    write_json(run_dir / "scoreboard.json", board)
+    echo(format_board(board))
+    meta["stages"]["scoreboard"] = "ok" if not board["orchestrator_error"] else f"error: {board['orchestrator_error']}"
+    return board
+
+
+if __name__ == "__main__":
+    sys.exit(main())
