@@ -1,0 +1,247 @@
+"""The load benchmark as a Python API (``harness.run`` calls this for every endpoint).
+
+    from harness.bench.api import run_bench
+    levels = run_bench(endpoint, profile="agent", concurrency=(1, 16, 64), rates=(),
+                       requests=64, out_dir=Path("results/<run-id>/bench/g6"),
+                       slo="ttft_p99_ms=800")
+
+Arguments (all keyword-only after ``endpoint``):
+  profile          "agent", "2k-512", "poisson-180-256" or "IN-OUT" token lengths
+  concurrency      closed-loop levels (iterable of ints; empty for none)
+  rates            open-loop Poisson levels in requests/s, or "auto": double from
+                   ``rate_start`` until the level saturates (see ``saturated``) or ``rate_max``
+  requests | duration   measured requests per level, or seconds of measured sending per level
+  warmup           warm-up requests per level (None: one per worker / ceil(rate)); excluded
+  out_dir          gets requests.jsonl, summary.json, summary.csv, bench.json (store.py)
+  slo              "ttft_p99_ms=800,itl_p99_ms=50" or a dict (metrics.parse_slo)
+  request_timeout  seconds per request; time_limit: seconds for the whole run (hard)
+  resume           skip levels already complete in out_dir/summary.json
+  tokenizer        path of a tokenizer.json (needs the optional ``tokenizers`` package), used
+                   only when the server reports no per-chunk usage
+  vllm_extras      send continuous_usage_stats / ignore_eos / min_tokens (OpenAI, SageMaker)
+  client           an injected boto3 client (SageMaker / Bedrock)
+  progress         rich progress bar (None: only on a terminal)
+
+Returns the list of levels exactly as written to summary.json. Raises ``BenchError`` (one-line
+message) for bad input; a failing backend never raises, its requests are recorded as failed.
+"""
+from __future__ import annotations
+
+import asyncio
+import platform
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Iterable
+
+from harness.bench import metrics, store
+from harness.bench.backends import make_backend
+from harness.bench.load import LevelSpec, run_level
+from harness.bench.profiles import ProfileError, get_profile
+from harness.bench.progress import BenchProgress
+from harness.bench.record import TokenCounter, now_ns
+from harness.endpoint import Endpoint
+from harness.results import write_json
+
+
+class BenchError(ValueError):
+    """Bad input or an unusable output directory; the message is one line."""
+
+
+def load_tokenizer(path: str | Path | None) -> TokenCounter | None:
+    if not path:
+        return None
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:
+        raise BenchError("--tokenizer needs the optional 'tokenizers' package "
+                         "(pip install tokenizers)") from None
+    p = Path(path)
+    if p.is_dir():
+        p = p / "tokenizer.json"
+    if not p.is_file():
+        raise BenchError(f"--tokenizer {path}: no tokenizer.json there")
+    tok = Tokenizer.from_file(str(p))
+
+    def count(texts: list[str]) -> list[int]:
+        return [len(e.ids) for e in tok.encode_batch(texts, add_special_tokens=False)]
+
+    return count
+
+
+def saturated(level: dict, first: dict | None) -> bool:
+    """An open-loop level is saturated when >5% of its requests fail, its median client queue
+    time passes 100 ms (the client or its in-flight cap can't keep up), or its median TTFT is
+    over 4x that of the lowest rate (the server's queue is growing)."""
+    total = level["completed"] + level["failed"]
+    if total and level["failed"] / total > 0.05:
+        return True
+    q = (level.get("queue_ms") or {}).get("p50")
+    if q is not None and q > 100:
+        return True
+    if first is not None:
+        t0, t1 = first["ttft_ms"]["p50"], level["ttft_ms"]["p50"]
+        if t0 and t1 and t1 > 4 * t0:
+            return True
+    return False
+
+
+def _plan(concurrency: Iterable[int], rates: Iterable[float] | str, requests: int | None,
+          duration: float | None, warmup: int | None) -> list[LevelSpec]:
+    plan = []
+    for c in concurrency:
+        if not isinstance(c, int) or c < 1:
+            raise BenchError(f"concurrency {c!r}: must be a whole number >= 1")
+        plan.append(LevelSpec(concurrency=c, requests=requests, duration=duration, warmup=warmup))
+    if not isinstance(rates, str):
+        for r in rates:
+            if not r > 0:
+                raise BenchError(f"rate {r!r}: must be > 0 requests/s")
+            plan.append(LevelSpec(rate=float(r), requests=requests, duration=duration, warmup=warmup))
+    return plan
+
+
+def run_bench(endpoint: Endpoint, **kwargs: Any) -> list[dict]:
+    """Synchronous wrapper of ``run_bench_async`` (uses uvloop when installed)."""
+    try:
+        import uvloop
+        runner = uvloop.run
+    except ImportError:  # pragma: no cover
+        runner = asyncio.run
+    return runner(run_bench_async(endpoint, **kwargs))
+
+
+async def run_bench_async(
+        endpoint: Endpoint, *, profile: str = "agent", concurrency: Iterable[int] = (1, 16, 64),
+        rates: Iterable[float] | str = (), requests: int | None = None,
+        duration: float | None = None, warmup: int | None = None, out_dir: Path | str,
+        slo: str | dict | None = None, request_timeout: float = 300.0,
+        time_limit: float = 3600.0, resume: bool = False, tokenizer: str | Path | None = None,
+        vllm_extras: bool = True, api_key: str | None = None, client: Any = None,
+        max_inflight: int = 1024, seed: int = 0, rate_start: float = 1.0,
+        rate_max: float = 256.0, progress: bool | None = None) -> list[dict]:
+    deadline = now_ns() + int(time_limit * 1e9)
+    try:
+        prof = get_profile(profile)
+    except ProfileError as e:
+        raise BenchError(str(e)) from None
+    if (requests is None) == (duration is None):
+        raise BenchError("give exactly one of requests (N per level) or duration (seconds per level)")
+    if requests is not None and requests < 1:
+        raise BenchError(f"requests {requests!r}: must be >= 1")
+    if duration is not None and not duration > 0:
+        raise BenchError(f"duration {duration!r}: must be > 0 seconds")
+    if not request_timeout > 0 or not time_limit > 0:
+        raise BenchError("request_timeout and time_limit must be > 0 seconds")
+    if isinstance(rates, str) and rates != "auto":
+        raise BenchError(f"rates {rates!r}: a list of requests/s or 'auto'")
+    try:
+        slo_d = slo if isinstance(slo, dict) else metrics.parse_slo(slo)
+    except metrics.SLOError as e:
+        raise BenchError(str(e)) from None
+    counter = load_tokenizer(tokenizer)
+    plan = _plan(concurrency, rates, requests, duration, warmup)
+    if not plan and rates != "auto":
+        raise BenchError("nothing to run: give at least one concurrency or rate")
+
+    out = Path(out_dir)
+    config = {"endpoint": endpoint.to_dict(), "profile": prof.to_dict(), "requests": requests,
+              "duration": duration, "warmup": warmup, "slo": slo_d, "seed": seed,
+              "vllm_extras": vllm_extras, "request_timeout": request_timeout,
+              "time_limit": time_limit}
+    levels = _prepare_dir(out, config, resume)
+    done_keys = {_key(lv) for lv in levels if lv.get("complete")}
+
+    backend = make_backend(endpoint, client=client, vllm_extras=vllm_extras, api_key=api_key,
+                           request_timeout=request_timeout)
+    max_c = max([s.concurrency or 0 for s in plan] + [min(max_inflight, 256)])
+    await backend.start(max_c)
+    writer = store.RecordWriter(out / store.REQUESTS)
+    meta = {"endpoint": endpoint.name, "backend": endpoint.kind, "model": endpoint.model_id,
+            "profile": prof.name}
+
+    async def one(spec: LevelSpec, bar: BenchProgress) -> dict | None:
+        if _key(spec.key()) in done_keys:
+            return None
+        if now_ns() >= deadline:
+            return None
+        level_run = uuid.uuid4().hex[:8]
+        started = time.time()
+        total = spec.warmup_count() + spec.requests if spec.requests else None
+        res = await run_level(backend, prof, spec, level_run=level_run, meta=meta,
+                              emit=writer.put, request_timeout=request_timeout,
+                              deadline_ns=deadline, seed=seed, max_inflight=max_inflight,
+                              token_counter=counter, on_progress=bar.level(spec.label, total))
+        writer.flush()
+        lv = {**spec.key(), **metrics.summarize_level(res.records, slo=slo_d),
+              "complete": not res.interrupted, "level_run": level_run, "profile": prof.name,
+              "started": started, "ended": time.time()}
+        levels[:] = [x for x in levels if _key(x) != _key(lv)] + [lv]
+        _order(levels)
+        metrics.mark_knee(levels)
+        store.write_summary(out, levels)
+        return lv
+
+    try:
+        with BenchProgress(progress) as bar:
+            for spec in plan:
+                await one(spec, bar)
+            if rates == "auto":
+                r, first = rate_start, None
+                while r <= rate_max and now_ns() < deadline:
+                    spec = LevelSpec(rate=r, requests=requests, duration=duration, warmup=warmup)
+                    lv = await one(spec, bar) or next(x for x in levels if _key(x) == _key(spec.key()))
+                    first = first or lv
+                    if saturated(lv, first if lv is not first else None):
+                        break
+                    r *= 2
+    finally:
+        await backend.close()
+        writer.flush()
+        writer.close()
+        write_json(out / store.CONFIG, {**config, "levels_done": [_key(x) for x in levels
+                                                                   if x.get("complete")],
+                                        "python": platform.python_version(),
+                                        "updated": time.time()})
+    return levels
+
+
+def _key(d: dict) -> tuple:
+    return ("concurrency", d["concurrency"]) if d.get("concurrency") is not None \
+        else ("rate", float(d["rate"]))
+
+
+def _order(levels: list[dict]) -> None:
+    levels.sort(key=lambda lv: (0, lv["concurrency"]) if lv.get("concurrency") is not None
+                else (1, lv["rate"]))
+
+
+def _prepare_dir(out: Path, config: dict, resume: bool) -> list[dict]:
+    import json
+    if out.exists() and not out.is_dir():
+        raise BenchError(f"--out {out}: exists and is not a directory")
+    has_run = (out / store.REQUESTS).exists() or (out / store.SUMMARY).exists()
+    if has_run and not resume:
+        raise BenchError(f"--out {out}: already holds a benchmark; pass --resume to continue it "
+                         "or choose another directory")
+    out.mkdir(parents=True, exist_ok=True)
+    if not resume or not has_run:
+        write_json(out / store.CONFIG, config)
+        return []
+    try:
+        old = json.loads((out / store.CONFIG).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        old = None
+    if old is not None:
+        for k in ("profile", "requests", "duration"):
+            if old.get(k) != config.get(k):
+                raise BenchError(f"--resume: {k} was {old.get(k)!r} in {out}, now {config.get(k)!r}; "
+                                 "use the same settings or another --out")
+        if (old.get("endpoint") or {}).get("model_id") != config["endpoint"]["model_id"]:
+            raise BenchError(f"--resume: {out} was run against model "
+                             f"{old['endpoint'].get('model_id')!r}, not {config['endpoint']['model_id']!r}")
+    try:
+        levels = json.loads((out / store.SUMMARY).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        levels = []
+    return [lv for lv in levels if isinstance(lv, dict)]

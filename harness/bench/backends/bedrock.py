@@ -1,0 +1,95 @@
+"""Amazon Bedrock, ``converse_stream`` (boto3).
+
+Each ``contentBlockDelta`` with text is a token-carrying chunk; ``metadata.usage.outputTokens``
+is the server's count. Bedrock cannot be told to ignore end-of-sequence, so output lengths are
+the model's own (``finish_reason`` holds ``stopReason``). Throttling on the initial call is
+retried with backoff and recorded; a throttling event mid-stream fails the request as
+``throttled``.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from harness.bench.backends.boto import Retry, call_with_retry, classify, error_code, make_client, \
+    run_in_thread
+from harness.bench.profiles import BenchRequest
+from harness.bench.record import Record, now_ns
+
+_ERROR_EVENTS = {"internalServerException": "stream_error", "modelStreamErrorException": "stream_error",
+                 "validationException": "stream_error", "throttlingException": "throttled",
+                 "serviceUnavailableException": "throttled"}
+
+
+class BedrockBackend:
+    kind = "bedrock"
+
+    def __init__(self, model: str, *, region: str | None = None, client: Any = None,
+                 read_timeout: float = 600.0, retry: Retry | None = None) -> None:
+        self.model = model
+        self.region = region
+        self.client = client
+        self.read_timeout = read_timeout
+        self.retry = retry or Retry()
+
+    async def start(self, max_concurrency: int) -> None:
+        if self.client is None:
+            self.client = make_client("bedrock-runtime", self.region, max_concurrency,
+                                      self.read_timeout)
+
+    async def close(self) -> None:
+        pass
+
+    async def stream(self, request: BenchRequest, record: Record) -> Record:
+        kw: dict[str, Any] = {
+            "modelId": self.model,
+            "messages": [{"role": "user", "content": [{"text": request.prompt}]}],
+            "inferenceConfig": {"maxTokens": request.max_tokens, "temperature": 0},
+        }
+        if request.system:
+            kw["system"] = [{"text": request.system}]
+        return await run_in_thread(lambda holder: self._blocking(kw, record, holder), record)
+
+    def _blocking(self, kw: dict, record: Record, holder: dict) -> None:
+        record.mark_sent()
+        resp = call_with_retry(record, lambda: self.client.converse_stream(**kw), self.retry)
+        if resp is None:
+            record.finish()
+            return
+        record.http_status = (resp.get("ResponseMetadata") or {}).get("HTTPStatusCode", 200)
+        stream = holder["stream"] = resp["stream"]
+        stopped = False
+        try:
+            for event in stream:
+                t = now_ns()
+                if record.closed:
+                    return
+                if "contentBlockDelta" in event:
+                    delta = event["contentBlockDelta"].get("delta") or {}
+                    text = delta.get("text")
+                    if text is None:
+                        text = ((delta.get("reasoningContent") or {}).get("text")
+                                or (delta.get("toolUse") or {}).get("input") or "")
+                    if text:
+                        record.add_chunk(t, text)
+                elif "messageStop" in event:
+                    stopped = True
+                    record.finish_reason = event["messageStop"].get("stopReason")
+                elif "metadata" in event:
+                    usage = event["metadata"].get("usage") or {}
+                    if usage.get("outputTokens") is not None:
+                        record.usage_completion = usage["outputTokens"]
+                    if usage.get("inputTokens") is not None:
+                        record.usage_prompt = usage["inputTokens"]
+                else:
+                    for key, cls in _ERROR_EVENTS.items():
+                        if key in event:
+                            record.fail(cls, f"{key}: {(event[key] or {}).get('message', '')}")
+                            break
+        except Exception as e:
+            if record.closed:
+                return
+            cls, status = classify(e)
+            record.fail("dropped" if cls == "client" else cls, f"{error_code(e)}: {e}", status)
+        if record.error is None and not stopped:
+            record.fail("dropped", "stream ended without messageStop")
+        record.finish(ok=record.error is None)

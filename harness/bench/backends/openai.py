@@ -1,0 +1,97 @@
+"""OpenAI-compatible streaming over aiohttp (vLLM, the Neuron engine, any --base-url).
+
+Lean on purpose: one session, raw ``iter_any`` reads timestamped as they return, the shared
+SSE parser, no SDK. Client CPU per chunk is what limits how much load one process can measure.
+"""
+from __future__ import annotations
+
+import asyncio
+
+import aiohttp
+
+try:
+    from orjson import dumps
+except ImportError:  # pragma: no cover
+    import json
+
+    def dumps(o):  # type: ignore[no-redef]
+        return json.dumps(o).encode()
+
+from harness.bench.backends import chat_body, http_error_class
+from harness.bench.profiles import BenchRequest
+from harness.bench.record import Record, now_ns
+from harness.bench.sse import OpenAIStreamParser
+
+
+class OpenAIBackend:
+    kind = "openai"
+
+    def __init__(self, base_url: str, model: str, *, vllm_extras: bool = True,
+                 api_key: str | None = None) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.url = self.base_url + "/chat/completions"
+        self.model = model
+        self.vllm_extras = vllm_extras
+        self.headers = {"Content-Type": "application/json"}
+        if api_key:
+            self.headers["Authorization"] = f"Bearer {api_key}"
+        self.session: aiohttp.ClientSession | None = None
+
+    async def start(self, max_concurrency: int) -> None:
+        if self.session is None:
+            conn = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, keepalive_timeout=60)
+            self.session = aiohttp.ClientSession(
+                connector=conn, headers=self.headers, auto_decompress=False,
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=15))
+
+    async def close(self) -> None:
+        if self.session is not None:
+            await self.session.close()
+            self.session = None
+
+    async def stream(self, request: BenchRequest, record: Record) -> Record:
+        assert self.session is not None, "start() first"
+        body = dumps(chat_body(request, self.model, vllm_extras=self.vllm_extras))
+        parser = OpenAIStreamParser(record)
+        feed = parser.feed
+        record.mark_sent()
+        try:
+            async with self.session.post(self.url, data=body,
+                                         headers={"X-Request-Id": record.id}) as resp:
+                record.http_status = resp.status
+                if resp.status != 200:
+                    detail = (await resp.read())[:300].decode("utf-8", "replace")
+                    record.fail(http_error_class(resp.status), detail, resp.status)
+                    record.finish()
+                    return record
+                async for data in resp.content.iter_any():
+                    feed(data, now_ns())
+                parser.close(now_ns())
+        except asyncio.CancelledError:
+            record.finish()
+            raise
+        except aiohttp.ClientConnectorError as e:
+            record.fail("connect", str(e))
+        except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError,
+                aiohttp.ClientOSError) as e:
+            record.fail("dropped", f"{type(e).__name__}: {e}")
+        except aiohttp.ClientError as e:
+            record.fail("client", f"{type(e).__name__}: {e}")
+        if record.error is None and not parser.complete():
+            record.fail("dropped", "stream ended without finish_reason or [DONE]")
+        record.finish(ok=record.error is None)
+        return record
+
+
+async def discover_model(base_url: str, *, api_key: str | None = None, timeout: float = 15.0) -> str:
+    """The first model id the server lists at ``/models``."""
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout)) as s:
+        async with s.get(base_url.rstrip("/") + "/models", headers=headers) as resp:
+            if resp.status != 200:
+                raise RuntimeError(f"{base_url}/models answered HTTP {resp.status}")
+            data = await resp.json(content_type=None)
+    models = [m.get("id") for m in (data.get("data") or []) if m.get("id")]
+    if not models:
+        raise RuntimeError(f"{base_url}/models lists no model; pass --model")
+    return models[0]

@@ -1,0 +1,88 @@
+"""SageMaker real-time endpoint, ``invoke_endpoint_with_response_stream`` (boto3).
+
+The body is the OpenAI chat body (the SageMaker vLLM container serves it on /invocations). The
+payload parts carry the container's SSE lines, which may be split across parts or come several
+to a part: they go through the same parser as the direct OpenAI backend, timestamped per part.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+try:
+    from orjson import dumps
+except ImportError:  # pragma: no cover
+    import json
+
+    def dumps(o):  # type: ignore[no-redef]
+        return json.dumps(o).encode()
+
+from harness.bench.backends import chat_body
+from harness.bench.backends.boto import Retry, call_with_retry, classify, error_code, make_client, \
+    run_in_thread
+from harness.bench.profiles import BenchRequest
+from harness.bench.record import Record, now_ns
+from harness.bench.sse import OpenAIStreamParser
+
+
+class SageMakerBackend:
+    kind = "sagemaker"
+
+    def __init__(self, endpoint_name: str, model: str, *, region: str | None = None,
+                 client: Any = None, vllm_extras: bool = True, read_timeout: float = 600.0,
+                 retry: Retry | None = None, inference_component: str | None = None) -> None:
+        self.endpoint_name = endpoint_name
+        self.model = model
+        self.region = region
+        self.client = client
+        self.vllm_extras = vllm_extras
+        self.read_timeout = read_timeout
+        self.retry = retry or Retry()
+        self.inference_component = inference_component
+
+    async def start(self, max_concurrency: int) -> None:
+        if self.client is None:
+            self.client = make_client("sagemaker-runtime", self.region, max_concurrency,
+                                      self.read_timeout)
+
+    async def close(self) -> None:
+        pass
+
+    async def stream(self, request: BenchRequest, record: Record) -> Record:
+        body = dumps(chat_body(request, self.model, vllm_extras=self.vllm_extras))
+        return await run_in_thread(lambda holder: self._blocking(body, record, holder), record)
+
+    def _blocking(self, body: bytes, record: Record, holder: dict) -> None:
+        kw: dict[str, Any] = {"EndpointName": self.endpoint_name, "Body": body,
+                              "ContentType": "application/json"}
+        if self.inference_component:
+            kw["InferenceComponentName"] = self.inference_component
+        record.mark_sent()
+        resp = call_with_retry(record, lambda: self.client.invoke_endpoint_with_response_stream(**kw),
+                               self.retry)
+        if resp is None:
+            record.finish()
+            return
+        record.http_status = (resp.get("ResponseMetadata") or {}).get("HTTPStatusCode", 200)
+        stream = holder["stream"] = resp["Body"]
+        parser = OpenAIStreamParser(record)
+        try:
+            for event in stream:
+                t = now_ns()
+                if record.closed:
+                    return
+                part = event.get("PayloadPart")
+                if part is not None:
+                    parser.feed(part.get("Bytes") or b"", t)
+                elif "ModelStreamError" in event or "InternalStreamFailure" in event:
+                    err = event.get("ModelStreamError") or event.get("InternalStreamFailure") or {}
+                    record.fail("stream_error", str(err.get("Message") or err))
+                    break
+            parser.close(now_ns())
+        except Exception as e:
+            if record.closed:
+                return
+            cls, status = classify(e)
+            record.fail("dropped" if cls == "client" else cls, f"{error_code(e)}: {e}", status)
+        if record.error is None and not parser.complete():
+            record.fail("dropped", "stream ended without finish_reason or [DONE]")
+        record.finish(ok=record.error is None)

@@ -1,0 +1,176 @@
+"""``python -m harness.bench``: the command line of the load benchmark (see docs/bench.md)."""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from pathlib import Path
+
+from harness.bench.api import BenchError, run_bench
+from harness.endpoint import Endpoint
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, never the usage block
+        print(f"harness.bench: {message}", file=sys.stderr)
+        sys.exit(2)
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        vals = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        vals = []
+    if not vals or any(v < 1 for v in vals):
+        raise argparse.ArgumentTypeError(f"{text!r}: a comma-separated list of whole numbers >= 1, e.g. 1,16,64")
+    return vals
+
+
+def _rates(text: str):
+    if text.strip() == "auto":
+        return "auto"
+    try:
+        vals = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        vals = []
+    if not vals or any(not v > 0 or v != v or v == float("inf") for v in vals):
+        raise argparse.ArgumentTypeError(f"{text!r}: comma-separated requests/s > 0 (e.g. 2,4,8) or 'auto'")
+    return vals
+
+
+def _pos(kind):
+    def parse(text: str):
+        try:
+            v = kind(text)
+        except ValueError:
+            v = None
+        if v is None or not v > 0 or v == float("inf"):
+            raise argparse.ArgumentTypeError(f"{text!r}: must be a number > 0")
+        return v
+    return parse
+
+
+def _nonneg_int(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r}: must be a whole number >= 0")
+    return int(text)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = _Parser(prog="python -m harness.bench",
+                 description="Load benchmark: closed-loop concurrency and open-loop Poisson sweeps "
+                             "with per-token metrics. Results: DIR/requests.jsonl, summary.json/csv.")
+    tgt = ap.add_argument_group("target (exactly one)")
+    tgt.add_argument("--base-url", help="OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1 "
+                                        "(/v1 is appended when missing)")
+    tgt.add_argument("--sagemaker-endpoint", metavar="NAME", help="SageMaker endpoint name")
+    tgt.add_argument("--bedrock-model", metavar="ID", help="Bedrock model or inference profile id")
+    ap.add_argument("--model", help="model id (OpenAI: default the first one /v1/models lists)")
+    ap.add_argument("--region", help="AWS region (SageMaker, Bedrock)")
+    ap.add_argument("--name", default=None, help="endpoint name written into every record")
+    ap.add_argument("--concurrency", type=_ints, default=None,
+                    help="closed-loop levels, default 1,16,64 (when --rate is not given)")
+    ap.add_argument("--rate", type=_rates, default=None,
+                    help="open-loop Poisson levels in requests/s, or 'auto' (double until saturated)")
+    ap.add_argument("--profile", default="agent",
+                    help="agent | 2k-512 | poisson-180-256 | IN-OUT (e.g. 512-128); default agent")
+    cap = ap.add_mutually_exclusive_group(required=True)
+    cap.add_argument("--requests", type=_pos(int), help="measured requests per level")
+    cap.add_argument("--duration", type=_pos(float), help="seconds of measured sending per level")
+    ap.add_argument("--out", required=True, type=Path, help="output directory")
+    ap.add_argument("--warmup", type=_nonneg_int, default=None,
+                    help="warm-up requests per level (default: one per stream / ceil(rate))")
+    ap.add_argument("--slo", default=None, help="e.g. ttft_p99_ms=800,itl_p99_ms=50 (docs/bench.md)")
+    ap.add_argument("--timeout", type=_pos(float), default=300.0, help="seconds per request (300)")
+    ap.add_argument("--time-limit", type=_pos(float), default=3600.0,
+                    help="hard limit in seconds for the whole run (3600)")
+    ap.add_argument("--max-inflight", type=_pos(int), default=1024,
+                    help="open loop: most requests in flight at once (1024)")
+    ap.add_argument("--rate-start", type=_pos(float), default=1.0, help="--rate auto: first rate")
+    ap.add_argument("--rate-max", type=_pos(float), default=256.0, help="--rate auto: last rate")
+    ap.add_argument("--tokenizer", default=None,
+                    help="tokenizer.json for per-chunk token counts when the server sends no usage")
+    ap.add_argument("--no-vllm-extras", dest="vllm_extras", action="store_false",
+                    help="send only standard OpenAI fields (no continuous_usage_stats, ignore_eos, min_tokens)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--resume", action="store_true", help="continue DIR, skipping completed levels")
+    ap.add_argument("--quiet", action="store_true", help="no progress bar, no table")
+    return ap
+
+
+def _endpoint(args, ap) -> Endpoint:
+    targets = [t for t in (args.base_url, args.sagemaker_endpoint, args.bedrock_model) if t]
+    if len(targets) != 1:
+        ap.error("give exactly one of --base-url, --sagemaker-endpoint, --bedrock-model")
+    if args.base_url:
+        url = args.base_url.rstrip("/")
+        if not url.startswith(("http://", "https://")):
+            ap.error(f"--base-url {args.base_url!r}: must start with http:// or https://")
+        if not url.endswith("/v1"):
+            url += "/v1"
+        model = args.model
+        if not model:
+            from harness.bench.backends.openai import discover_model
+            try:
+                model = asyncio.run(discover_model(url, api_key=os.environ.get("OPENAI_API_KEY")))
+            except Exception as e:
+                ap.error(f"--model not given and {url}/models could not tell it: {e}")
+        return Endpoint(name=args.name or "openai", kind="openai", model_id=model, base_url=url)
+    if args.sagemaker_endpoint:
+        return Endpoint(name=args.name or args.sagemaker_endpoint, kind="sagemaker",
+                        model_id=args.model or args.sagemaker_endpoint, region=args.region,
+                        endpoint_name=args.sagemaker_endpoint)
+    return Endpoint(name=args.name or "bedrock", kind="bedrock", model_id=args.bedrock_model,
+                    region=args.region)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = build_parser()
+    args = ap.parse_args(argv)
+    endpoint = _endpoint(args, ap)
+    concurrency = args.concurrency if args.concurrency is not None else ([] if args.rate else [1, 16, 64])
+    try:
+        levels = run_bench(endpoint, profile=args.profile, concurrency=concurrency,
+                           rates=args.rate or (), requests=args.requests, duration=args.duration,
+                           warmup=args.warmup, out_dir=args.out, slo=args.slo,
+                           request_timeout=args.timeout, time_limit=args.time_limit,
+                           resume=args.resume, tokenizer=args.tokenizer,
+                           vllm_extras=args.vllm_extras, api_key=os.environ.get("OPENAI_API_KEY"),
+                           max_inflight=args.max_inflight, seed=args.seed,
+                           rate_start=args.rate_start, rate_max=args.rate_max,
+                           progress=False if args.quiet else None)
+    except BenchError as e:
+        print(f"harness.bench: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"harness.bench: interrupted; records so far are in {args.out}; --resume continues",
+              file=sys.stderr)
+        return 130
+    if not args.quiet:
+        print_table(levels)
+    print(f"results: {args.out}/summary.json, summary.csv, requests.jsonl")
+    return 0 if all(lv.get("complete") for lv in levels) else 1
+
+
+def print_table(levels: list[dict]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    t = Table(title="load benchmark")
+    for col in ("level", "ok", "failed", "TTFT p50/p99 ms", "ITL p50/p99 ms", "TPOT p50 ms",
+                "e2e p50 ms", "out tok/s", "req/s", "goodput req/s", "knee"):
+        t.add_column(col, justify="right")
+
+    def f(v, d=1):
+        return "-" if v is None else f"{v:,.{d}f}"
+    for lv in levels:
+        label = f"c={lv['concurrency']}" if "concurrency" in lv else f"r={lv['rate']:g}/s"
+        if not lv.get("complete"):
+            label += " (cut)"
+        t.add_row(label, str(lv["completed"]), str(lv["failed"]) + (
+            " " + ",".join(f"{k}:{v}" for k, v in lv["errors"].items()) if lv["errors"] else ""),
+            f"{f(lv['ttft_ms']['p50'])}/{f(lv['ttft_ms']['p99'])}",
+            f"{f(lv['itl_ms']['p50'], 2)}/{f(lv['itl_ms']['p99'], 2)}", f(lv["tpot_ms"]["p50"], 2),
+            f(lv["e2e_ms"]["p50"]), f(lv["output_tok_s"]), f(lv["request_s"], 2),
+            f(lv["goodput_request_s"], 2), "<-" if lv.get("knee") else "")
+    Console().print(t)
