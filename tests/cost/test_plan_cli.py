@@ -1,0 +1,76 @@
+"""The offline plan: `python -m harness.cost` with no credentials, no network, from the snapshot."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.cost.plan import offline_plan, seed_reference
+from harness.cost.prices import load_snapshot
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run(*args: str, tmp_path: Path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update(AWS_EC2_METADATA_DISABLED="true", AWS_CONFIG_FILE=str(tmp_path / "none"),
+               AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"),
+               # any attempt to reach the network fails fast instead of hanging
+               HTTPS_PROXY="http://127.0.0.1:9", HTTP_PROXY="http://127.0.0.1:9")
+    return subprocess.run([sys.executable, "-m", "harness.cost", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_plan_without_credentials_prints_every_backend_from_the_snapshot(tmp_path):
+    p = run(tmp_path=tmp_path)
+    assert p.returncode == 0, p.stderr
+    as_of = load_snapshot()["as_of"]
+    assert f"no AWS credentials: prices from the snapshot dated {as_of}" in p.stdout
+    for bid, inst in [("g6", "g6.xlarge"), ("sagemaker", "ml.g6.xlarge"), ("g5g", "g5g.2xlarge"),
+                      ("inf2", "inf2.xlarge"), ("trn1", "trn1.2xlarge"), ("bedrock", "nova-micro")]:
+        line = next(l for l in p.stdout.splitlines() if l.startswith(bid + " "))
+        assert inst in line and f"snapshot {as_of}" in line
+    g6 = next(l for l in p.stdout.splitlines() if l.startswith("g6 "))
+    for figure in ("0.8048", "588", "131.9", "1.69", "0.150", "710"):
+        assert figure in g6
+
+
+def test_json_interface(tmp_path):
+    p = run("--offline", "--json", "--input-per-output", "5", tmp_path=tmp_path)
+    assert p.returncode == 0, p.stderr
+    plan = json.loads(p.stdout)
+    assert set(plan) == {"bedrock", "sagemaker", "g6", "g5g", "inf2", "trn1"}
+    for bid, row in plan.items():
+        for key in ("usd_per_hour", "usd_per_month_24x7", "ceiling_tok_s", "price_source"):
+            assert key in row
+        assert row["price_source"].startswith("snapshot ")
+    assert round(plan["g6"]["break_even_tok_s"]) == 710
+    assert round(plan["sagemaker"]["usd_per_m_output_c16"], 3) == 0.291
+    assert "usd_per_m_output_c16" not in plan["inf2"]
+    assert plan["inf2"]["ceiling_tok_s"] > plan["g6"]["ceiling_tok_s"] / 2
+    assert "break_even_tok_s" not in plan["bedrock"]
+
+
+def test_ratio_changes_break_even(tmp_path):
+    p0 = offline_plan(0)["g6"]["break_even_tok_s"]
+    p5 = offline_plan(5)["g6"]["break_even_tok_s"]
+    assert p0 > p5  # fewer input tokens per output token make Bedrock cheaper per output token
+    bed = seed_reference()["bedrock"]
+    assert p0 == pytest.approx(0.8048 / 3600 / (bed["usd_per_m_output"] / 1e6), abs=0.1)
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--input-per-output", "-1"], "--input-per-output"),
+    (["--input-per-output", "many"], "--input-per-output"),
+    (["--region", "mars-north-1"], "unknown AWS region"),
+    (["--bogus"], "unrecognized arguments"),
+    (["run", "/nonexistent/results"], "not a results directory"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, args, needle):
+    p = run(*args, tmp_path=tmp_path)
+    assert p.returncode == 2
+    assert needle in p.stderr and len(p.stderr.strip().splitlines()) == 1 and "Traceback" not in p.stderr
