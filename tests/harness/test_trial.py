@@ -1,0 +1,188 @@
+"""The agent trial through ``harness.run``: a real Strands agent against local OpenAI-compatible
+servers playing scripted models (streaming SSE with tool_calls, as vLLM does)."""
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+
+import boto3
+import pytest
+
+from harness import run
+from harness.agent import count_ids as cid
+from harness.results import read_jsonl
+from tests.harness.fake_openai import SCRIPTS, FakeOpenAI, text_only, throttle_first
+from tests.harness.servers import free_port
+
+
+@contextlib.contextmanager
+def servers(**scripts):
+    started = {}
+    try:
+        for name, script in scripts.items():
+            started[name] = FakeOpenAI(script).start()
+        yield started
+    finally:
+        for s in started.values():
+            s.stop()
+
+
+def _run(tmp_path, argv, **kw):
+    lines: list[str] = []
+    rc = run.main(argv + ["--results", str(tmp_path / "results"), "--json", str(tmp_path / "out.json")],
+                  session=boto3.Session(region_name="us-east-1"), echo=lines.append, **kw)
+    out = json.loads((tmp_path / "out.json").read_text()) if (tmp_path / "out.json").exists() else None
+    return rc, lines, out
+
+
+def _by_backend(out):
+    runs = {}
+    for r in out["agent_runs"]:
+        runs.setdefault(r["backend"], []).append(r)
+    return runs
+
+
+def test_scoring_against_scripted_models(tmp_path, no_aws):
+    down = free_port()  # nothing listens there
+    with servers(good=SCRIPTS["good"], wrong=SCRIPTS["wrong-filter"], notool=SCRIPTS["no-tool"],
+                 malformed=SCRIPTS["malformed"]) as s:
+        argv = ["--only", "agent", "--runs", "2",
+                "--endpoint", f"good={s['good'].base_url}",
+                "--endpoint", f"down=http://127.0.0.1:{down}/v1", "--model", "down=fake/model",
+                "--endpoint", f"wrong={s['wrong'].base_url}",
+                "--endpoint", f"notool={s['notool'].base_url}",
+                "--endpoint", f"malformed={s['malformed'].base_url}"]
+        rc, lines, out = _run(tmp_path, argv)
+        tool_requests = s["good"].requests
+    assert rc == 0
+    runs = _by_backend(out)
+    # right filter and quote -> ok, both runs, with tokens and the raw answer kept
+    assert [r["ok"] for r in runs["good"]] == [True, True]
+    g = runs["good"][0]
+    assert g["quoted"] == 8 and g["filters"] == ["id >= 10"] and g["mode"] == "tools"
+    assert g["output_tokens"] and g["input_tokens"] and "Answer: 8" in g["answer"]
+    assert g["tool_calls"] == [{"name": "count_ids", "input": {"filters": ["id >= 10"]}}]
+    # the request Strands sent is the one vLLM sees: streaming, usage, the tool as a function
+    first = tool_requests[0]
+    assert first["stream"] is True and first["tools"][0]["function"]["name"] == "count_ids"
+    # server down -> one error recorded, remaining runs skipped, the next backends still ran
+    assert len(runs["down"]) == 1 and runs["down"][0]["error"] and not runs["down"][0]["ok"]
+    assert any("down       skipping runs 2-2: backend unreachable" == ln for ln in lines)
+    # right quote, wrong filter (id > 10 also counts 8 on this table) -> not ok
+    assert all(r["quoted"] == 8 and r["filters"] == ["id > 10"] and not r["ok"] for r in runs["wrong"])
+    # no tool call -> not ok even though it quotes 8
+    assert all(r["quoted"] == 8 and r["filters"] == [] and r["tool_calls"] == [] and not r["ok"]
+               for r in runs["notool"])
+    # malformed tool arguments -> not ok, no crash, the call is on record
+    assert all(not r["ok"] and r["error"] is None and r["tool_calls"][0]["name"] == "count_ids"
+               for r in runs["malformed"])
+    # one line per run, as in the seed
+    assert re.fullmatch(r"good       run 1/2  ok   quoted=8  filters=\['id >= 10'\]  \d+\.\d\ds", lines[1]), lines
+    assert any(re.fullmatch(r"wrong      run 2/2  FAIL quoted=8  filters=\['id > 10'\]  .*", ln) for ln in lines)
+    # every run was written to the JSONL as it finished, the same records as --json
+    jsonl = list(read_jsonl(next((tmp_path / "results").iterdir()) / "agent_runs.jsonl"))
+    assert [(r["backend"], r["run"], r["ok"]) for r in jsonl] == \
+        [(r["backend"], r["run"], r["ok"]) for r in out["agent_runs"]]
+    assert out["stages"]["agent"] == "ok (2/9 runs passed)"
+
+
+def test_throttling_backs_off_and_plain_variant(tmp_path, no_aws):
+    with servers(busy=throttle_first(SCRIPTS["good"]), plain=SCRIPTS["plain"],
+                 plainwrong=text_only("Answer: 7")) as s:
+        argv = ["--only", "agent", "--runs", "1", "--endpoint", f"busy={s['busy'].base_url}",
+                "--endpoint", f"plain={s['plain'].base_url}", "--plain", "plain",
+                "--endpoint", f"plainwrong={s['plainwrong'].base_url}", "--plain", "plainwrong"]
+        rc, lines, out = _run(tmp_path, argv, retry_initial_delay=0.05)
+        plain_prompt = s["plain"].requests[0]
+    runs = _by_backend(out)
+    assert rc == 0
+    assert runs["busy"][0]["ok"] and runs["busy"][0]["throttled"] == 1
+    assert runs["plain"][0]["ok"] and runs["plain"][0]["mode"] == "plain" and runs["plain"][0]["filters"] is None
+    assert runs["plainwrong"][0]["quoted"] == 7 and not runs["plainwrong"][0]["ok"]
+    assert not plain_prompt.get("tools")  # the plain-text variant offers no tool
+    assert any("plain-text variant" in ln for ln in lines if ln.startswith("plain "))
+
+
+def test_timeout_is_recorded_and_next_backend_runs(tmp_path, no_aws):
+    slow = FakeOpenAI(text_only("one two three four five six seven eight Answer: 8"), token_delay=0.3).start()
+    fast = FakeOpenAI(SCRIPTS["good"]).start()
+    try:
+        rc, lines, out = _run(tmp_path, ["--only", "agent", "--runs", "3", "--timeout", "0.5",
+                                         "--endpoint", f"slow={slow.base_url}", "--endpoint", f"fast={fast.base_url}"])
+    finally:
+        slow.stop()
+        fast.stop()
+    runs = _by_backend(out)
+    assert runs["slow"][0]["error"] == "timed out" and len(runs["slow"]) == 1
+    assert [r["ok"] for r in runs["fast"]] == [True, True, True]
+
+
+def test_ctrl_c_keeps_what_was_written_and_closes_tunnels(tmp_path, fake_aws):
+    outputs = tmp_path / "cdk-outputs.json"
+    outputs.write_text(json.dumps({"G6Stack": {
+        "BackendId": "g6", "Service": "ec2", "Region": "us-east-1", "ModelId": "fake/model",
+        "InstanceType": "g6.xlarge", "InstanceId": "i-0123456789abcdef0", "Port": "8000", "SshUser": "ubuntu"}}))
+    opened, closed = [], []
+    with servers(g6=SCRIPTS["good"]) as s:
+        @contextlib.contextmanager
+        def fake_tunnel(ep):
+            opened.append((ep.instance_id, ep.port, ep.ssh_user))
+            try:
+                yield ep.with_base_url(s["g6"].base_url)
+            finally:
+                closed.append(ep.name)
+
+        seen = []
+
+        def echo(line):
+            seen.append(line)
+            if line.startswith("g6         run 1/3"):
+                raise KeyboardInterrupt
+
+        rc = run.main(["--outputs-file", str(outputs), "--only", "agent", "--results", str(tmp_path / "r"),
+                       "--json", str(tmp_path / "out.json")],
+                      session=boto3.Session(region_name="us-east-1"), echo=echo, open_access=fake_tunnel)
+    assert rc == 130
+    assert opened == [("i-0123456789abcdef0", 8000, "ubuntu")] and closed == ["g6"]
+    run_dir = next((tmp_path / "r").iterdir())
+    kept = list(read_jsonl(run_dir / "agent_runs.jsonl"))
+    assert len(kept) == 1 and kept[0]["ok"] and kept[0]["backend"] == "g6"
+    meta = json.loads((run_dir / "meta.json").read_text())
+    assert meta["interrupted"] is True and meta["endpoints"][0]["instance_id"] == "i-0123456789abcdef0"
+    assert json.loads((tmp_path / "out.json").read_text())["interrupted"] is True
+
+
+def test_access_failure_recorded_and_next_backend_runs(tmp_path, fake_aws):
+    outputs = tmp_path / "cdk-outputs.json"
+    ec2 = {"Service": "ec2", "Region": "us-east-1", "ModelId": "fake/model", "Port": "8000"}
+    outputs.write_text(json.dumps({
+        "G6Stack": {**ec2, "BackendId": "g6", "InstanceType": "g6.xlarge", "InstanceId": "i-0aaaaaaaaaaaaaaaa"},
+        "Inf2Stack": {**ec2, "BackendId": "inf2", "InstanceType": "inf2.xlarge", "InstanceId": "i-0bbbbbbbbbbbbbbbb"},
+        "NetworkStack": {"VpcId": "vpc-1"}}))
+    with servers(inf2=SCRIPTS["good"]) as s:
+        @contextlib.contextmanager
+        def tunnel(ep):
+            if ep.name == "g6":
+                raise RuntimeError("instance i-0aaaaaaaaaaaaaaaa is stopped")
+            yield ep.with_base_url(s["inf2"].base_url)
+
+        rc, lines, out = _run(tmp_path, ["--outputs-file", str(outputs), "--only", "agent", "--runs", "1"],
+                              open_access=tunnel)
+    runs = _by_backend(out)
+    assert rc == 0
+    assert "access failed: instance i-0aaaaaaaaaaaaaaaa is stopped" in runs["g6"][0]["error"]
+    assert runs["inf2"][0]["ok"]
+
+
+def test_count_ids_grammar_never_evaluates():
+    assert cid.count(["id >= 10"])["count"] == 8 == cid.count(["id > 10"])["count"]
+    assert cid.count(["id>=10", "id < 20"])["count"] == 4
+    for bad in ["__import__('os').system('true')", "id >= 10 or 1", "name == 3", "id => 10", "id >= 1.5"]:
+        with pytest.raises(cid.FilterError):
+            cid.count([bad])
+    assert cid.is_expected_filters(["id>=10"]) and not cid.is_expected_filters(["id >= 10", "id >= 0"])
+    assert cid.quoted_number("Of the 11 ids, 8 are >= 10.") == 8
+    assert cid.quoted_number("eight of them") == 8
+    assert cid.quoted_number("Either 7 or 8.") is None
+    assert cid.quoted_number("I think 7.\nAnswer: 8") == 8
