@@ -1,0 +1,198 @@
+"""OpenAI chat-completions request checking and response shapes (pure, no I/O).
+
+Only what the engine honours is accepted; anything it would otherwise ignore or misread is a
+400 naming the field, so a client never gets a silently different request served.
+"""
+from __future__ import annotations
+
+import json
+import math
+import secrets
+import time
+from dataclasses import dataclass
+
+ROLES = ("system", "developer", "user", "assistant", "tool")
+
+
+class RequestError(ValueError):
+    def __init__(self, message: str, param: str | None = None, code: str | None = None,
+                 status: int = 400) -> None:
+        super().__init__(message)
+        self.param, self.code, self.status = param, code, status
+
+
+def error_body(message: str, param: str | None = None, code: str | None = None,
+               kind: str = "invalid_request_error") -> dict:
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    messages: list[dict]  # normalised for the chat template
+    tools: list[dict] | None
+    stream: bool
+    include_usage: bool
+    max_tokens: int | None
+    temperature: float
+    top_p: float
+    ignore_eos: bool
+
+
+def _number(body: dict, key: str, default: float, lo: float, hi: float, lo_open=False) -> float:
+    value = body.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or value > hi or value < lo or (lo_open and value == lo):
+        bound = f"({lo}, {hi}]" if lo_open else f"[{lo}, {hi}]"
+        raise RequestError(f"{key} must be a number in {bound}, got {value!r}", key)
+    return float(value)
+
+
+def _text(content, where: str) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+                raise RequestError(f"{where}: only text content parts are supported, got {part!r:.80}", where)
+            parts.append(part["text"])
+        return "".join(parts)
+    raise RequestError(f"{where}: content must be a string or a list of text parts", where)
+
+
+def _messages(raw) -> list[dict]:
+    if not isinstance(raw, list) or not raw:
+        raise RequestError("messages must be a non-empty list", "messages")
+    out: list[dict] = []
+    call_names: dict[str, str] = {}
+    for i, m in enumerate(raw):
+        where = f"messages[{i}]"
+        if not isinstance(m, dict) or m.get("role") not in ROLES:
+            raise RequestError(f"{where}: role must be one of {', '.join(ROLES)}", where)
+        role = m["role"]
+        msg: dict = {"role": role, "content": _text(m.get("content"), where)}
+        if role == "assistant" and m.get("tool_calls"):
+            calls = []
+            for j, c in enumerate(m["tool_calls"]):
+                fn = c.get("function") if isinstance(c, dict) else None
+                if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+                    raise RequestError(f"{where}.tool_calls[{j}]: needs function.name", where)
+                args = fn.get("arguments") or "{}"
+                try:
+                    args = json.loads(args) if isinstance(args, str) else args
+                except json.JSONDecodeError:
+                    raise RequestError(f"{where}.tool_calls[{j}]: arguments are not JSON", where) from None
+                if not isinstance(args, dict):
+                    raise RequestError(f"{where}.tool_calls[{j}]: arguments must be a JSON object", where)
+                calls.append({"id": c.get("id"), "type": "function",
+                              "function": {"name": fn["name"], "arguments": args}})
+                if c.get("id"):
+                    call_names[c["id"]] = fn["name"]
+            msg["tool_calls"] = calls
+        if role == "tool":
+            # The template writes results under the function's name; OpenAI sends only the id.
+            msg["name"] = m.get("name") or call_names.get(m.get("tool_call_id"), "tool")
+            msg["tool_call_id"] = m.get("tool_call_id")
+        out.append(msg)
+    return out
+
+
+def _tools(body: dict) -> list[dict] | None:
+    tools = body.get("tools")
+    choice = body.get("tool_choice", "auto")
+    if choice not in ("auto", "none", None):
+        raise RequestError(f"tool_choice {choice!r} is not supported; use 'auto' or 'none'",
+                           "tool_choice")
+    if not tools or choice == "none":
+        return None
+    if not isinstance(tools, list):
+        raise RequestError("tools must be a list", "tools")
+    for i, t in enumerate(tools):
+        fn = t.get("function") if isinstance(t, dict) else None
+        if not isinstance(t, dict) or t.get("type") != "function" or not isinstance(fn, dict) \
+                or not isinstance(fn.get("name"), str) or not fn["name"]:
+            raise RequestError(f"tools[{i}] must be {{'type': 'function', 'function': {{'name': ...}}}}",
+                               "tools")
+    return tools
+
+
+def parse_chat_request(body, served_model: str) -> ChatRequest:
+    if not isinstance(body, dict):
+        raise RequestError("request body must be a JSON object")
+    if body.get("model") != served_model:
+        raise RequestError(f"model {body.get('model')!r} does not exist; this server serves "
+                           f"{served_model!r}", "model", "model_not_found", status=404)
+    if body.get("n", 1) != 1:
+        raise RequestError("n must be 1", "n")
+    if body.get("stop"):
+        raise RequestError("stop sequences are not supported by this engine", "stop")
+    max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
+    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)
+                                   or max_tokens < 1):
+        raise RequestError(f"max_tokens must be a positive integer, got {max_tokens!r}", "max_tokens")
+    options = body.get("stream_options") or {}
+    if not isinstance(options, dict):
+        raise RequestError("stream_options must be an object", "stream_options")
+    return ChatRequest(
+        messages=_messages(body.get("messages")),
+        tools=_tools(body),
+        stream=bool(body.get("stream", False)),
+        include_usage=bool(options.get("include_usage", False)),
+        max_tokens=max_tokens,
+        temperature=_number(body, "temperature", 1.0, 0.0, 2.0),
+        top_p=_number(body, "top_p", 1.0, 0.0, 1.0, lo_open=True),
+        ignore_eos=bool(body.get("ignore_eos", False)),
+    )
+
+
+class Completion:
+    """Ids, timestamps and chunk shapes of one chat completion."""
+
+    def __init__(self, model: str) -> None:
+        self.id = "chatcmpl-" + secrets.token_hex(12)
+        self.created = int(time.time())
+        self.model = model
+
+    def _head(self, obj: str) -> dict:
+        return {"id": self.id, "object": obj, "created": self.created, "model": self.model}
+
+    def chunk(self, delta: dict, finish_reason: str | None = None, usage_field: bool = False) -> dict:
+        out = self._head("chat.completion.chunk")
+        out["choices"] = [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}]
+        if usage_field:
+            out["usage"] = None
+        return out
+
+    def usage_chunk(self, prompt_tokens: int, completion_tokens: int) -> dict:
+        out = self._head("chat.completion.chunk")
+        out["choices"] = []
+        out["usage"] = usage(prompt_tokens, completion_tokens)
+        return out
+
+    def full(self, content: str, tool_calls: list[dict], finish_reason: str,
+             prompt_tokens: int, completion_tokens: int) -> dict:
+        out = self._head("chat.completion")
+        message: dict = {"role": "assistant", "content": content or (None if tool_calls else "")}
+        if tool_calls:
+            message["tool_calls"] = tool_calls
+        out["choices"] = [{"index": 0, "message": message, "logprobs": None,
+                           "finish_reason": finish_reason}]
+        out["usage"] = usage(prompt_tokens, completion_tokens)
+        return out
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> dict:
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens}
+
+
+def tool_call_json(call, with_index: bool) -> dict:
+    out = {"id": call.id, "type": "function",
+           "function": {"name": call.name, "arguments": call.arguments}}
+    if with_index:
+        out = {"index": call.index, **out}
+    return out

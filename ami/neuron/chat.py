@@ -1,0 +1,73 @@
+"""Chat messages to prompt token ids, and generated ids back to text, for any HF tokenizer.
+
+The prompt is rendered by the tokenizer's own chat template (a real Gemma 4 checkpoint ships
+one; the tiny model carries ``gemma4_chat_template.jinja``), with the request's ``tools`` passed
+to it, so tool declarations are written the way the model was trained to read them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# Tokens that end a Gemma 4 answer: end of turn, end of text, and the opening of a tool result
+# (after a call the model hands the turn to the caller by starting a tool response).
+STOP_TOKENS = ("<turn|>", "<eos>", "<|tool_response>")
+
+
+@dataclass
+class ChatFormat:
+    tokenizer: object
+    stop_ids: frozenset[int] = field(default_factory=frozenset)
+
+    @classmethod
+    def for_tokenizer(cls, tokenizer, extra_stop_ids=()) -> "ChatFormat":
+        if not getattr(tokenizer, "chat_template", None):
+            from .tiny import chat_template
+            tokenizer.chat_template = chat_template()
+        vocab = tokenizer.get_vocab()
+        ids = {vocab[t] for t in STOP_TOKENS if t in vocab}
+        if tokenizer.eos_token_id is not None:
+            ids.add(tokenizer.eos_token_id)
+        ids.update(i for i in extra_stop_ids if i is not None)
+        return cls(tokenizer, frozenset(ids))
+
+    def render(self, messages: list[dict], tools: list[dict] | None) -> list[int]:
+        text = self.tokenizer.apply_chat_template(messages, tools=tools or None,
+                                                  add_generation_prompt=True, tokenize=False)
+        # The template writes <bos> itself; adding special tokens again would double it.
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    def decoder(self) -> "IncrementalDecoder":
+        return IncrementalDecoder(self.tokenizer)
+
+
+class IncrementalDecoder:
+    """Token ids in, new text out, never splitting a multi-byte character across chunks.
+
+    Decodes a short window of recent ids and emits only what is new once it no longer ends in
+    a replacement character (the tail of an unfinished UTF-8 sequence). Special tokens are kept:
+    the tool-call markers are special tokens and the parser needs them.
+    """
+
+    def __init__(self, tokenizer) -> None:
+        self._tok = tokenizer
+        self._ids: list[int] = []
+        self._prefix = 0  # start of the window decoded for context
+        self._read = 0  # ids before this are already emitted
+
+    def _decode(self, ids: list[int]) -> str:
+        return self._tok.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+    def push(self, token_id: int) -> str:
+        self._ids.append(token_id)
+        before = self._decode(self._ids[self._prefix:self._read])
+        now = self._decode(self._ids[self._prefix:])
+        if len(now) > len(before) and not now.endswith("\ufffd"):
+            self._prefix, self._read = self._read, len(self._ids)
+            return now[len(before):]
+        return ""
+
+    def flush(self) -> str:
+        before = self._decode(self._ids[self._prefix:self._read])
+        now = self._decode(self._ids[self._prefix:])
+        self._prefix = self._read = len(self._ids)
+        return now[len(before):]

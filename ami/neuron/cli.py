@@ -1,0 +1,146 @@
+"""Command line of ``python -m ami.neuron.server``: parse, check, build the generator.
+
+Every check happens before torch or the Neuron SDK is imported; a bad value ends the process
+with one line naming it and exit status 2.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from .generator import Limits
+from .neuron_config import DEFAULT_CACHE_ROOT, DEFAULT_SHAPES, ConfigError, make_shapes
+
+PROG = "python -m ami.neuron.server"
+DEFAULT_MODEL_SRC = "/opt/ami/nxdi-gemma4/src"
+DEFAULT_MODEL_CLASS = "modeling_gemma4_e2b:NeuronGemma4E2BForCausalLM"
+DEFAULT_CONFIG_CLASS = "modeling_gemma4_e2b:Gemma4E2BInferenceConfig"
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, no usage block
+        self.exit(2, f"{PROG}: error: {message}\n")
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not values:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}")
+    return values
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"port must be 1..65535, got {text!r}")
+    return port
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _nonneg_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 10_000:
+        raise argparse.ArgumentTypeError(f"expected milliseconds in 0..10000, got {text!r}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    d = DEFAULT_SHAPES
+    p = _Parser(prog=PROG, description="OpenAI-compatible server of the kit's Neuron engine.")
+    p.add_argument("--backend", required=True, choices=["neuron", "cpu"],
+                   help="neuron: compiled model on NeuronCores; cpu: transformers (tests, demos)")
+    p.add_argument("--model", metavar="DIR", help="checkpoint directory (config.json, weights, tokenizer)")
+    p.add_argument("--tiny-random", action="store_true",
+                   help="cpu backend only: a tiny random-weight Gemma 4 built in memory")
+    p.add_argument("--served-model-name", metavar="NAME",
+                   help="model id clients must send (default: the --model value, or tiny-random-gemma4)")
+    p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
+    p.add_argument("--port", type=_port, default=8000, help="TCP port (default 8000)")
+    p.add_argument("--prompt-buckets", type=_ints, default=list(d.prompt_buckets), metavar="N,N,..",
+                   help=f"prompt lengths compiled for; the largest is the prompt limit "
+                        f"(default {','.join(map(str, d.prompt_buckets))})")
+    p.add_argument("--max-total-tokens", type=_positive, default=d.total_tokens, metavar="N",
+                   help=f"prompt + generated tokens per sequence (default {d.total_tokens})")
+    p.add_argument("--token-buckets", type=_ints, metavar="N,N,..",
+                   help="KV lengths of the token-generation graphs, ending at --max-total-tokens "
+                        f"(default {','.join(map(str, d.token_buckets))} for the default total)")
+    p.add_argument("--batch-size", type=_positive, default=d.batch_size, metavar="N",
+                   help=f"sequences decoded together; more requests queue (default {d.batch_size})")
+    p.add_argument("--batch-wait-ms", type=_nonneg_float, default=5.0, metavar="MS",
+                   help="how long an idle engine waits for more requests to fill a batch (default 5)")
+    p.add_argument("--dtype", default="bf16", help="neuron: weight dtype, bf16 (default) or fp16; int4 is refused")
+    p.add_argument("--tp-degree", type=_positive, metavar="N",
+                   help="neuron: tensor-parallel degree (default: all NeuronCores the runtime allows)")
+    p.add_argument("--compiled-dir", default=DEFAULT_CACHE_ROOT, metavar="DIR",
+                   help=f"neuron: root of the compiled-model cache (default {DEFAULT_CACHE_ROOT})")
+    p.add_argument("--neuron-model-src", default=DEFAULT_MODEL_SRC, metavar="DIR",
+                   help=f"neuron: directory of the NxDI Gemma 4 port's sources (default {DEFAULT_MODEL_SRC})")
+    p.add_argument("--neuron-model-class", default=DEFAULT_MODEL_CLASS, metavar="MODULE:CLASS",
+                   help=f"neuron: model class (default {DEFAULT_MODEL_CLASS})")
+    p.add_argument("--neuron-config-class", default=DEFAULT_CONFIG_CLASS, metavar="MODULE:CLASS",
+                   help=f"neuron: inference config class (default {DEFAULT_CONFIG_CLASS})")
+    p.add_argument("--cpu-threads", type=_positive, metavar="N", help="cpu: torch threads (default min(4, cores))")
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    return p
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = build_parser()
+    a = p.parse_args(argv)
+    if a.tiny_random and a.backend != "cpu":
+        p.error("--tiny-random needs --backend cpu (a random model is never compiled for Neuron)")
+    if a.tiny_random and a.model:
+        p.error("give either --model DIR or --tiny-random, not both")
+    if not a.tiny_random:
+        if not a.model:
+            p.error(f"--model DIR is required with --backend {a.backend}" +
+                    (" (or --tiny-random)" if a.backend == "cpu" else ""))
+        if not os.path.isfile(os.path.join(a.model, "config.json")):
+            p.error(f"--model {a.model!r} is not a checkpoint directory (no config.json in it)")
+    try:
+        a.shapes = make_shapes(a.prompt_buckets, a.max_total_tokens, a.batch_size, a.token_buckets)
+        if a.backend == "neuron":
+            from .neuron_config import check_precision
+            check_precision({}, a.dtype)
+    except ConfigError as exc:
+        p.error(str(exc))
+    a.served_model_name = a.served_model_name or (a.model if a.model else "tiny-random-gemma4")
+    return a
+
+
+def build_generator(args: argparse.Namespace):
+    shapes = args.shapes
+    limits = Limits(shapes.max_prompt_tokens, shapes.total_tokens, shapes.batch_size)
+    wait_s = args.batch_wait_ms / 1000.0
+    if args.backend == "cpu":
+        from . import cpu_backend
+        return cpu_backend.make_generator(args.served_model_name, args.model, args.tiny_random,
+                                          limits, wait_s, args.cpu_threads)
+    from . import neuron_backend
+    try:
+        cfg = neuron_backend.engine_config(args.model, shapes, args.dtype, args.tp_degree,
+                                           args.compiled_dir, args.served_model_name)
+        return neuron_backend.make_generator(args.served_model_name, args.model, cfg, limits, wait_s,
+                                             args.neuron_model_src, args.neuron_model_class,
+                                             args.neuron_config_class)
+    except ConfigError as exc:
+        sys.exit(f"{PROG}: error: {exc}")

@@ -1,0 +1,145 @@
+"""Neuron backend: a thin layer over NxD Inference (Neuron SDK 2.28 line) and the Gemma 4
+text model class from NxD Inference's contrib tree (``contrib/models/gemma-4-E2B/src``).
+
+What it does, in order: build NxDI's ``NeuronConfig`` from ``neuron_config.plan`` (shapes,
+tp degree, bf16), compile once into the cache directory (skipped when a marker with the same
+cache key is there), load the compiled model onto the NeuronCores, and decode batches with the
+same per-row sampler and stop tracker as the CPU backend. The Neuron packages are imported
+here, lazily, and nowhere else: the rest of the engine runs without them.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from .chat import ChatFormat
+from .generator import BatchedGenerator, Limits
+from .neuron_config import ConfigError, NeuronEngineConfig, parse_neuron_ls, platform_of, plan
+from .scheduler import Row
+
+log = logging.getLogger(__name__)
+MARKER = "ami-engine.json"
+
+
+class NeuronRunner:
+    """Decodes one padded batch on the compiled model. The loop is NxDI's own HF-adapter loop
+    (prepare inputs, forward, update the attention mask) with our sampler in place of its
+    batch-wide one, so each request keeps its temperature and top-p, and our tracker streams
+    tokens and stops rows."""
+
+    def __init__(self, adapter, neuron_model, pad_id: int, filler_id: int, batch_size: int,
+                 padding_side: str) -> None:
+        self.adapter, self.neuron_model = adapter, neuron_model
+        self.pad_id, self.filler_id = pad_id, filler_id
+        self.batch_size, self.padding_side = batch_size, padding_side
+
+    def run(self, rows: list[Row]) -> None:
+        import torch
+
+        from .batch_ops import RowSampler, RowTracker, pad_batch
+
+        ids, mask, _ = pad_batch(rows, self.pad_id, self.padding_side, self.batch_size, self.filler_id)
+        tracker, sampler = RowTracker(rows, ids.shape[0]), RowSampler(rows, ids.shape[0])
+        if hasattr(self.neuron_model, "reset"):
+            self.neuron_model.reset()  # new prompts: context encoding, not token generation
+        kwargs = {"attention_mask": mask, "use_cache": True}
+        with torch.inference_mode():
+            while not tracker.all_done:
+                inputs = self.adapter.prepare_inputs_for_generation(ids, **kwargs)
+                kwargs["attention_mask"] = inputs.get("attention_mask")
+                out = self.adapter(**inputs, return_dict=True)
+                scores = sampler(ids, out.logits[:, -1, :])
+                ids = torch.cat([ids, RowSampler.sample(scores)[:, None]], dim=-1)
+                kwargs = self.adapter._update_model_kwargs_for_generation(out, kwargs, is_encoder_decoder=False)
+                tracker(ids)
+
+
+def detect_neuron_cores() -> int:
+    """NeuronCores visible to this process: NEURON_RT_NUM_CORES if set, else neuron-ls."""
+    if os.environ.get("NEURON_RT_NUM_CORES"):
+        return int(os.environ["NEURON_RT_NUM_CORES"])
+    exe = shutil.which("neuron-ls") or "/opt/aws/neuron/bin/neuron-ls"
+    try:
+        out = subprocess.run([exe, "--json-output"], capture_output=True, text=True, timeout=60, check=True)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise ConfigError(f"cannot count NeuronCores ({exe} --json-output failed: {exc}); "
+                          "pass --tp-degree or set NEURON_RT_NUM_CORES") from None
+    return parse_neuron_ls(out.stdout)
+
+
+def detect_instance_type() -> str | None:
+    """EC2 Nitro instances expose their type as the DMI product name (no IMDS call needed)."""
+    try:
+        return Path("/sys/devices/virtual/dmi/id/product_name").read_text().strip() or None
+    except OSError:
+        return None
+
+
+def _import(spec: str):
+    module, _, name = spec.partition(":")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f"cannot import {spec!r} ({exc}); is --neuron-model-src right?") from None
+
+
+def engine_config(model_dir: str, shapes, dtype: str, tp_degree: int | None, cache_root: str,
+                  served_name: str) -> NeuronEngineConfig:
+    with open(os.path.join(model_dir, "config.json")) as f:
+        model_config = json.load(f)
+    try:
+        sdk = importlib.import_module("neuronx_distributed_inference").__dict__.get("__version__", "unknown")
+    except ImportError:
+        raise ConfigError("neuronx_distributed_inference is not installed; the neuron backend "
+                          "runs on the Neuron image (use --backend cpu elsewhere)") from None
+    cores = detect_neuron_cores()
+    return plan(model_config, neuron_cores=cores, platform=platform_of(detect_instance_type()),
+                shapes=shapes, dtype=dtype, tp_degree=tp_degree, cache_root=cache_root,
+                sdk_version=str(sdk), model_name=served_name)
+
+
+def make_generator(model_id: str, model_dir: str, cfg: NeuronEngineConfig, limits: Limits,
+                   batch_wait_s: float, model_src: str | None, model_class: str,
+                   config_class: str) -> BatchedGenerator:
+    import torch
+    from transformers import AutoTokenizer, GenerationConfig
+
+    if model_src:
+        sys.path.insert(0, model_src)
+        if os.path.exists(os.path.join(model_src, "ndxi_patch.py")):
+            importlib.import_module("ndxi_patch").apply_patch()  # the port's NxDI fixes
+    from neuronx_distributed_inference.utils.hf_adapter import (HuggingFaceGenerationAdapter,
+                                                                 load_pretrained_config)
+
+    model_cls, config_cls = _import(model_class), _import(config_class)
+    neuron_config_cls = config_cls.get_neuron_config_cls()
+    neuron_config = neuron_config_cls(**cfg.neuron_config_kwargs(), torch_dtype=getattr(torch, cfg.torch_dtype))
+    config = config_cls(neuron_config, load_config=load_pretrained_config(model_dir))
+    model = model_cls(model_dir, config)
+
+    marker = Path(cfg.compiled_dir) / MARKER
+    if marker.exists() and json.loads(marker.read_text()).get("cache_key") == cfg.cache_key:
+        log.info("reusing compiled model in %s", cfg.compiled_dir)
+    else:
+        log.info("compiling for %s into %s (once per shape set)", cfg.marker(), cfg.compiled_dir)
+        model.compile(cfg.compiled_dir)
+        marker.write_text(json.dumps(cfg.marker(), indent=1))
+    model.load(cfg.compiled_dir)
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    try:
+        eos = GenerationConfig.from_pretrained(model_dir).eos_token_id
+    except OSError:
+        eos = None
+    chat = ChatFormat.for_tokenizer(tokenizer, eos if isinstance(eos, list) else [eos])
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    filler = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else pad
+    runner = NeuronRunner(HuggingFaceGenerationAdapter(model), model, pad, filler,
+                          cfg.shapes.batch_size, neuron_config.padding_side)
+    return BatchedGenerator(model_id, chat, limits, runner, batch_wait_s)

@@ -1,0 +1,223 @@
+"""How the model is compiled for Neuron: shapes, tensor parallelism, dtype, embedding split,
+compiled-artifact cache path. Pure functions over plain data (no Neuron SDK import), so every
+rule here is unit-tested on a machine without a NeuronCore.
+
+Facts behind the rules (see README, "Why these shapes"):
+- Neuron graphs are compiled ahead of time for fixed shapes: a request longer than the largest
+  prompt bucket or the total sequence length cannot run, it must be refused.
+- NxD Inference tensor-parallel degrees the runtime supports (Neuron SDK 2.28 API guide):
+  inf2 1, 2, 4, 8, 24; trn1 1, 2, 8, 16, 32. The attention head count must divide by it.
+- A single embedding gather above ~4-5 GB returned zeros without an error in the seed's port;
+  Gemma 4 E2B's per-layer embedding table is 262144 x 8960 (4.70 GB in bf16), so it is split
+  across NeuronCores (NxD's ParallelEmbedding shards it along the embedding dimension) and we
+  refuse any layout that leaves one shard above the limit.
+- int4 weights are widened to bf16 before every matmul on NeuronCore-v2 (27x slower per call
+  than bf16 in the seed): an int4 checkpoint is refused, bf16 is the default.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import asdict, dataclass
+
+TP_DEGREES = {"inf2": (1, 2, 4, 8, 24), "trn1": (1, 2, 8, 16, 32)}
+DTYPES = {"bf16": ("bfloat16", 2), "fp16": ("float16", 2)}
+REFUSED_DTYPES = {
+    "int4": "int4 weights are widened to bf16 before every matmul on NeuronCore-v2 "
+            "(27x slower per call than bf16); serve the bf16 checkpoint with --dtype bf16",
+    "int8": "this engine compiles 16-bit weights only; use --dtype bf16",
+    "fp8": "NeuronCore-v2 has fp8 in hardware but the compiler does not use it yet; use --dtype bf16",
+}
+MAX_GATHER_BYTES = 4 * 10**9  # stay under the ~4-5 GB where the seed saw silent zeros
+DEFAULT_CACHE_ROOT = "/var/cache/ami-neuron"
+
+
+class ConfigError(ValueError):
+    """A configuration the engine refuses; the message is one line naming the value."""
+
+
+@dataclass(frozen=True)
+class Shapes:
+    prompt_buckets: tuple[int, ...]  # context-encoding graphs (prompt lengths, padded up)
+    total_tokens: int  # prompt + generated, per sequence (NxDI seq_len)
+    batch_size: int
+    token_buckets: tuple[int, ...]  # token-generation graphs (KV length, padded up)
+
+    @property
+    def max_prompt_tokens(self) -> int:
+        return self.prompt_buckets[-1]
+
+
+def make_shapes(prompt_buckets, total_tokens: int, batch_size: int, token_buckets=None) -> Shapes:
+    pb = tuple(int(b) for b in prompt_buckets)
+    if not pb or any(b < 1 for b in pb) or list(pb) != sorted(set(pb)):
+        raise ConfigError(f"prompt buckets must be increasing positive integers, got {list(pb)}")
+    if total_tokens <= pb[-1]:
+        raise ConfigError(f"total tokens ({total_tokens}) must exceed the largest prompt bucket "
+                          f"({pb[-1]}) to leave room for generated tokens")
+    if not 1 <= batch_size <= 64:
+        raise ConfigError(f"batch size must be in 1..64, got {batch_size}")
+    if token_buckets is None:
+        # Doubling KV lengths ending at the total: short conversations decode on small graphs.
+        tb, b = [total_tokens], total_tokens
+        while b // 2 >= max(pb[0], 256) and len(tb) < 3:
+            b //= 2
+            tb.insert(0, b)
+    else:
+        tb = [int(b) for b in token_buckets]
+    if not tb or tb != sorted(set(tb)) or tb[-1] != total_tokens or tb[0] < 1:
+        raise ConfigError(f"token buckets must be increasing and end at the total ({total_tokens}), got {tb}")
+    return Shapes(pb, total_tokens, batch_size, tuple(tb))
+
+
+# What the Neuron image serves unless told otherwise (README, "Shapes served by default"): room
+# for the agent trial's tool-declaring prompts and the 2048-in/512-out benchmark profile.
+DEFAULT_SHAPES = make_shapes((128, 512, 2048), 4096, 4)
+
+
+@dataclass(frozen=True)
+class EmbeddingTable:
+    name: str
+    rows: int
+    cols: int
+    bytes: int
+
+
+def text_config(model_config: dict) -> dict:
+    """Gemma 4 checkpoints nest the language model's settings under ``text_config``."""
+    return model_config.get("text_config") or model_config
+
+
+def embedding_tables(model_config: dict, dtype_bytes: int) -> list[EmbeddingTable]:
+    tc = text_config(model_config)
+    tables = [EmbeddingTable("embed_tokens", tc["vocab_size"], tc["hidden_size"],
+                             tc["vocab_size"] * tc["hidden_size"] * dtype_bytes)]
+    if tc.get("hidden_size_per_layer_input"):
+        rows = tc.get("vocab_size_per_layer_input") or tc["vocab_size"]
+        cols = tc["num_hidden_layers"] * tc["hidden_size_per_layer_input"]
+        tables.append(EmbeddingTable("embed_tokens_per_layer", rows, cols, rows * cols * dtype_bytes))
+    return tables
+
+
+def check_precision(model_config: dict, dtype: str) -> None:
+    if dtype in REFUSED_DTYPES:
+        raise ConfigError(f"--dtype {dtype} refused: {REFUSED_DTYPES[dtype]}")
+    if dtype not in DTYPES:
+        raise ConfigError(f"--dtype {dtype!r} is not one of {', '.join(DTYPES)}")
+    q = model_config.get("quantization_config") or text_config(model_config).get("quantization_config")
+    if q:
+        bits = json.dumps(q)
+        if '"num_bits": 4' in bits or "int4" in bits or "w4a16" in bits:
+            raise ConfigError(f"int4 checkpoint refused: {REFUSED_DTYPES['int4']}")
+        raise ConfigError(f"quantized checkpoint ({q.get('quant_method', 'unknown method')}) refused: "
+                          "this engine compiles bf16/fp16 weights; point --model at the bf16 checkpoint")
+
+
+def choose_tp_degree(neuron_cores: int, platform: str | None, num_attention_heads: int) -> int:
+    """Largest tensor-parallel degree the runtime supports on this platform that fits the
+    instance's NeuronCores and divides the attention heads."""
+    if neuron_cores < 1:
+        raise ConfigError(f"no NeuronCores found (count {neuron_cores}); is the Neuron driver loaded?")
+    allowed = TP_DEGREES.get(platform or "", tuple(sorted(set(TP_DEGREES["inf2"]) & set(TP_DEGREES["trn1"]))))
+    fits = [d for d in allowed if d <= neuron_cores and num_attention_heads % d == 0]
+    return max(fits)
+
+
+def check_tp_degree(tp: int, neuron_cores: int, platform: str | None, num_attention_heads: int) -> None:
+    allowed = TP_DEGREES.get(platform or "")
+    if allowed and tp not in allowed:
+        raise ConfigError(f"--tp-degree {tp} is not supported on {platform}; valid: {allowed}")
+    if tp > neuron_cores:
+        raise ConfigError(f"--tp-degree {tp} exceeds the {neuron_cores} NeuronCores of this instance")
+    if num_attention_heads % tp:
+        raise ConfigError(f"--tp-degree {tp} does not divide the model's {num_attention_heads} attention heads")
+
+
+@dataclass(frozen=True)
+class NeuronEngineConfig:
+    shapes: Shapes
+    tp_degree: int
+    dtype: str  # bf16 | fp16
+    embedding_shards: int  # pieces the largest embedding table is split into (one per rank)
+    largest_gather_bytes: int  # biggest single embedding gather per NeuronCore after the split
+    compiled_dir: str  # compiled artifacts (NEFFs, sharded weights), reused across restarts
+    cache_key: str
+
+    @property
+    def torch_dtype(self) -> str:
+        return DTYPES[self.dtype][0]
+
+    def neuron_config_kwargs(self) -> dict:
+        """Keyword arguments for NxD Inference's ``NeuronConfig`` (torch_dtype added by the
+        caller as a torch dtype, since this module does not import torch)."""
+        s = self.shapes
+        return {
+            "tp_degree": self.tp_degree,
+            "batch_size": s.batch_size,
+            "max_batch_size": s.batch_size,
+            "ctx_batch_size": s.batch_size,
+            "tkg_batch_size": s.batch_size,
+            "seq_len": s.total_tokens,
+            "max_context_length": s.max_prompt_tokens,
+            "max_length": s.total_tokens,
+            "enable_bucketing": True,
+            "context_encoding_buckets": list(s.prompt_buckets),
+            "token_generation_buckets": list(s.token_buckets),
+            "padding_side": "right",
+            "on_device_sampling_config": None,  # logits come back; per-request sampling on host
+            "save_sharded_checkpoint": True,  # sharded weights live in the cache: fast restarts
+            "attn_kernel_enabled": False,  # upstream Gemma 4 port validated without it
+        }
+
+    def marker(self) -> dict:
+        return {"cache_key": self.cache_key, "tp_degree": self.tp_degree, "dtype": self.dtype,
+                "shapes": asdict(self.shapes)}
+
+
+def cache_key(model_config: dict, shapes: Shapes, tp_degree: int, dtype: str, sdk_version: str) -> str:
+    blob = json.dumps({"model": model_config, "shapes": asdict(shapes), "tp": tp_degree,
+                       "dtype": dtype, "sdk": sdk_version}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def plan(model_config: dict, *, neuron_cores: int, platform: str | None, shapes: Shapes = DEFAULT_SHAPES,
+         dtype: str = "bf16", tp_degree: int | None = None, cache_root: str = DEFAULT_CACHE_ROOT,
+         sdk_version: str = "unknown", max_gather_bytes: int = MAX_GATHER_BYTES,
+         model_name: str = "model") -> NeuronEngineConfig:
+    """The whole compile configuration from the checkpoint's config.json and the instance."""
+    check_precision(model_config, dtype)
+    heads = text_config(model_config)["num_attention_heads"]
+    if tp_degree is None:
+        tp_degree = choose_tp_degree(neuron_cores, platform, heads)
+    else:
+        check_tp_degree(tp_degree, neuron_cores, platform, heads)
+    largest = max(embedding_tables(model_config, DTYPES[dtype][1]), key=lambda t: t.bytes)
+    per_rank = math.ceil(largest.bytes / tp_degree)
+    if per_rank > max_gather_bytes:
+        need = math.ceil(largest.bytes / max_gather_bytes)
+        raise ConfigError(
+            f"tp degree {tp_degree} leaves {largest.name} at {per_rank / 1e9:.2f} GB per NeuronCore, "
+            f"above the {max_gather_bytes / 1e9:.2f} GB single-gather limit (silent zeros); "
+            f"use a tp degree of at least {need}")
+    key = cache_key(model_config, shapes, tp_degree, dtype, sdk_version)
+    safe_name = "".join(c if c.isalnum() or c in "-_." else "_" for c in model_name) or "model"
+    return NeuronEngineConfig(shapes, tp_degree, dtype, tp_degree, per_rank,
+                              f"{cache_root.rstrip('/')}/{safe_name}-{key}", key)
+
+
+def parse_neuron_ls(text: str) -> int:
+    """NeuronCore count from ``neuron-ls --json-output`` (a list of devices with nc_count)."""
+    try:
+        devices = json.loads(text)
+        return sum(int(d["nc_count"]) for d in devices)
+    except (ValueError, TypeError, KeyError) as exc:
+        raise ConfigError(f"cannot read NeuronCore count from neuron-ls output: {exc}") from None
+
+
+def platform_of(instance_type: str | None) -> str | None:
+    """'inf2.xlarge' -> 'inf2'; None when unknown."""
+    if not instance_type:
+        return None
+    family = instance_type.strip().split(".")[0]
+    return family if family in TP_DEGREES else None

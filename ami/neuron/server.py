@@ -1,0 +1,189 @@
+"""OpenAI-compatible HTTP server of the Neuron engine (aiohttp).
+
+    python -m ami.neuron.server --backend neuron --model DIR --host 127.0.0.1 --port 8000
+    python -m ami.neuron.server --backend cpu --tiny-random --port 8000
+
+Routes: POST /v1/chat/completions (streamed or not, with tools), GET /v1/models, GET /health.
+Every flag is described in ami/neuron/README.md. Heavy imports (torch, transformers, the
+Neuron SDK) happen only after the command line is checked, so a bad flag fails in a blink.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from typing import AsyncIterator
+
+from aiohttp import web
+
+from . import api
+from .generator import Generator, LimitError, SamplingParams
+from .toolcalls import ContentDelta, ToolCall, ToolCallStream
+
+log = logging.getLogger("ami.neuron.server")
+GENERATOR = web.AppKey("generator", object)
+BACKEND = web.AppKey("backend", str)
+
+
+def _json_error(status: int, message: str, param=None, code=None, kind="invalid_request_error"):
+    return web.json_response(api.error_body(message, param, code, kind), status=status)
+
+
+async def _events(gen: Generator, prompt_ids: list[int], params: SamplingParams, tools: bool,
+                  counter: list[int]) -> AsyncIterator[tuple]:
+    """Token ids -> ('content', text) | ('tool', ToolCall) | ('finish', reason)."""
+    decoder = gen.chat.decoder()
+    parser = ToolCallStream() if tools else None
+    stop_ids = set() if params.ignore_eos else gen.chat.stop_ids
+    reason = "length"
+
+    def parsed(text: str):
+        if parser is None:
+            return [ContentDelta(text)] if text else []
+        return parser.feed(text) if text else []
+
+    async with contextlib.aclosing(gen.generate(prompt_ids, params)) as tokens:
+        async for token in tokens:
+            counter[0] += 1
+            if token in stop_ids:
+                reason = "stop"
+                break
+            for ev in parsed(decoder.push(token)):
+                yield ev
+    tail = parsed(decoder.flush()) + (parser.finish() if parser else [])
+    for ev in tail:
+        yield ev
+    if parser is not None and parser.calls and reason == "stop":
+        reason = "tool_calls"
+    yield ("finish", reason)
+
+
+def _as_tuple(ev):
+    if isinstance(ev, ContentDelta):
+        return ("content", ev.text)
+    if isinstance(ev, ToolCall):
+        return ("tool", ev)
+    return ev
+
+
+async def chat_completions(request: web.Request) -> web.StreamResponse:
+    gen: Generator = request.app[GENERATOR]
+    try:
+        body = await request.json()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return _json_error(400, "request body is not valid JSON")
+    try:
+        req = api.parse_chat_request(body, gen.model_id)
+        try:
+            prompt_ids = gen.chat.render(req.messages, req.tools)
+        except Exception as exc:  # the template refused the conversation (e.g. role order)
+            raise api.RequestError(f"cannot render the conversation with the chat template: {exc}",
+                                   "messages") from None
+        max_new = gen.limits.resolve_max_tokens(len(prompt_ids), req.max_tokens)
+    except api.RequestError as exc:
+        return _json_error(exc.status, str(exc), exc.param, exc.code)
+    except LimitError as exc:
+        return _json_error(400, str(exc), exc.param, exc.code)
+
+    params = SamplingParams(max_new, req.temperature, req.top_p, req.ignore_eos)
+    completion = api.Completion(gen.model_id)
+    counter = [0]
+    events = _events(gen, prompt_ids, params, req.tools is not None, counter)
+    if req.stream:
+        return await _stream(request, completion, events, req.include_usage, len(prompt_ids), counter)
+
+    content, calls, reason = [], [], "stop"
+    try:
+        async for ev in events:
+            kind, value = _as_tuple(ev)
+            if kind == "content":
+                content.append(value)
+            elif kind == "tool":
+                calls.append(api.tool_call_json(value, with_index=False))
+            else:
+                reason = value
+    except RuntimeError as exc:
+        return _json_error(500, str(exc), kind="server_error")
+    return web.json_response(completion.full("".join(content), calls, reason, len(prompt_ids), counter[0]))
+
+
+async def _stream(request, completion: api.Completion, events, include_usage: bool,
+                  prompt_tokens: int, counter: list[int]) -> web.StreamResponse:
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
+                                       "Cache-Control": "no-cache"})
+    await resp.prepare(request)
+
+    async def send(obj) -> None:
+        await resp.write(b"data: " + json.dumps(obj, ensure_ascii=False).encode() + b"\n\n")
+
+    await send(completion.chunk({"role": "assistant", "content": ""}, usage_field=include_usage))
+    try:
+        async for ev in events:
+            kind, value = _as_tuple(ev)
+            if kind == "content":
+                delta = {"content": value}
+            elif kind == "tool":
+                delta = {"tool_calls": [api.tool_call_json(value, with_index=True)]}
+            else:
+                await send(completion.chunk({}, finish_reason=value, usage_field=include_usage))
+                continue
+            await send(completion.chunk(delta, usage_field=include_usage))
+    except RuntimeError as exc:
+        await send(api.error_body(str(exc), kind="server_error"))
+    else:
+        if include_usage:
+            await send(completion.usage_chunk(prompt_tokens, counter[0]))
+    await resp.write(b"data: [DONE]\n\n")
+    await resp.write_eof()
+    return resp
+
+
+async def models(request: web.Request) -> web.Response:
+    gen: Generator = request.app[GENERATOR]
+    return web.json_response({"object": "list", "data": [{
+        "id": gen.model_id, "object": "model", "created": int(time.time()), "owned_by": "ami-neuron",
+        "max_model_len": gen.limits.max_total_tokens}]})
+
+
+async def health(request: web.Request) -> web.Response:
+    gen: Generator = request.app[GENERATOR]
+    lim = gen.limits
+    return web.json_response({
+        "status": "ok", "model": gen.model_id, "backend": request.app[BACKEND],
+        "limits": {"max_prompt_tokens": lim.max_prompt_tokens, "max_total_tokens": lim.max_total_tokens,
+                   "max_batch_size": lim.max_batch_size},
+        "scheduler": gen.stats()})
+
+
+def build_app(generator: Generator, backend: str) -> web.Application:
+    app = web.Application(client_max_size=16 * 1024 * 1024)
+    app[GENERATOR] = generator
+    app[BACKEND] = backend
+    app.router.add_post("/v1/chat/completions", chat_completions)
+    app.router.add_get("/v1/models", models)
+    app.router.add_get("/health", health)
+
+    async def lifecycle(app: web.Application):
+        await generator.start()
+        yield
+        await generator.close()
+
+    app.cleanup_ctx.append(lifecycle)
+    return app
+
+
+def main(argv: list[str] | None = None) -> int:
+    from .cli import build_generator, parse_args
+    args = parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    generator = build_generator(args)
+    log.info("serving %s (%s) on http://%s:%d", generator.model_id, args.backend, args.host, args.port)
+    web.run_app(build_app(generator, args.backend), host=args.host, port=args.port,
+                print=None, access_log=None, handle_signals=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
