@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Image test: start the image's vLLM on 127.0.0.1, wait for /health, ask for one chat
+# completion, stop the server. Exit 0 only if the answer has text.
+#
+#   smoke-completion.sh VENV MODEL [extra `vllm serve` args...]
+#
+# HF_TOKEN_SECRET (optional): Secrets Manager secret name holding a Hugging Face token, for
+# gated models. The token goes to vLLM through the environment only; it is never printed.
+# SMOKE_TIMEOUT: seconds to wait for /health (default 1800: download plus Triton compile).
+set -euo pipefail
+
+venv=${1:?usage: smoke-completion.sh VENV MODEL [vllm serve args...]}
+model=${2:?usage: smoke-completion.sh VENV MODEL [vllm serve args...]}
+shift 2
+port=18000
+timeout=${SMOKE_TIMEOUT:-1800}
+log=$(mktemp /tmp/smoke-vllm.XXXXXX.log)
+
+if [ -n "${HF_TOKEN_SECRET:-}" ]; then
+  token=$(aws secretsmanager get-secret-value --secret-id "$HF_TOKEN_SECRET" \
+    --query SecretString --output text)
+  export HF_TOKEN="$token"
+fi
+export HF_HOME=/tmp/smoke-hf
+
+"$venv/bin/vllm" serve "$model" --host 127.0.0.1 --port "$port" "$@" >"$log" 2>&1 &
+server=$!
+cleanup() {
+  kill "$server" 2>/dev/null || true
+  wait "$server" 2>/dev/null || true
+  rm -rf /tmp/smoke-hf
+}
+trap cleanup EXIT
+
+deadline=$((SECONDS + timeout))
+until curl -fsS "http://127.0.0.1:$port/health" >/dev/null 2>&1; do
+  if ! kill -0 "$server" 2>/dev/null; then
+    echo "vLLM exited before it was healthy; last lines of its log:" >&2
+    tail -n 40 "$log" >&2
+    exit 1
+  fi
+  if [ "$SECONDS" -ge "$deadline" ]; then
+    echo "vLLM not healthy after ${timeout}s; last lines of its log:" >&2
+    tail -n 40 "$log" >&2
+    exit 1
+  fi
+  sleep 5
+done
+
+body=$(jq -n --arg m "$model" \
+  '{model: $m, max_tokens: 32, temperature: 0,
+    messages: [{role: "user", content: "Name the capital of France in one word."}]}')
+reply=$(curl -fsS "http://127.0.0.1:$port/v1/chat/completions" \
+  -H 'Content-Type: application/json' -d "$body")
+text=$(printf '%s' "$reply" | jq -r '.choices[0].message.content // empty')
+if [ -z "$text" ]; then
+  echo "completion had no text: $reply" >&2
+  tail -n 40 "$log" >&2
+  exit 1
+fi
+echo "smoke completion ok: $text"

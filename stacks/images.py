@@ -1,0 +1,362 @@
+"""EC2 Image Builder pipelines for the kit's three machine images, one stack per image.
+
+- ``VllmCudaImageStack`` (x86_64, for g6): GPU DLAMI + pinned vLLM wheel (+ the g6 model's
+  weights pre-pulled into the engine's Hugging Face cache), built and tested on a g6.xlarge.
+- ``VllmSm75ImageStack`` (arm64, for g5g): two pipelines. ``build`` compiles PyTorch and vLLM
+  for sm_75 with the Turing patch on a Graviton host with no GPU and publishes a *candidate*;
+  ``gpu-test`` boots the candidate on a g5g, serves one completion in its test phase and only
+  then publishes the image the g5g backend reads.
+- ``NeuronImageStack`` (x86_64, for inf2 and trn1): Neuron DLAMI + Neuron SDK 2.28 pins + the
+  kit's Neuron engine (ami/neuron) with its launcher, built and tested on an inf2.xlarge.
+
+Every pipeline publishes its AMI id to an SSM parameter (``/inference-kit/ami/<image>``, data type
+``aws:ec2:image``) through Image Builder's distribution settings; the backend stacks read it at
+deploy time (stacks/image_families.py). Pipelines have no schedule: nothing builds, and nothing
+is billed, until someone runs ``aws imagebuilder start-image-pipeline-execution`` (docs/images.md).
+
+Component documents are the YAML files in ami/components/, uploaded as they are; values are
+injected as Image Builder component parameters (versions from ami/pins.py, S3 URIs of assets).
+Image Builder components and recipes are immutable per version, so each version is derived from
+a digest of its content: change a document or a pin and the next deploy creates a new version.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Mapping
+
+import aws_cdk as cdk
+import yaml
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_imagebuilder as imagebuilder
+from aws_cdk import aws_s3_assets as s3_assets
+from aws_cdk import aws_secretsmanager as secretsmanager
+from aws_cdk import aws_ssm as ssm
+from constructs import Construct
+
+from ami import pins
+from stacks import nag
+from stacks.config import KitConfig
+
+AMI_DIR = Path(__file__).resolve().parent.parent / "ami"
+COMPONENTS_DIR = AMI_DIR / "components"
+PARAMETER_PREFIX = "/inference-kit/ami"
+
+# The SSM parameter each image publishes; the backend stacks read these (image_families.py).
+IMAGE_PARAMETERS: dict[str, str] = {
+    "vllm-cuda": f"{PARAMETER_PREFIX}/vllm-cuda",
+    "vllm-sm75": f"{PARAMETER_PREFIX}/vllm-sm75",
+    "neuron": f"{PARAMETER_PREFIX}/neuron",
+}
+# Backend image family (harness/catalog.py ``Backend.image``) -> the pipeline image that serves it.
+FAMILY_IMAGE: dict[str, str] = {"gpu-x86": "vllm-cuda", "gpu-arm64": "vllm-sm75", "neuron": "neuron"}
+SM75_CANDIDATE_PARAMETER = f"{PARAMETER_PREFIX}/vllm-sm75-candidate"
+
+GPU_DLAMI = "/aws/service/deeplearning/ami/{arch}/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id"
+# Neuron DLAMI SSM parameters only ever point at the *latest* DLAMI of a family (Neuron DLAMI
+# user guide); there is no per-SDK-version parameter. The PyTorch 2.9 family is the torch line
+# of SDK 2.28 and stopped being published after SDK 2.31, so this parameter no longer moves;
+# the component then pins every Neuron package to its 2.28.0 version. ``neuron_parent_image``
+# (an ami-… id, e.g. the exact SDK 2.28 DLAMI found with describe-images) overrides it.
+NEURON_DLAMI = "/aws/service/neuron/dlami/pytorch-2.9/ubuntu-24.04/latest/image_id"
+
+# Subnets the build instances use: one public /24 per image stack inside NetworkStack's VPC,
+# with public IPv4 on launch (Image Builder cannot ask for one, and the VPC has no NAT).
+BUILD_SUBNET_CIDRS = {"vllm-cuda": "10.42.240.0/24", "vllm-sm75": "10.42.241.0/24", "neuron": "10.42.242.0/24"}
+
+
+def _digest(*parts: str) -> str:
+    return hashlib.sha256("\x00".join(parts).encode()).hexdigest()
+
+
+def semantic_version(*parts: str) -> str:
+    """Image Builder needs a new x.y.z whenever a component or recipe changes: derive it."""
+    return f"1.0.{int(_digest(*parts)[:6], 16)}"
+
+
+def load_component(file_name: str) -> tuple[str, dict]:
+    """The component document's text and its parsed form."""
+    text = (COMPONENTS_DIR / file_name).read_text()
+    return text, yaml.safe_load(text)
+
+
+@dataclass(frozen=True)
+class ComponentUse:
+    """One component document in a recipe and the parameter values it receives."""
+
+    file: str
+    parameters: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PipelineSpec:
+    """One Image Builder pipeline: what it builds on, from what, and where it publishes."""
+
+    key: str  # e.g. "build"; names resources "<image>-<key>"
+    parent_image: str  # "ssm:/path" or an ami-… id
+    instance_types: tuple[str, ...]
+    components: tuple[ComponentUse, ...]
+    publish_parameter: str
+    volume_gib: int
+    tests_enabled: bool
+    description: str
+
+
+@dataclass(frozen=True)
+class ImageSpec:
+    image: str  # vllm-cuda | vllm-sm75 | neuron
+    stack_name: str
+    arch: str  # x86_64 | arm64
+    description: str
+    asset_include: tuple[str, ...]  # directories of ami/ shipped to the build host
+    pipelines: Callable[[str], tuple[PipelineSpec, ...]]  # assets S3 URI -> pipelines
+
+
+def _uv() -> ComponentUse:
+    return ComponentUse("python-uv.yaml", {"UvVersion": pins.UV_VERSION, "PythonVersion": pins.PYTHON_VERSION})
+
+
+def vllm_cuda_spec(config: KitConfig) -> ImageSpec:
+    g6 = config.backend("g6")
+    prepull = g6.model_id if g6 else "none"
+
+    def pipelines(assets: str) -> tuple[PipelineSpec, ...]:
+        return (PipelineSpec(
+            key="build", parent_image="ssm:" + GPU_DLAMI.format(arch="x86_64"),
+            instance_types=("g6.xlarge",), volume_gib=150, tests_enabled=True,
+            publish_parameter=IMAGE_PARAMETERS["vllm-cuda"],
+            description=f"vLLM {pins.VLLM_VERSION} on the x86_64 GPU DLAMI for g6; weights: {prepull}",
+            components=(_uv(), ComponentUse("vllm-cuda.yaml", {
+                "VllmVersion": pins.VLLM_VERSION, "PythonVersion": pins.PYTHON_VERSION,
+                "AssetsS3Uri": assets, "PrePullModel": prepull, "HfTokenSecret": config.hf_token_secret,
+            })),
+        ),)
+
+    return ImageSpec("vllm-cuda", "VllmCudaImageStack", "x86_64",
+                     "Inference kit image pipeline: vLLM (CUDA wheels) for g6", ("scripts",), pipelines)
+
+
+def vllm_sm75_spec(config: KitConfig) -> ImageSpec:
+    g5g = config.backend("g5g")
+    model = g5g.model_id if g5g else _catalog_model("g5g")
+
+    def pipelines(assets: str) -> tuple[PipelineSpec, ...]:
+        build = PipelineSpec(
+            key="build", parent_image="ssm:" + GPU_DLAMI.format(arch="arm64"),
+            # 32 Graviton3 cores and 64 GiB: compile needs no GPU, and c7g costs less than a g5g
+            # of the same size. The second type is used when the first has no capacity.
+            instance_types=("c7g.8xlarge", "c7g.16xlarge"), volume_gib=150, tests_enabled=False,
+            publish_parameter=SM75_CANDIDATE_PARAMETER,
+            description=f"Build: PyTorch {pins.TORCH_VERSION} + vLLM {pins.VLLM_VERSION} for sm_75 "
+                        "(Turing patch) on Graviton without a GPU",
+            components=(_uv(), ComponentUse("vllm-sm75-build.yaml", {
+                "TorchVersion": pins.TORCH_VERSION, "VllmVersion": pins.VLLM_VERSION,
+                "VllmSdistSha256": pins.VLLM_SDIST_SHA256, "PatchFile": pins.SM75_PATCH,
+                "ArchList": pins.SM75_ARCH_LIST, "CudaHome": pins.SM75_CUDA_HOME,
+                "PythonVersion": pins.PYTHON_VERSION, "AssetsS3Uri": assets,
+            })),
+        )
+        gpu_test = PipelineSpec(
+            key="gpu-test", parent_image="ssm:" + SM75_CANDIDATE_PARAMETER,
+            instance_types=("g5g.2xlarge",), volume_gib=150, tests_enabled=True,
+            publish_parameter=IMAGE_PARAMETERS["vllm-sm75"],
+            description="Promote: the candidate serves one completion of the kit's model on a T4G",
+            components=(ComponentUse("vllm-sm75-gpu-test.yaml", {
+                "Model": model, "HfTokenSecret": config.hf_token_secret}),),
+        )
+        return build, gpu_test
+
+    return ImageSpec("vllm-sm75", "VllmSm75ImageStack", "arm64",
+                     "Inference kit image pipelines: vLLM built for sm_75 (g5g)", ("patches", "scripts"), pipelines)
+
+
+def _catalog_model(backend_id: str) -> str:
+    from harness.catalog import BACKENDS
+
+    return BACKENDS[backend_id].model_id
+
+
+def engine_pip_specs() -> str:
+    """The engine's pins from requirements-engine.txt, minus torch (Neuron needs its own)."""
+    lines = (AMI_DIR.parent / "requirements-engine.txt").read_text().splitlines()
+    specs = [ln.split("#")[0].strip() for ln in lines]
+    return " ".join(s for s in specs if s and not s.startswith(("torch==", "-")))
+
+
+def neuron_spec(config: KitConfig, parent_ami: str | None = None) -> ImageSpec:
+    def pipelines(assets: str) -> tuple[PipelineSpec, ...]:
+        return (PipelineSpec(
+            key="build", parent_image=parent_ami or "ssm:" + NEURON_DLAMI,
+            instance_types=("inf2.xlarge",), volume_gib=150, tests_enabled=True,
+            publish_parameter=IMAGE_PARAMETERS["neuron"],
+            description=f"Neuron SDK {pins.NEURON_SDK} pins and the kit's Neuron engine for inf2/trn1",
+            components=(_uv(), ComponentUse("neuron-engine.yaml", {
+                "PythonVersion": pins.PYTHON_VERSION, "AssetsS3Uri": assets,
+                "NeuronSdk": pins.NEURON_SDK, "NeuronPip": pins.neuron_pip_specs(),
+                "NeuronApt": pins.neuron_apt_specs(), "TorchVersion": pins.NEURON_TORCH_VERSION,
+                "EnginePip": engine_pip_specs(),
+            })),
+        ),)
+
+    return ImageSpec("neuron", "NeuronImageStack", "x86_64",
+                     "Inference kit image pipeline: Neuron SDK 2.28 + kit engine (inf2, trn1)",
+                     ("neuron", "scripts"), pipelines)
+
+
+class ImagePipelineStack(cdk.Stack):
+    """The pipelines of one image: components, recipes, build infrastructure, distribution.
+
+    Attributes: ``pipelines`` (key -> CfnImagePipeline), ``recipes``, ``components``
+    (file -> CfnComponent), ``role``, ``security_group``, ``subnet``, ``assets``.
+    """
+
+    def __init__(self, scope: Construct, construct_id: str, *, spec: ImageSpec, config: KitConfig,
+                 vpc: ec2.IVpc, az_index: int = 0, **kwargs) -> None:
+        super().__init__(scope, construct_id, **kwargs)
+        self.spec = spec
+        name = f"inference-kit-{spec.image}"
+
+        # Build network: a public subnet of its own in the kit VPC, public IPv4 on launch.
+        self.subnet = ec2.Subnet(
+            self, "BuildSubnet", vpc_id=vpc.vpc_id, cidr_block=BUILD_SUBNET_CIDRS[spec.image],
+            availability_zone=cdk.Fn.select(az_index, cdk.Fn.get_azs()), map_public_ip_on_launch=True,
+        )
+        self.subnet.add_default_internet_route(vpc.internet_gateway_id, vpc.internet_connectivity_established)
+        self.security_group = ec2.SecurityGroup(
+            self, "BuildSecurityGroup", vpc=vpc, allow_all_outbound=False,
+            description=f"{name} build and test instances: no inbound, HTTP(S) out",
+        )
+        for port, why in ((443, "HTTPS: PyPI, GitHub, Hugging Face, AWS APIs"), (80, "HTTP: Ubuntu mirrors")):
+            self.security_group.add_egress_rule(ec2.Peer.any_ipv4(), ec2.Port.tcp(port), why)
+
+        # What the build host may do: Image Builder's and SSM's own minimum, read its assets
+        # and the Hugging Face token (test phases serve the gated model). Nothing else.
+        self.role = iam.Role(
+            self, "InstanceRole", assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
+            description=f"{name} build/test instances",
+            managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(p) for p in
+                              ("EC2InstanceProfileForImageBuilder", "AmazonSSMManagedInstanceCore")],
+        )
+        secretsmanager.Secret.from_secret_name_v2(self, "HfToken", config.hf_token_secret).grant_read(self.role)
+        profile = iam.CfnInstanceProfile(self, "InstanceProfile", roles=[self.role.role_name])
+
+        self.assets = s3_assets.Asset(
+            self, "Assets", path=str(AMI_DIR),
+            exclude=["*", *[p for d in spec.asset_include for p in (f"!{d}", f"!{d}/**")],
+                     "**/__pycache__", "**/*.pyc"],
+        )
+        self.assets.grant_read(self.role)
+
+        self.components: dict[str, imagebuilder.CfnComponent] = {}
+        self.recipes: dict[str, imagebuilder.CfnImageRecipe] = {}
+        self.pipelines: dict[str, imagebuilder.CfnImagePipeline] = {}
+        for p in spec.pipelines(self.assets.s3_object_url):
+            self._pipeline(name, p, profile)
+
+        if any(p.parent_image == "ssm:" + SM75_CANDIDATE_PARAMETER for p in spec.pipelines("-")):
+            # The promote recipe's parent must exist before the first build: seed the candidate
+            # with the plain arm64 DLAMI (the promote test then fails clearly until a build ran).
+            ssm.CfnParameter(
+                self, "CandidateSeed", name=SM75_CANDIDATE_PARAMETER, type="String", data_type="aws:ec2:image",
+                value=ssm.StringParameter.value_for_string_parameter(self, GPU_DLAMI.format(arch="arm64")),
+                description="vllm-sm75 build candidate (overwritten by the build pipeline)",
+            )
+
+        nag.acknowledge(self.role, "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/"
+                        "EC2InstanceProfileForImageBuilder]",
+                        "AWS-maintained minimum an Image Builder build instance needs (component download, "
+                        "build logs, image state); a hand copy would drift from the service")
+        nag.acknowledge(self.role, nag.SSM_CORE,
+                        "Image Builder drives build and test instances through SSM Run Command; this is the "
+                        "AWS-maintained minimum for the agent")
+        nag.acknowledge(self.role, "AwsSolutions-IAM5",
+                        "Wildcards only where CDK scopes asset reads to the assets bucket's objects (s3:GetObject*, "
+                        "s3:List*) and where the managed policies above scope Image Builder resources")
+
+    def _pipeline(self, name: str, p: PipelineSpec, profile: iam.CfnInstanceProfile) -> None:
+        pname = f"{name}-{p.key}"
+        key = "".join(w.capitalize() for w in p.key.split("-"))
+        uses = []
+        for use in p.components:
+            text, doc = load_component(use.file)
+            comp = self.components.get(use.file)
+            if comp is None:
+                comp = imagebuilder.CfnComponent(
+                    self, "Component" + "".join(w.capitalize() for w in use.file[:-5].split("-")),
+                    name=doc["name"], platform="Linux", version=semantic_version(text), data=text,
+                    description=" ".join(doc.get("description", "").split())[:1024],
+                )
+                self.components[use.file] = comp
+            uses.append(imagebuilder.CfnImageRecipe.ComponentConfigurationProperty(
+                component_arn=comp.attr_arn,
+                parameters=[imagebuilder.CfnImageRecipe.ComponentParameterProperty(name=k, value=[v])
+                            for k, v in use.parameters.items()] or None,
+            ))
+        recipe_digest = [p.parent_image, str(p.volume_gib)] + [
+            f"{u.file}:{load_component(u.file)[0]}:{sorted(u.parameters.items())}" for u in p.components]
+        recipe = imagebuilder.CfnImageRecipe(
+            self, f"{key}Recipe", name=pname,
+            version=semantic_version(*recipe_digest, self.assets.asset_hash),
+            parent_image=p.parent_image, description=p.description[:1024],
+            components=uses,
+            block_device_mappings=[imagebuilder.CfnImageRecipe.InstanceBlockDeviceMappingProperty(
+                device_name="/dev/sda1",
+                ebs=imagebuilder.CfnImageRecipe.EbsInstanceBlockDeviceSpecificationProperty(
+                    encrypted=True, volume_size=p.volume_gib, volume_type="gp3", delete_on_termination=True),
+            )],
+        )
+        self.recipes[p.key] = recipe
+        infra = imagebuilder.CfnInfrastructureConfiguration(
+            self, f"{key}Infrastructure", name=pname, instance_profile_name=profile.ref,
+            instance_types=list(p.instance_types), subnet_id=self.subnet.subnet_id,
+            security_group_ids=[self.security_group.security_group_id],
+            terminate_instance_on_failure=True,
+            instance_metadata_options=imagebuilder.CfnInfrastructureConfiguration.InstanceMetadataOptionsProperty(
+                http_tokens="required", http_put_response_hop_limit=2),
+            description=f"{pname}: {', '.join(p.instance_types)}, no inbound, IMDSv2",
+        )
+        distribution = imagebuilder.CfnDistributionConfiguration(
+            self, f"{key}Distribution", name=pname, description=f"{pname} AMI, id published to {p.publish_parameter}",
+            distributions=[imagebuilder.CfnDistributionConfiguration.DistributionProperty(
+                region=self.region,
+                ami_distribution_configuration={
+                    "Name": f"{pname}-{{{{ imagebuilder:buildDate }}}}",
+                    "Description": p.description[:1000],
+                    "AmiTags": {"project": "aws-inference-kit", "kit-image": self.spec.image,
+                                "kit-pipeline": p.key},
+                },
+                ssm_parameter_configurations=[
+                    imagebuilder.CfnDistributionConfiguration.SsmParameterConfigurationProperty(
+                        parameter_name=p.publish_parameter, data_type="aws:ec2:image")],
+            )],
+        )
+        # No schedule: a build starts only when someone starts it (hours, and money, per build).
+        pipeline = imagebuilder.CfnImagePipeline(
+            self, f"{key}Pipeline", name=pname, description=p.description[:1024],
+            image_recipe_arn=recipe.attr_arn, infrastructure_configuration_arn=infra.attr_arn,
+            distribution_configuration_arn=distribution.attr_arn, status="ENABLED",
+            enhanced_image_metadata_enabled=True,
+            image_tests_configuration=imagebuilder.CfnImagePipeline.ImageTestsConfigurationProperty(
+                image_tests_enabled=p.tests_enabled, timeout_minutes=120),
+        )
+        self.pipelines[p.key] = pipeline
+        cdk.CfnOutput(self, f"{key}PipelineArn", value=pipeline.attr_arn,
+                      description=f"aws imagebuilder start-image-pipeline-execution --image-pipeline-arn <this>")
+        cdk.CfnOutput(self, f"{key}AmiParameter", value=p.publish_parameter,
+                      description="SSM parameter the built AMI id is written to")
+
+
+def image_specs(config: KitConfig, neuron_parent_ami: str | None = None) -> dict[str, ImageSpec]:
+    """The image pipelines the selected backends need, by image name."""
+    wanted = {FAMILY_IMAGE[b.image] for b in _ec2_backends(config)}
+    makers = {"vllm-cuda": lambda: vllm_cuda_spec(config), "vllm-sm75": lambda: vllm_sm75_spec(config),
+              "neuron": lambda: neuron_spec(config, neuron_parent_ami)}
+    return {k: makers[k]() for k in ("vllm-cuda", "vllm-sm75", "neuron") if k in wanted}
+
+
+def _ec2_backends(config: KitConfig):
+    from harness.catalog import BACKENDS
+
+    return [BACKENDS[b.id] for b in config.backends if BACKENDS[b.id].image]
