@@ -6,27 +6,23 @@ import sys
 
 import aws_cdk as cdk
 
-from stacks.config import ConfigError, parse
+from stacks.config import KNOWN_KEYS, ConfigError, parse
 
 
 def main() -> None:
     app = cdk.App()
     try:
-        config = parse({k: app.node.try_get_context(k) for k in _context_keys(app)})
+        config = parse({k: app.node.try_get_context(k) for k in KNOWN_KEYS
+                        if app.node.try_get_context(k) is not None})
+        # Stacks are wired by stacks.wiring (NetworkStack, backends, image pipelines, cdk-nag);
+        # a value only a stack can judge (e.g. an instance type the catalog lacks) is a ConfigError too.
+        from stacks.wiring import build
+
+        build(app, config)
     except ConfigError as e:
         print(f"config error: {e}", file=sys.stderr)
         sys.exit(2)
-    # Stacks are wired by stacks.wiring (NetworkStack, backends, image pipelines, cdk-nag).
-    from stacks.wiring import build
-
-    build(app, config)
     app.synth()
-
-
-def _context_keys(app: cdk.App) -> list[str]:
-    from stacks.config import KNOWN_KEYS
-
-    return [k for k in KNOWN_KEYS if app.node.try_get_context(k) is not None]
 
 
 if __name__ == "__main__":

@@ -116,7 +116,7 @@ DEFAULTS: dict[str, Any] = {
     "ttl_hours": 8,
     "max_model_len": 4096,
     "sagemaker_vllm_tag": "0.31.0-gpu-py312-cu130-ubuntu22.04-sagemaker",
-    "sagemaker_ami_version": "al2-ami-sagemaker-inference-gpu-4-1",
+    "sagemaker_ami_version": "al2023-ami-sagemaker-inference-gpu-4-1",  # CUDA 13 images (cfn-lint schema enum)
 }
 
 

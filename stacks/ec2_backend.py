@@ -15,9 +15,8 @@ from stacks.guardrails import Ec2Guardrails
 from stacks.image_families import ImageFamily, image_family
 from stacks.inference_instance import InferenceInstance
 from stacks.outputs import add_outputs
+from stacks.vllm import tool_flags
 
-# vLLM flags for tool calling with Gemma 4 (the seed's g6 run).
-VLLM_TOOL_FLAGS = "--enable-auto-tool-choice --tool-call-parser gemma4"
 
 
 class Ec2BackendStack(cdk.Stack):
@@ -38,7 +37,8 @@ class Ec2BackendStack(cdk.Stack):
             **family.env,
         }
         if spec.engine.startswith("vLLM"):
-            env["KIT_VLLM_ARGS"] = VLLM_TOOL_FLAGS
+            # Gemma 4: --enable-auto-tool-choice --tool-call-parser gemma4 (the seed's g6 run).
+            env["KIT_VLLM_ARGS"] = tool_flags(backend.model_id)
         self.server = InferenceInstance(
             self, "Server", vpc=vpc, eice_security_group=eice_security_group,
             instance_type=backend.instance_type, image_parameter=family.ssm_parameter,

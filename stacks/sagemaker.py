@@ -1,0 +1,153 @@
+"""SageMakerStack: the AWS vLLM container on a real-time endpoint, one endpoint per instance type.
+
+Per instance type (``sagemaker_instance_types``; default ml.g6.xlarge): a model (tensor parallel =
+the instance's GPU count from the catalog), an endpoint config (startup-health and download
+timeouts, ``InferenceAmiVersion`` when configured) and an endpoint, deleted at its TTL.
+
+Hugging Face token: the container reads ``HF_TOKEN`` from its environment and cannot take a
+secret ARN, so the model's environment holds a CloudFormation dynamic reference
+``{{resolve:secretsmanager:<name>:SecretString:::}}``. The template, cdk.out and the stack
+events never contain the token; CloudFormation resolves it at deploy time with the deployer's
+credentials. The resolved value does end up in the SageMaker model definition, readable by
+anyone allowed ``sagemaker:DescribeModel`` in the account: use a read-only, fine-grained HF
+token. (Alternatives weighed in docs/stacks.md.) The execution role therefore needs no access to
+the secret and gets none.
+"""
+from __future__ import annotations
+
+import re
+from datetime import datetime
+
+import aws_cdk as cdk
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_sagemaker as sagemaker
+from constructs import Construct
+
+from harness.catalog import INSTANCES
+from stacks import nag
+from stacks.config import BackendConfig, ConfigError, KitConfig
+from stacks.guardrails import EndpointTtl
+from stacks.outputs import add_outputs
+from stacks.vllm import tool_call_parser
+
+DLC_ACCOUNT = "763104351884"
+# Regions whose Deep Learning Containers live in another registry account (opt-in regions,
+# China, GovCloud); from the SageMaker Python SDK's image_uri_config for the LLM DLCs.
+DLC_ACCOUNT_BY_REGION = {
+    "af-south-1": "626614931356", "ap-east-1": "871362719292", "ap-northeast-3": "364406365360",
+    "ap-south-2": "772153158452", "ap-southeast-3": "907027046896", "ap-southeast-4": "457447274322",
+    "ca-west-1": "204538143572", "cn-north-1": "727897471807", "cn-northwest-1": "727897471807",
+    "eu-central-2": "380420809688", "eu-south-1": "692866216735", "eu-south-2": "503227376785",
+    "il-central-1": "780543022126", "me-central-1": "914824155844", "me-south-1": "217643126080",
+    "us-gov-east-1": "446045086412", "us-gov-west-1": "442386744353",
+}
+VLLM_REPOSITORY = "vllm"
+# Seconds; SageMaker accepts 60-3600. The container downloads the weights from Hugging Face at
+# start-up, inside the health-check window (~9 minutes to InService in the seed).
+STARTUP_HEALTH_CHECK_TIMEOUT_S = 1800
+MODEL_DATA_DOWNLOAD_TIMEOUT_S = 1800
+
+
+def dlc_account(region: str) -> str:
+    return DLC_ACCOUNT_BY_REGION.get(region, DLC_ACCOUNT)
+
+
+def image_uri(region: str, tag: str) -> str:
+    suffix = "amazonaws.com.cn" if region.startswith("cn-") else "amazonaws.com"
+    return f"{dlc_account(region)}.dkr.ecr.{region}.{suffix}/{VLLM_REPOSITORY}:{tag}"
+
+
+def vllm_environment(model_id: str, max_model_len: int, gpus: int) -> dict[str, str]:
+    """SM_VLLM_FOO_BAR=value becomes `--foo-bar value` in the container (true → bare flag)."""
+    env = {
+        "SM_VLLM_MODEL": model_id,
+        "SM_VLLM_MAX_MODEL_LEN": str(max_model_len),
+        "SM_VLLM_TENSOR_PARALLEL_SIZE": str(gpus),
+    }
+    parser = tool_call_parser(model_id)
+    if parser:
+        env["SM_VLLM_ENABLE_AUTO_TOOL_CHOICE"] = "true"
+        env["SM_VLLM_TOOL_CALL_PARSER"] = parser
+    return env
+
+
+def endpoint_name(stack_name: str, instance_type: str) -> str:
+    name = re.sub(r"[^A-Za-z0-9-]", "-", f"{stack_name}-{instance_type}")
+    return name[:63].rstrip("-")
+
+
+class SageMakerStack(cdk.Stack):
+    def __init__(self, scope: Construct, construct_id: str, *, backend: BackendConfig, config: KitConfig,
+                 ttl_expires_at: datetime | None, **kwargs) -> None:
+        super().__init__(scope, construct_id, **kwargs)
+        region = config.region
+        registry = dlc_account(region)
+        self.role = iam.Role(self, "ExecutionRole", assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"),
+                             description="SageMaker endpoint: pull the vLLM image, write its logs and metrics")
+        self.role.add_to_policy(iam.PolicyStatement(
+            sid="PullVllmImage",
+            actions=["ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer", "ecr:BatchCheckLayerAvailability"],
+            resources=[f"arn:{self.partition}:ecr:{region}:{registry}:repository/{VLLM_REPOSITORY}"]))
+        self.role.add_to_policy(iam.PolicyStatement(
+            sid="EcrLogin", actions=["ecr:GetAuthorizationToken"], resources=["*"]))
+        self.role.add_to_policy(iam.PolicyStatement(
+            sid="EndpointMetrics", actions=["cloudwatch:PutMetricData"], resources=["*"],
+            conditions={"StringEquals": {"cloudwatch:namespace": "/aws/sagemaker/Endpoints"}}))
+
+        token = cdk.SecretValue.secrets_manager(config.hf_token_secret).unsafe_unwrap()
+        self.endpoints: dict[str, sagemaker.CfnEndpoint] = {}
+        log_groups = []
+        for itype in backend.instance_types:
+            spec = INSTANCES.get(itype)
+            if spec is None or spec.accelerators < 1:
+                known = ", ".join(k for k in INSTANCES if k.startswith("ml."))
+                raise ConfigError(f"sagemaker_instance_types: {itype!r} has no GPU count in the catalog; "
+                                  f"known: {known} (add it to harness/catalog.py)")
+            sid = re.sub(r"[^A-Za-z0-9]", "", itype.title())
+            name = endpoint_name(self.stack_name, itype)
+            model = sagemaker.CfnModel(
+                self, f"Model{sid}", execution_role_arn=self.role.role_arn,
+                primary_container=sagemaker.CfnModel.ContainerDefinitionProperty(
+                    image=image_uri(region, config.sagemaker_vllm_tag),
+                    environment={**vllm_environment(backend.model_id, config.max_model_len, spec.accelerators),
+                                 "HF_TOKEN": token}))
+            variant = sagemaker.CfnEndpointConfig.ProductionVariantProperty(
+                variant_name="AllTraffic", model_name=model.attr_model_name, instance_type=itype,
+                initial_instance_count=1, initial_variant_weight=1,
+                container_startup_health_check_timeout_in_seconds=STARTUP_HEALTH_CHECK_TIMEOUT_S,
+                model_data_download_timeout_in_seconds=MODEL_DATA_DOWNLOAD_TIMEOUT_S,
+                inference_ami_version=config.sagemaker_ami_version or None)
+            endpoint_config = sagemaker.CfnEndpointConfig(self, f"EndpointConfig{sid}", production_variants=[variant])
+            endpoint = sagemaker.CfnEndpoint(self, f"Endpoint{sid}", endpoint_name=name,
+                                             endpoint_config_name=endpoint_config.attr_endpoint_config_name)
+            endpoint.node.add_dependency(self.role)  # its policy (ECR pull, logs) exists before the endpoint starts
+            self.endpoints[itype] = endpoint
+            log_groups.append(f"arn:{self.partition}:logs:{region}:{self.account}:log-group:/aws/sagemaker/Endpoints/{name}")
+            if ttl_expires_at is not None:
+                ttl = EndpointTtl(self, f"Ttl{sid}", endpoint_name=name, ttl_expires_at=ttl_expires_at)
+                ttl.node.add_dependency(endpoint)
+            nag.acknowledge(model, "AwsSolutions-SM1",
+                            "No VPC: the container downloads weights from Hugging Face at start-up and the kit "
+                            "has no NAT gateway; the endpoint is reached only through the SageMaker API (IAM)")
+            nag.acknowledge(model, "AwsSolutions-SM3",
+                            "Network isolation would block the Hugging Face download the container needs")
+            nag.acknowledge(endpoint_config, "AwsSolutions-SM2",
+                            "GPU types with local NVMe (ml.g5/g6/g6e) reject a KMS key for the storage volume; "
+                            "the instance store is encrypted by the platform")
+        self.role.add_to_policy(iam.PolicyStatement(
+            sid="EndpointLogs", actions=["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents",
+                                         "logs:DescribeLogStreams"],
+            resources=log_groups + [f"{g}:log-stream:*" for g in log_groups]))
+        reason = ("ecr:GetAuthorizationToken and cloudwatch:PutMetricData support no resource ARN "
+                  "(PutMetricData is pinned to the SageMaker namespace by a condition)")
+        nag.acknowledge(self.role, "AwsSolutions-IAM5[Resource::*]", reason)
+        for g in log_groups:  # cdk-nag names each wildcard resource, the account as a placeholder
+            shown = g.replace(self.account, "<AWS::AccountId>")
+            nag.acknowledge(self.role, f"AwsSolutions-IAM5[Resource::{shown}:log-stream:*]",
+                            "SageMaker names the log streams inside the endpoint's own log group")
+
+        first = backend.instance_types[0]
+        add_outputs(self, backend_id=backend.id, service="sagemaker", model_id=backend.model_id,
+                    instance_type=first, ttl_expires_at=ttl_expires_at, idle_stop_minutes=0,
+                    EndpointName=self.endpoints[first].attr_endpoint_name,
+                    EndpointNames=",".join(f"{t}={endpoint_name(self.stack_name, t)}" for t in backend.instance_types))
