@@ -91,8 +91,9 @@ def endpoint_from_outputs(stack_name: str, outputs: Mapping[str, str],
     if service == "sagemaker":
         return Endpoint(kind="sagemaker", endpoint_name=need("EndpointName"), **common)
     if service == "ec2":
+        raw_port = need("Port")
         try:
-            port = int(need("Port"))
+            port = int(raw_port)
         except ValueError:
             raise DiscoveryError(f"stack {stack_name}: output 'Port' is not a number: {outputs['Port']!r}") from None
         return Endpoint(kind="openai", instance_id=need("InstanceId"), port=port,

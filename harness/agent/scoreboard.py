@@ -96,11 +96,12 @@ def run_scoreboard(endpoints: list[Endpoint], *, orchestrator: Any,
                                      timeout * (len(endpoints) + 1)))
     except Exception as exc:  # noqa: BLE001 - the board keeps what the tools measured
         error = f"{type(exc).__name__}: {str(exc)[:200]}"
-    rows = sorted(scores.values(),
-                  key=lambda s: (s.seconds is None or s.error is not None, s.seconds or 0.0, s.backend))
-    for s in rows:
+    for s in scores.values():
         if not s.called:
             s.error = "not called by the orchestrating agent"
+    # Measured rows by seconds, fastest first; failed or uncalled rows after them, by name.
+    rows = sorted(scores.values(), key=lambda s: (s.error is not None,
+                                                  s.seconds if s.error is None else 0.0, s.backend))
     return {"question": question, "orchestrator_error": error,
             "seconds": round(time.perf_counter() - t0, 3), "rows": [s.to_dict() for s in rows]}
 

@@ -46,7 +46,7 @@ class RunRecord:
     input_tokens: int | None = None
     output_tokens: int | None = None
     total_tokens: int | None = None
-    throttled: int = 0  # throttling responses retried with backoff
+    throttled: int = 0  # throttling responses received (each but the last retried with backoff)
     answer: str = ""
     error: str | None = None
     unreachable: bool = False  # connection-level failure or timeout: the backend's runs stop

@@ -1,0 +1,90 @@
+"""Discovery: moto CloudFormation stack outputs, a cdk outputs file, --endpoint parsing."""
+from __future__ import annotations
+
+import json
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from harness import endpoints as disc
+from tests.harness.fake_openai import SCRIPTS, FakeOpenAI
+
+G6 = {"BackendId": "g6", "Service": "ec2", "Region": "us-east-1", "ModelId": "google/gemma-4-E2B-it-qat-w4a16-ct",
+      "InstanceType": "g6.xlarge", "InstanceId": "i-0123456789abcdef0", "Port": "8000", "SshUser": "ubuntu",
+      "TtlExpiresAt": "disabled", "IdleStopMinutes": "60"}
+SM = {"BackendId": "sagemaker", "Service": "sagemaker", "Region": "us-east-1", "ModelId": "google/gemma-4-E2B-it-qat-w4a16-ct",
+      "InstanceType": "ml.g6.xlarge", "EndpointName": "kit-sagemaker-g6", "EndpointNames": "ml.g6.xlarge=kit-sagemaker-g6"}
+BR = {"BackendId": "bedrock", "Service": "bedrock", "Region": "us-east-1", "ModelId": "us.amazon.nova-micro-v1:0",
+      "InstanceType": "managed", "ModelArn": "arn:aws:bedrock:us-east-1::inference-profile/x"}
+
+
+def _template(outputs: dict) -> str:
+    return json.dumps({"Resources": {"Topic": {"Type": "AWS::SNS::Topic"}},
+                       "Outputs": {k: {"Value": v} for k, v in outputs.items()}})
+
+
+def _check(d: disc.Discovery) -> None:
+    by = {e.name: e for e in d.endpoints}
+    assert set(by) == {"g6", "sagemaker", "bedrock"}
+    g6 = by["g6"]
+    assert (g6.kind, g6.instance_id, g6.port, g6.ssh_user, g6.base_url) == ("openai", "i-0123456789abcdef0", 8000, "ubuntu", None)
+    assert g6.tool_calls and g6.instance_type == "g6.xlarge" and g6.stack_name == "G6Stack"
+    assert (by["sagemaker"].kind, by["sagemaker"].endpoint_name) == ("sagemaker", "kit-sagemaker-g6")
+    assert (by["bedrock"].kind, by["bedrock"].model_id, by["bedrock"].instance_type) == \
+        ("bedrock", "us.amazon.nova-micro-v1:0", None)
+    assert "inf2: Inf2Stack not deployed" in d.notes
+
+
+def test_discovery_from_cloudformation_on_moto(fake_aws):
+    with mock_aws():
+        cfn = boto3.client("cloudformation", region_name="us-east-1")
+        for name, out in (("G6Stack", G6), ("SageMakerStack", SM), ("BedrockStack", BR), ("NetworkStack", {"VpcId": "v"})):
+            cfn.create_stack(StackName=name, TemplateBody=_template(out))
+        _check(disc.from_cloudformation(cfn, "us-east-1"))
+        only = disc.from_cloudformation(cfn, "us-east-1", backends=["g6"])
+        assert [e.name for e in only.endpoints] == ["g6"] and only.notes == []
+
+
+def test_discovery_from_outputs_file(tmp_path):
+    f = tmp_path / "cdk-outputs.json"
+    f.write_text(json.dumps({"G6Stack": G6, "SageMakerStack": SM, "BedrockStack": BR, "NetworkStack": {"VpcId": "v"}}))
+    _check(disc.from_outputs(disc.load_outputs_file(f), "us-east-1"))
+
+
+@pytest.mark.parametrize("content,msg", [
+    ("not json", "not JSON"),
+    ('["G6Stack"]', "expected {StackName: {OutputKey: value}}"),
+    (json.dumps({"G6Stack": {**G6, "Port": None}}), "output 'Port' missing"),
+    (json.dumps({"G6Stack": {**G6, "Service": "lambda"}}), "Service output 'lambda' is not one of"),
+])
+def test_bad_outputs_file_is_one_line(tmp_path, content, msg):
+    f = tmp_path / "o.json"
+    f.write_text(content)
+    with pytest.raises(disc.DiscoveryError, match=msg.replace("{", r"\{").replace("}", r"\}")):
+        disc.from_outputs(disc.load_outputs_file(f), "us-east-1")
+
+
+def test_endpoint_args_and_model_probe():
+    with FakeOpenAI(SCRIPTS["good"], model="served/model-x") as srv:
+        url = f"http://127.0.0.1:{srv.port}"  # no /v1: appended
+        [ep] = disc.from_endpoint_args([f"laptop={url}"])
+        assert (ep.name, ep.kind, ep.base_url, ep.model_id, ep.tool_calls) == \
+            ("laptop", "openai", url + "/v1", "served/model-x", True)
+        [ep] = disc.from_endpoint_args([f"laptop={url}/v1/"], ["laptop=other/model"], ["laptop"])
+        assert ep.model_id == "other/model" and not ep.tool_calls
+    for bad in ["laptop", "=http://x", "laptop=ftp://x", "a b=http://x"]:
+        with pytest.raises(disc.DiscoveryError, match="expected NAME=URL"):
+            disc.parse_endpoint_arg(bad)
+    with pytest.raises(disc.DiscoveryError, match="pass --model"):
+        disc.probe_model_id("http://127.0.0.1:9/v1", timeout=2)
+
+
+def test_region_resolution(tmp_path):
+    cdk = tmp_path / "cdk.json"
+    cdk.write_text(json.dumps({"context": {"region": "eu-west-1"}}))
+    assert disc.resolve_region("ap-south-1", {"AWS_REGION": "us-west-2"}, cdk) == "ap-south-1"
+    assert disc.resolve_region(None, {"AWS_REGION": "us-west-2", "AWS_DEFAULT_REGION": "x"}, cdk) == "us-west-2"
+    assert disc.resolve_region(None, {"AWS_DEFAULT_REGION": "us-east-2"}, cdk) == "us-east-2"
+    assert disc.resolve_region(None, {}, cdk) == "eu-west-1"
+    assert disc.resolve_region(None, {}, tmp_path / "missing.json") is None
