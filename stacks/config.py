@@ -42,6 +42,12 @@ class KitConfig:
     sagemaker_vllm_tag: str
     sagemaker_ami_version: str  # InferenceAmiVersion for CUDA-13 images; "" to omit
     tags: Mapping[str, str] = field(default_factory=dict)
+    # Image pipelines (stacks/images.py): g6 boots the DLAMI and installs vLLM ("dlami") or the
+    # vllm-cuda pipeline's image ("prebuilt"); the AZ of the build subnet (None = the region's
+    # first); an ami-... id to build the Neuron image on instead of the Neuron DLAMI parameter.
+    g6_image: str = "dlami"
+    image_az: str | None = None
+    neuron_parent_image: str | None = None
 
     @property
     def backend_ids(self) -> tuple[str, ...]:
@@ -103,7 +109,7 @@ def _instance_type(backend_id: str, key: str, value: Any) -> str:
 KNOWN_KEYS = {
     "region", "backends", "model", "bedrock_model", "hf_token_secret", "idle_stop_minutes",
     "ttl_hours", "max_model_len", "sagemaker_vllm_tag", "sagemaker_ami_version",
-    "sagemaker_instance_types", "tags",
+    "sagemaker_instance_types", "tags", "g6_image", "image_az", "neuron_parent_image",
     *(f"{b}_instance_type" for b in BACKEND_IDS if BACKENDS[b].instance_type),
     *(f"{b}_model" for b in BACKEND_IDS),
 }
@@ -166,6 +172,18 @@ def parse(context: Mapping[str, Any]) -> KitConfig:
     if not isinstance(ami_version, str):
         raise ConfigError(f"sagemaker_ami_version={ami_version!r} must be a string ('' to omit)")
 
+    g6_image = context.get("g6_image", "dlami")
+    if g6_image not in ("dlami", "prebuilt"):
+        raise ConfigError(f"g6_image={g6_image!r}; valid: dlami (install vLLM at boot), "
+                          "prebuilt (the vllm-cuda image pipeline's AMI)")
+    image_az = context.get("image_az")
+    if image_az is not None and not (isinstance(image_az, str) and re.fullmatch(re.escape(region) + r"[a-z]", image_az)):
+        raise ConfigError(f"image_az={image_az!r} is not an Availability Zone of {region} (e.g. {region}a)")
+    neuron_parent = context.get("neuron_parent_image")
+    if neuron_parent is not None and not (isinstance(neuron_parent, str)
+                                          and re.fullmatch(r"ami-[0-9a-f]{8,17}", neuron_parent)):
+        raise ConfigError(f"neuron_parent_image={neuron_parent!r} is not an AMI id (e.g. ami-0123456789abcdef0)")
+
     tags = context.get("tags", {})
     if not isinstance(tags, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in tags.items()):
         raise ConfigError(f"tags={tags!r} must be an object of string keys and values")
@@ -180,6 +198,9 @@ def parse(context: Mapping[str, Any]) -> KitConfig:
         sagemaker_vllm_tag=tag,
         sagemaker_ami_version=ami_version,
         tags=dict(tags),
+        g6_image=g6_image,
+        image_az=image_az,
+        neuron_parent_image=neuron_parent,
     )
 
 
