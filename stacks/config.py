@@ -29,6 +29,8 @@ class BackendConfig:
     model_id: str
     # SageMaker only: one endpoint per instance type (the GPU-family sweep is a list here).
     instance_types: tuple[str, ...] = ()
+    # EC2 only: the Availability Zone to launch in (one of KitConfig.azs); None = the VPC's first.
+    az: str | None = None
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,9 @@ class KitConfig:
     sagemaker_vllm_tag: str
     sagemaker_ami_version: str  # InferenceAmiVersion for CUDA-13 images; "" to omit
     tags: Mapping[str, str] = field(default_factory=dict)
+    # The VPC's Availability Zones by name (context ``azs``); empty = the region's first two,
+    # resolved at deploy time. GPU/Neuron types are offered in few AZs: name one that has them.
+    azs: tuple[str, ...] = ()
     # Image pipelines (stacks/images.py): g6 boots the DLAMI and installs vLLM ("dlami") or the
     # vllm-cuda pipeline's image ("prebuilt"); the AZ of the build subnet (None = the region's
     # first); an ami-... id to build the Neuron image on instead of the Neuron DLAMI parameter.
@@ -109,7 +114,8 @@ def _instance_type(backend_id: str, key: str, value: Any) -> str:
 KNOWN_KEYS = {
     "region", "backends", "model", "bedrock_model", "hf_token_secret", "idle_stop_minutes",
     "ttl_hours", "max_model_len", "sagemaker_vllm_tag", "sagemaker_ami_version",
-    "sagemaker_instance_types", "tags", "g6_image", "image_az", "neuron_parent_image",
+    "sagemaker_instance_types", "tags", "azs", "g6_image", "image_az", "neuron_parent_image",
+    *(f"{b}_az" for b in BACKEND_IDS if BACKENDS[b].service == "ec2"),
     *(f"{b}_instance_type" for b in BACKEND_IDS if BACKENDS[b].instance_type),
     *(f"{b}_model" for b in BACKEND_IDS),
 }
@@ -140,6 +146,15 @@ def parse(context: Mapping[str, Any]) -> KitConfig:
             raise ConfigError(f"backends: unknown backend {i!r}; valid: {', '.join(BACKEND_IDS)}")
     ids = [b for b in BACKEND_IDS if b in ids]  # catalog order, no duplicates
 
+    azs: tuple[str, ...] = ()
+    if context.get("azs"):
+        azs = tuple(_str_list("azs", context["azs"]))
+        for az in azs:
+            if not re.fullmatch(re.escape(region) + r"[a-z]", az):
+                raise ConfigError(f"azs: {az!r} is not an Availability Zone of {region} (e.g. {region}a)")
+        if len(set(azs)) != len(azs):
+            raise ConfigError(f"azs={context['azs']!r} names an Availability Zone twice")
+
     default_model = context.get("model")
     backends = []
     for bid in ids:
@@ -159,7 +174,11 @@ def parse(context: Mapping[str, Any]) -> KitConfig:
                 itype = itypes[0]
             elif bid == "sagemaker":
                 itypes = (itype,)
-        backends.append(BackendConfig(bid, itype, model, itypes))
+        az = context.get(f"{bid}_az")
+        if az is not None and b.service == "ec2" and az not in azs:
+            valid = ", ".join(azs) if azs else f"none until azs lists it, e.g. -c azs={region}a,{region}b"
+            raise ConfigError(f"{bid}_az={az!r} is not one of the VPC's Availability Zones (azs); valid: {valid}")
+        backends.append(BackendConfig(bid, itype, model, itypes, az if b.service == "ec2" else None))
 
     secret = get("hf_token_secret")
     if not isinstance(secret, str) or not _SECRET_NAME.match(secret):
@@ -198,6 +217,7 @@ def parse(context: Mapping[str, Any]) -> KitConfig:
         sagemaker_vllm_tag=tag,
         sagemaker_ami_version=ami_version,
         tags=dict(tags),
+        azs=azs,
         g6_image=g6_image,
         image_az=image_az,
         neuron_parent_image=neuron_parent,

@@ -23,7 +23,7 @@ class Ec2BackendStack(cdk.Stack):
     def __init__(self, scope: Construct, construct_id: str, *, backend: BackendConfig, config: KitConfig,
                  vpc: ec2.IVpc, eice_security_group: ec2.ISecurityGroup, ttl_expires_at: datetime | None,
                  family: ImageFamily | None = None, extra_statements: tuple[iam.PolicyStatement, ...] = (),
-                 subnet_index: int = 0, **kwargs) -> None:
+                 **kwargs) -> None:
         super().__init__(scope, construct_id, **kwargs)
         spec = BACKENDS[backend.id]
         assert spec.service == "ec2" and spec.image and spec.port, spec
@@ -46,7 +46,7 @@ class Ec2BackendStack(cdk.Stack):
             hf_token_secret_name=config.hf_token_secret, root_volume_gib=family.root_volume_gib,
             root_device_name=family.root_device_name,
             readiness_timeout=cdk.Duration.minutes(family.readiness_timeout_minutes),
-            extra_statements=extra_statements, subnet_index=subnet_index,
+            extra_statements=extra_statements, availability_zone=backend.az,
         )
         self.guardrails = Ec2Guardrails(self, "Guardrails", instance=self.server.instance,
                                         idle_stop_minutes=config.idle_stop_minutes, ttl_expires_at=ttl_expires_at)

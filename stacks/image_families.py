@@ -16,6 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from stacks.images import IMAGE_PARAMETERS
+
 
 @dataclass(frozen=True)
 class ImageFamily:
@@ -41,10 +43,12 @@ IMAGE_FAMILIES: dict[str, ImageFamily] = {
     for f in [
         ImageFamily("gpu-x86", GPU_DLAMI.format(arch="x86_64"), "engine-vllm-gpu.sh",
                     root_volume_gib=150, readiness_timeout_minutes=45, env=VLLM_GPU_ENV),
-        ImageFamily("gpu-arm64", GPU_DLAMI.format(arch="arm64"), "engine-vllm-g5g.sh",
+        # g5g and Neuron boot only the pipelines' images (stacks/images.py): the sm_75 build takes
+        # hours, the Neuron image carries the SDK 2.28 pins and the kit's engine.
+        ImageFamily("gpu-arm64", IMAGE_PARAMETERS["vllm-sm75"], "engine-vllm-g5g.sh",
                     root_volume_gib=150, readiness_timeout_minutes=45),
         # Neuron: first request compiles graphs for the configured shapes, hence the longer wait.
-        ImageFamily("neuron", NEURON_DLAMI, "engine-neuron.sh",
+        ImageFamily("neuron", IMAGE_PARAMETERS["neuron"], "engine-neuron.sh",
                     root_volume_gib=200, readiness_timeout_minutes=60),
     ]
 }

@@ -178,11 +178,24 @@ def _catalog_model(backend_id: str) -> str:
     return BACKENDS[backend_id].model_id
 
 
+# Besides requirements-engine.txt the engine imports aiohttp (server) and renders chat templates
+# with Jinja2; huggingface_hub gives the instance `hf download` for the checkpoint directory.
+ENGINE_EXTRA = ("aiohttp", "Jinja2", "huggingface_hub")
+
+
 def engine_pip_specs() -> str:
-    """The engine's pins from requirements-engine.txt, minus torch (Neuron needs its own)."""
-    lines = (AMI_DIR.parent / "requirements-engine.txt").read_text().splitlines()
-    specs = [ln.split("#")[0].strip() for ln in lines]
-    return " ".join(s for s in specs if s and not s.startswith(("torch==", "-")))
+    """Exact pins of the engine's packages: requirements-engine.txt without torch (Neuron needs
+    its own 2.9 CPU build) plus ENGINE_EXTRA, versions from constraints.txt."""
+    def specs(name: str) -> list[str]:
+        lines = (AMI_DIR.parent / name).read_text().splitlines()
+        return [ln.split("#")[0].strip() for ln in lines if ln.split("#")[0].strip()]
+
+    engine = [s for s in specs("requirements-engine.txt") if not s.startswith(("torch==", "-"))]
+    locked = {s.split("==")[0].lower(): s for s in specs("constraints.txt") if "==" in s}
+    missing = [n for n in ENGINE_EXTRA if n.lower() not in locked]
+    if missing:
+        raise ValueError(f"constraints.txt pins none of {missing}; the Neuron image needs exact versions")
+    return " ".join(engine + [locked[n.lower()] for n in ENGINE_EXTRA])
 
 
 def neuron_spec(config: KitConfig, parent_ami: str | None = None) -> ImageSpec:
@@ -196,7 +209,7 @@ def neuron_spec(config: KitConfig, parent_ami: str | None = None) -> ImageSpec:
                 "PythonVersion": pins.PYTHON_VERSION, "AssetsS3Uri": assets,
                 "NeuronSdk": pins.NEURON_SDK, "NeuronPip": pins.neuron_pip_specs(),
                 "NeuronApt": pins.neuron_apt_specs(), "TorchVersion": pins.NEURON_TORCH_VERSION,
-                "EnginePip": engine_pip_specs(),
+                "EnginePip": engine_pip_specs(), "NxdiRepo": pins.NXDI_REPO, "NxdiCommit": pins.NXDI_COMMIT,
             })),
         ),)
 

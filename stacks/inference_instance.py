@@ -88,7 +88,7 @@ class InferenceInstance(Construct):
         root_volume_gib, root_device_name: root EBS volume.
         readiness_timeout: CreationPolicy timeout; sized for install + download + load.
         extra_statements: more IAM statements for the instance role (e.g. an image bucket).
-        subnet_index: which public subnet (AZ) to launch in.
+        availability_zone: the AZ (name) to launch in, one of the VPC's; None = its first.
 
     Attributes: ``instance``, ``role``, ``security_group``, ``user_data_text``, ``logical_id``.
     """
@@ -98,11 +98,14 @@ class InferenceInstance(Construct):
                  engine_script: str, env: Mapping[str, str], port: int, hf_token_secret_name: str,
                  root_volume_gib: int, readiness_timeout: cdk.Duration,
                  root_device_name: str = "/dev/sda1",
-                 extra_statements: Sequence[iam.PolicyStatement] = (), subnet_index: int = 0) -> None:
+                 extra_statements: Sequence[iam.PolicyStatement] = (),
+                 availability_zone: str | None = None) -> None:
         super().__init__(scope, construct_id)
         stack = cdk.Stack.of(self)
-        if not 0 <= subnet_index < len(vpc.public_subnets):
-            raise ValueError(f"subnet_index={subnet_index}: the VPC has {len(vpc.public_subnets)} public subnets")
+        subnets = [s for s in vpc.public_subnets if availability_zone in (None, s.availability_zone)]
+        if not subnets:
+            raise ValueError(f"no public subnet in {availability_zone}; the VPC spans "
+                             f"{', '.join(s.availability_zone for s in vpc.public_subnets)}")
 
         self.role = iam.Role(
             self, "Role", assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
@@ -141,7 +144,7 @@ class InferenceInstance(Construct):
             instance_type=ec2.InstanceType(instance_type),
             machine_image=ec2.MachineImage.from_ssm_parameter(image_parameter),
             vpc=vpc,
-            vpc_subnets=ec2.SubnetSelection(subnets=[vpc.public_subnets[subnet_index]]),
+            vpc_subnets=ec2.SubnetSelection(subnets=subnets[:1]),
             associate_public_ip_address=True,
             security_group=self.security_group,
             role=self.role,

@@ -14,25 +14,30 @@ Design (cost and exposure):
 """
 from __future__ import annotations
 
+from typing import Sequence
+
 import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-# How many AZs the subnets span. GPU and Neuron types are offered in few AZs per region
-# (e.g. trn1.2xlarge), so backends pick their AZ by index (context ``<id>_az_index``).
-MAX_AZS = 3
+# Without ``azs`` in the context the VPC spans the region's first two AZs, resolved at deploy
+# time (no account lookup at synth). GPU and Neuron types are offered in few AZs (trn1.2xlarge,
+# g5g.2xlarge): ``-c azs=us-east-1a,us-east-1d -c trn1_az=us-east-1d`` puts a backend where its
+# type is offered (the harness preflight lists offerings per AZ).
+DEFAULT_AZ_COUNT = 2
 
 
 class NetworkStack(cdk.Stack):
     """Attributes passed to backend stacks: ``vpc`` and ``eice_security_group``."""
 
-    def __init__(self, scope: Construct, construct_id: str, **kwargs) -> None:
+    def __init__(self, scope: Construct, construct_id: str, *, azs: Sequence[str] = (), **kwargs) -> None:
         super().__init__(scope, construct_id, **kwargs)
+        where = {"availability_zones": list(azs)} if azs else {"max_azs": DEFAULT_AZ_COUNT}
         self.vpc = ec2.Vpc(
             self, "Vpc",
             ip_addresses=ec2.IpAddresses.cidr("10.42.0.0/16"),
-            max_azs=MAX_AZS,
+            **where,
             nat_gateways=0,
             subnet_configuration=[
                 ec2.SubnetConfiguration(name="public", subnet_type=ec2.SubnetType.PUBLIC, cidr_mask=24,

@@ -30,7 +30,7 @@ def build(app: cdk.App, config: KitConfig, now: datetime | None = None) -> dict[
     def get_network() -> NetworkStack:
         nonlocal network
         if network is None:
-            network = NetworkStack(app, "NetworkStack", env=env,
+            network = NetworkStack(app, "NetworkStack", azs=config.azs, env=env,
                                    description="Inference kit: VPC without NAT, Instance Connect Endpoint, S3 endpoint")
             stacks["NetworkStack"] = network
         return network

@@ -7,6 +7,7 @@
 #   kit-boot guard      what kit-guard.timer runs every minute: TTL and idle stop
 # Safe to run again: every step checks before it acts, and the signal is sent once.
 set -Eeuo pipefail
+export HOME="${HOME:-/root}"  # cloud-init and systemd may start us without one
 # shellcheck source=/dev/null
 . /etc/inference-kit/kit.env
 # shellcheck source=userdata/lib.sh

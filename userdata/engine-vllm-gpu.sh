@@ -14,8 +14,12 @@ engine_install() {
     return 0
   fi
   kit_log "installing vLLM $KIT_VLLM_VERSION (uv $KIT_UV_VERSION, Python $KIT_PYTHON_VERSION)"
-  python3 -m venv /opt/inference-kit/uv
-  kit_retry 3 /opt/inference-kit/uv/bin/pip install -q "uv==$KIT_UV_VERSION"
+  # Same layout as the image pipeline's python-uv component (ami/components/python-uv.yaml).
+  export UV_PYTHON_INSTALL_DIR=/opt/inference-kit/python UV_CACHE_DIR=/opt/inference-kit/uv-cache
+  [ -x /opt/inference-kit/uv/bin/uv ] || {
+    python3 -m venv /opt/inference-kit/uv &&
+      kit_retry 3 /opt/inference-kit/uv/bin/pip install -q "uv==$KIT_UV_VERSION"
+  }
   # uv fetches a standalone CPython, so the engine does not depend on the AMI's Python.
   kit_retry 3 /opt/inference-kit/uv/bin/uv venv --seed --python "$KIT_PYTHON_VERSION" "$KIT_VENV"
   kit_retry 3 /opt/inference-kit/uv/bin/uv pip install --python "$KIT_VENV/bin/python" \

@@ -3,8 +3,10 @@
 # /usr/local/lib/inference-kit/lib.sh and sourced by kit-boot after /etc/inference-kit/kit.env.
 # Never `set -x` here: kit_hf_token's output is a secret.
 
-KIT_LOG_DIR=/var/log/inference-kit
-KIT_STATE_DIR=/var/lib/inference-kit
+# Overridable only so tests can run these functions against local stand-ins.
+KIT_LOG_DIR=${KIT_LOG_DIR:-/var/log/inference-kit}
+KIT_STATE_DIR=${KIT_STATE_DIR:-/var/lib/inference-kit}
+KIT_IMDS_URL=${KIT_IMDS_URL:-http://169.254.169.254}
 KIT_ENGINE_LOG="$KIT_LOG_DIR/engine.log"
 KIT_BOOT_LOG="$KIT_LOG_DIR/boot.log"
 
@@ -14,8 +16,8 @@ kit_log() { printf '%s kit: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$*"; }
 kit_imds() {
   local token
   token=$(curl -sf -m 5 -X PUT -H 'X-aws-ec2-metadata-token-ttl-seconds: 60' \
-    http://169.254.169.254/latest/api/token) || return 1
-  curl -sf -m 5 -H "X-aws-ec2-metadata-token: $token" "http://169.254.169.254/latest/$1"
+    "$KIT_IMDS_URL/latest/api/token") || return 1
+  curl -sf -m 5 -H "X-aws-ec2-metadata-token: $token" "$KIT_IMDS_URL/latest/$1"
 }
 
 kit_retry() {  # kit_retry N cmd... : run cmd up to N times, 15 s apart
