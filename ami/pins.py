@@ -40,6 +40,10 @@ NEURON_APT = {
     "aws-neuronx-collectives": "2.30.59.0",
     "aws-neuronx-tools": "2.28.23.0",
 }
+# NxD Inference's Gemma 4 E2B port lives in its contrib tree, not in the wheel; the engine
+# loads it from /opt/ami/nxdi-gemma4/src. Pinned to a commit that carries the port.
+NXDI_REPO = "https://github.com/aws-neuron/neuronx-distributed-inference.git"
+NXDI_COMMIT = "6aa61216f7f57d7107f74cc897b19cc5f14f9a1e"
 # torch-neuronx 2.9.0.x runs on PyTorch 2.9 (CPU wheels from download.pytorch.org).
 NEURON_TORCH_VERSION = "2.9.0"
 
