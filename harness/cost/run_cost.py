@@ -89,7 +89,8 @@ def _describe(name: str, ep: dict, meta: dict) -> dict:
             "region": ep.get("region") or meta.get("region") or "us-east-1"}
 
 
-def cost_for_run(results_dir: Path, book: PriceBook | None, input_per_output: float = 5.0) -> dict:
+def cost_for_run(results_dir: Path, book: PriceBook | None, input_per_output: float = 5.0,
+                 write: bool = True) -> dict:
     model._positive("input_per_output", input_per_output, allow_zero=True)
     book = book or PriceBook.auto()
     meta = read_json(results_dir / "meta.json") or {}
@@ -139,5 +140,6 @@ def cost_for_run(results_dir: Path, book: PriceBook | None, input_per_output: fl
         else:
             row["missing"].append("instance type (not in meta.json, not a catalog backend)")
         result["endpoints"][name] = row
-    write_json(results_dir / "cost.json", result)
+    if write:
+        write_json(results_dir / "cost.json", result)
     return result

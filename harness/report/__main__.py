@@ -1,0 +1,24 @@
+"""python -m harness.report RESULTS_DIR: write report.md and report.html into RESULTS_DIR."""
+from __future__ import annotations
+
+import sys
+
+from harness.report import NotAResultsDir, render
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 1 or args[0].startswith("-"):
+        print("usage: python -m harness.report RESULTS_DIR (a results/<run-id>/ directory)", file=sys.stderr)
+        return 2
+    try:
+        md, page = render(args[0])
+    except NotAResultsDir as e:
+        print(f"harness.report: {e}", file=sys.stderr)
+        return 2
+    print(f"wrote {md} and {page}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

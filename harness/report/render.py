@@ -1,0 +1,250 @@
+"""report.md and one self-contained report.html (plots inlined as base64 PNG) from a RunData."""
+from __future__ import annotations
+
+import base64
+import html
+import json
+from typing import Any, Callable
+
+from harness.report import plots
+from harness.cost.run_cost import endpoints_from_meta
+from harness.report.data import RunData, knee_index, load_label, load_of, metric
+
+
+def _f(v: Any, spec: str = ".1f", none: str = "—") -> str:
+    if v is None or v == "":
+        return none
+    if isinstance(v, (int, float)):
+        return format(v, spec)
+    return str(v)
+
+
+def _money(v: float | None) -> str:
+    if v is None:
+        return "—"
+    return f"${v:,.2f}" if v >= 0.995 else f"${v:.3f}"
+
+
+# -- the tables, as (header, rows) shared by markdown and HTML ----------------------------------
+def _ordered(run: RunData) -> list[tuple[str, dict]]:
+    ends = (run.cost or {}).get("endpoints", {})
+    return [(n, ends[n]) for n in run.endpoint_names() if n in ends]
+
+
+Table = tuple[list[str], list[list[str]]]
+
+
+def roofline_table(run: RunData) -> Table:
+    head = ["backend", "instance", "precision", "decode tok/s", "ceiling tok/s", "of ceiling", "notes"]
+    rows = []
+    for n, e in _ordered(run):
+        r = e.get("roofline") or {}
+        notes = "; ".join(r.get("warnings", []) + e.get("missing", []))
+        if e.get("kind") == "bedrock":
+            notes = "model and hardware undisclosed: no ceiling"
+        rows.append([n, e.get("instance_type") or "managed", e.get("precision") or "—",
+                     _f((e.get("measured") or {}).get("decode_tok_s")), _f(r.get("ceiling_tok_s"), ".0f"),
+                     _f(e.get("efficiency"), ".0%"), notes])
+    return head, rows
+
+
+def cost_table(run: RunData) -> Table:
+    head = ["backend", "instance", "$/hour", "$/month 24x7", "$/M out, 1 stream", "$/M out, 16 streams",
+            "break-even tok/s", "price from"]
+    rows = []
+    for n, e in _ordered(run):
+        price = e.get("price") or {}
+        if e.get("kind") == "bedrock":
+            per_m = e.get("usd_per_m_output_incl_input")
+            rows.append([n, e.get("model_id") or "", "per token", "$0 idle", _money(per_m), _money(per_m), "—",
+                         price.get("label", "—")])
+            continue
+        rows.append([n, e.get("instance_type") or "—", _f(e.get("usd_per_hour"), ".4f"),
+                     _money(e.get("usd_per_month_24x7")), _money(e.get("usd_per_m_output_single")),
+                     _money(e.get("usd_per_m_output_c16")), _f(e.get("break_even_tok_s"), ",.0f"),
+                     price.get("label", "—") + (f" ({price['note']})" if price.get("note") else "")])
+    return head, rows
+
+
+def bench_table(run: RunData) -> Table:
+    head = ["backend", "load", "ok", "failed", "errors", "TTFT p50 / p99 ms", "ITL p50 ms", "TPOT p50 ms",
+            "e2e p50 ms", "output tok/s", "req/s", "goodput req/s", "knee"]
+    rows = []
+    for n in run.endpoint_names():
+        ordered = sorted(run.bench.get(n, []), key=load_of)
+        k = knee_index(ordered)
+        for i, lv in enumerate(ordered):
+            errs = ", ".join(f"{c}: {v}" for c, v in (lv.get("errors") or {}).items()) or "—"
+            rows.append([n, load_label(lv), _f(lv.get("completed"), "d"), _f(lv.get("failed"), "d"), errs,
+                         f"{_f(metric(lv, 'ttft_ms', 'p50'), '.0f')} / {_f(metric(lv, 'ttft_ms', 'p99'), '.0f')}",
+                         _f(metric(lv, "itl_ms", "p50")), _f(metric(lv, "tpot_ms", "p50")),
+                         _f(metric(lv, "e2e_ms", "p50"), ".0f"), _f(lv.get("output_tok_s")),
+                         _f(lv.get("request_s"), ".2f"), _f(lv.get("goodput_request_s"), ".2f"),
+                         "knee" if i == k else ""])
+    return head, rows
+
+
+def agent_table(run: RunData) -> Table:
+    head = ["backend", "run", "result", "quoted", "filters", "seconds", "error"]
+    rows = [[str(r.get("backend")), f"{r.get('run', '?')}/{r.get('runs', '?')}", "pass" if r.get("ok") else "FAIL",
+             _f(r.get("quoted"), "d" if isinstance(r.get("quoted"), int) else ""), str(r.get("filters") or []),
+             _f(r.get("seconds"), ".2f"), r.get("error") or ""] for r in run.agent_runs]
+    return head, rows
+
+
+def scoreboard_table(run: RunData) -> Table:
+    keys = list(dict.fromkeys(k for r in run.scoreboard for k in r))
+    return keys, [[_f(r.get(k), ".3g") if isinstance(r.get(k), float) else str(r.get(k, "")) for k in keys]
+                  for r in run.scoreboard]
+
+
+def config_table(run: RunData) -> Table:
+    rows = []
+    for section in ("versions", "config"):
+        for k, v in (run.meta.get(section) or {}).items():
+            rows.append([section, k, v if isinstance(v, str) else json.dumps(v)])
+    for k in ("run_id", "started_at", "finished_at", "region"):
+        if k in run.meta:
+            rows.append(["run", k, str(run.meta[k])])
+    for name, ep in endpoints_from_meta(run.meta).items():
+        desc = " · ".join(str(ep[k]) for k in ("kind", "instance_type", "model_id", "region") if ep.get(k))
+        rows.append(["endpoint", name, desc])
+    return ["section", "key", "value"], rows
+
+
+# -- headline figures ---------------------------------------------------------------------------
+def headlines(run: RunData) -> list[tuple[str, str]]:
+    out = []
+    ends = (run.cost or {}).get("endpoints", {})
+    speeds = [(e["measured"]["decode_tok_s"], n) for n, e in ends.items()
+              if (e.get("measured") or {}).get("decode_tok_s") and e.get("kind") != "bedrock"]
+    if speeds:
+        v, n = max(speeds)
+        out.append(("fastest self-hosted single stream", f"{n}: {v:.1f} tok/s"))
+    c16 = [(e["usd_per_m_output_c16"], n) for n, e in ends.items() if e.get("usd_per_m_output_c16")]
+    if c16:
+        v, n = min(c16)
+        out.append(("cheapest instance, 16 streams", f"{n}: {_money(v)} per M output tokens"))
+    be = [(e["break_even_tok_s"], n) for n, e in ends.items() if e.get("break_even_tok_s")]
+    if be:
+        v, n = min(be)
+        out.append(("lowest break-even vs Bedrock", f"{n}: {v:,.0f} output tok/s 24x7"))
+    if run.agent_runs:
+        ok = sum(1 for r in run.agent_runs if r.get("ok"))
+        out.append(("agent trial", f"{ok} of {len(run.agent_runs)} runs passed (answer 8 and filter id >= 10)"))
+    return out
+
+
+def price_provenance(run: RunData) -> list[str]:
+    lines = [run.cost_note] if run.cost_note else list((run.cost or {}).get("price_notes", []))
+    labels = sorted({(e.get("price") or {}).get("label") for e in (run.cost or {}).get("endpoints", {}).values()} - {None})
+    if labels:
+        lines.append("prices used: " + ", ".join(labels))
+    return lines
+
+
+# -- markdown -----------------------------------------------------------------------------------
+def _md_table(t: Table) -> str:
+    head, rows = t
+    if not rows:
+        return "_none in this run_\n"
+    esc = lambda s: str(s).replace("|", "\\|").replace("\n", " ")
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(esc(c) for c in r) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+SECTIONS: list[tuple[str, str, Callable[[RunData], Table], Callable[[RunData], bytes | None] | None, str]] = [
+    ("speed", "Decode speed against the roofline", roofline_table, plots.decode_vs_ceiling,
+     "Ceiling = memory bandwidth / bytes read per generated token (weights actually read, tied LM head "
+     "included, embedding tables only looked up, plus the KV cache at 512 tokens of context)."),
+    ("cost", "Cost per million output tokens", cost_table, plots.cost_per_m,
+     "Instances priced running 24x7 flat out at the measured throughput; break-even is the average output "
+     "rate at which the instance costs what Bedrock Nova Micro would."),
+    ("latency", "Latency against throughput", bench_table, plots.latency_throughput,
+     "Each point is one load level (c = concurrent streams, req/s = Poisson rate). Failed requests are "
+     "excluded from latencies and counted. The knee is where median latency grows faster than throughput."),
+    ("agent", "Agent trial", agent_table, None,
+     "A run passes only if the model quoted 8 and called count_ids with the filter id >= 10."),
+    ("scoreboard", "Scoreboard agent", scoreboard_table, None, "Sorted by code, not by the model."),
+    ("config", "Versions and configuration", config_table, None, "From meta.json."),
+]
+
+
+def _caption(run: RunData, key: str, caption: str) -> str:
+    if key == "agent" and run.agent_runs:
+        tally: dict[str, list[int]] = {}
+        for r in run.agent_runs:
+            t = tally.setdefault(str(r.get("backend")), [0, 0])
+            t[0] += bool(r.get("ok"))
+            t[1] += 1
+        caption += " Passed: " + ", ".join(f"{b} {ok}/{n}" for b, (ok, n) in tally.items()) + "."
+    if key == "latency":
+        origin = "default, from seed 004" if run.slo_is_default else "from the run's configuration"
+        caption += f" SLO line: P99 TTFT <= {run.slo_ttft_p99_ms:.0f} ms ({origin})."
+    return caption
+
+
+def markdown(run: RunData) -> str:
+    out = [f"# Inference on AWS: run {run.run_id}", ""]
+    out += [f"- **{k}**: {v}" for k, v in headlines(run)]
+    out += [f"- _{line}_" for line in price_provenance(run)]
+    if run.missing:
+        out += ["", "**Missing from this run:** " + "; ".join(run.missing) + "."]
+    out += ["", "Plots: see report.html next to this file.", ""]
+    for _key, title, table, _plot, caption in SECTIONS:
+        out += [f"## {title}", "", _caption(run, _key, caption), "", _md_table(table(run))]
+    return "\n".join(out)
+
+
+# -- HTML ---------------------------------------------------------------------------------------
+CSS = """
+body{font-family:-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:0;background:#f4f5f7;color:#1d2430}
+header{background:#232f3e;color:#fff;padding:24px 40px}header h1{margin:0 0 6px;font-size:26px}
+header p{margin:2px 0;color:#c9d1dc;font-size:13px}main{max-width:1180px;margin:0 auto;padding:20px 40px 60px}
+.cards{display:flex;flex-wrap:wrap;gap:14px;margin:18px 0}.card{background:#fff;border-radius:8px;padding:14px 18px;
+flex:1 1 230px;box-shadow:0 1px 3px rgba(0,0,0,.12);border-top:4px solid #ff9900}.card b{display:block;font-size:12px;
+text-transform:uppercase;color:#5f6b7a;letter-spacing:.04em}.card span{font-size:19px;font-weight:600}
+.missing{background:#fff4e5;border-left:5px solid #ff9900;padding:10px 16px;border-radius:4px;margin:14px 0}
+section{background:#fff;border-radius:8px;padding:18px 24px;margin:18px 0;box-shadow:0 1px 3px rgba(0,0,0,.1)}
+section h2{margin-top:0;font-size:20px}.caption{color:#5f6b7a;font-size:13px}img{max-width:100%;display:block;margin:10px 0}
+table{border-collapse:collapse;width:100%;font-size:12.5px;margin-top:8px}th{background:#eef1f5;text-align:left}
+th,td{padding:5px 8px;border-bottom:1px solid #e3e7ec;vertical-align:top}td.pass{color:#1e7b34;font-weight:600}
+td.FAIL{color:#c62828;font-weight:700}.none{color:#888;font-style:italic}
+"""
+
+
+def _html_table(t: Table) -> str:
+    head, rows = t
+    if not rows:
+        return '<p class="none">none in this run</p>'
+    h = "".join(f"<th>{html.escape(c)}</th>" for c in head)
+    body = "".join("<tr>" + "".join(f'<td class="{html.escape(str(c))}">{html.escape(str(c))}</td>'
+                                    if c in ("pass", "FAIL") else f"<td>{html.escape(str(c))}</td>" for c in r)
+                   + "</tr>" for r in rows)
+    return f"<table><thead><tr>{h}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def html_page(run: RunData) -> str:
+    e = html.escape
+    sub = [f"region {e(str(run.meta.get('region', '—')))}",
+           f"{e(str(run.meta.get('started_at', '')))} → {e(str(run.meta.get('finished_at', '')))}"]
+    parts = [f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>Run {e(run.run_id)}</title>"
+             f"<style>{CSS}</style></head><body><header><h1>Inference on AWS: run {e(run.run_id)}</h1>"
+             f"<p>{' · '.join(sub)}</p>" + "".join(f"<p>{e(line)}</p>" for line in price_provenance(run))
+             + "</header><main>"]
+    cards = headlines(run)
+    if cards:
+        parts.append("<div class='cards'>" + "".join(f"<div class='card'><b>{e(k)}</b><span>{e(v)}</span></div>"
+                                                  for k, v in cards) + "</div>")
+    if run.missing:
+        parts.append("<div class='missing'><b>Missing from this run:</b> " + e("; ".join(run.missing)) + ".</div>")
+    for key, title, table, plot, caption in SECTIONS:
+        parts.append(f"<section id='{key}'><h2>{e(title)}</h2><p class='caption'>{e(_caption(run, key, caption))}</p>")
+        png = plot(run) if plot else None
+        if png:
+            b64 = base64.b64encode(png).decode("ascii")
+            parts.append(f"<img alt='{e(title)}' src='data:image/png;base64,{b64}'>")
+        parts.append(_html_table(table(run)) + "</section>")
+    parts.append("</main></body></html>")
+    return "".join(parts)

@@ -1,0 +1,109 @@
+"""The report renders from saved files only, tolerates missing parts, and shows in a browser."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.report import render
+from tests.conftest import require_binary
+from tests.report.synthetic import make_results
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _images(page: str) -> int:
+    return page.count("data:image/png;base64,")
+
+
+def test_full_run_renders_markdown_and_self_contained_html(tmp_path):
+    run = make_results(tmp_path)
+    md, page = render(run)
+    text, html = md.read_text(), page.read_text()
+    assert _images(html) == 3  # roofline, cost, latency-throughput
+    assert "http://" not in html and "https://" not in html and "<script" not in html  # nothing fetched
+    for needle in ("Decode speed against the roofline", "Cost per million output tokens", "Latency against throughput",
+                   "Agent trial", "Versions and configuration", "vLLM 0.30", "180-in/256-out"):
+        assert needle in text and needle in html
+    assert "6 of 8 runs passed" in text and "g6 2/3" in text
+    # no cost.json in the run: computed offline from the snapshot, said so, run files untouched
+    assert "costs computed offline from the price snapshot dated" in text
+    assert not (run / "cost.json").exists()
+    assert "SLO line: P99 TTFT <= 800 ms (from the run's configuration)" in text
+    # the knee: sagemaker's c=64 level grows latency faster than throughput
+    sm_rows = [l for l in text.splitlines() if l.startswith("| sagemaker | c=")]
+    assert sm_rows[-1].rstrip().endswith("| knee |") and not sm_rows[0].rstrip().endswith("| knee |")
+
+
+def test_existing_cost_json_is_used_as_saved(tmp_path):
+    run = make_results(tmp_path)
+    from harness.cost.model import cost_for_run
+    from harness.cost.prices import PriceBook
+
+    cost = cost_for_run(run, PriceBook.auto(offline=True))
+    cost["endpoints"]["g6"]["usd_per_m_output_c16"] = 0.123456  # the report must show what was saved
+    (run / "cost.json").write_text(json.dumps(cost))
+    md, _ = render(run)
+    assert "$0.123" in md.read_text() and "no cost.json" not in md.read_text()
+
+
+def test_only_agent_runs(tmp_path):
+    run = make_results(tmp_path, parts=("agent",))
+    md, page = render(run)
+    text = md.read_text()
+    assert "Missing from this run:** meta.json (versions and configuration); scoreboard" in text
+    assert "load benchmark (bench/*/summary.json)" in text
+    assert "| g6 | 3/3 | FAIL | 7 |" in text
+    assert _images(page.read_text()) == 0
+
+
+def test_only_bench(tmp_path):
+    run = make_results(tmp_path, parts=("bench",))
+    md, page = render(run)
+    text = md.read_text()
+    assert "agent trial (agent_runs.jsonl)" in text and "meta.json" in text
+    assert "SLO line: P99 TTFT <= 800 ms (default, from seed 004)" in text
+    assert _images(page.read_text()) == 3
+
+
+@pytest.mark.parametrize("make", [lambda p: p / "nope", lambda p: (p / "empty").mkdir() or p / "empty",
+                                  lambda p: (p / "f.txt").write_text("x") and p / "f.txt"])
+def test_bad_results_dir_is_one_line_and_non_zero(tmp_path, make):
+    target = make(tmp_path)
+    p = subprocess.run([sys.executable, "-m", "harness.report", str(target)], cwd=ROOT,
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2
+    assert len(p.stderr.strip().splitlines()) == 1 and "Traceback" not in p.stderr
+
+
+def test_cli_writes_both_files(tmp_path):
+    run = make_results(tmp_path, parts=("meta", "bench"))
+    p = subprocess.run([sys.executable, "-m", "harness.report", str(run)], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert (run / "report.md").exists() and (run / "report.html").exists()
+
+
+def test_html_renders_in_headless_chromium(tmp_path):
+    chromium = require_binary("chromium")
+    from matplotlib import image
+
+    run = make_results(tmp_path / "results")
+    _, page = render(run)
+    shot = tmp_path / "shot.png"
+    cmd = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+           "--disable-background-networking", "--disable-component-update", "--disable-sync",
+           f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={shot}", "--window-size=1280,2000",
+           page.resolve().as_uri()]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120,
+                       env={k: v for k, v in os.environ.items() if k not in ("http_proxy", "https_proxy")})
+    assert p.returncode == 0 and shot.exists(), p.stderr[-2000:]
+    px = (image.imread(shot)[:, :, :3] * 255).astype("uint8")
+    colours = {tuple(c) for c in px.reshape(-1, 3)[::7]}
+    assert len(colours) > 200  # text, tables and plots, not a blank page
+    # the plot colours (e.g. g6 green, Bedrock orange) reached the screen
+    assert any(abs(int(r) - 0x2C) < 8 and abs(int(g) - 0xA0) < 8 and abs(int(b) - 0x2C) < 8 for r, g, b in colours)
