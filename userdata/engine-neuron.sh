@@ -1,22 +1,30 @@
 # shellcheck shell=bash
-# Engine for inf2 and trn1: the kit's Neuron serving engine (ami/neuron), installed into the
-# image by the image pipeline (stacks/images.py) together with the pinned Neuron SDK. This file
-# only checks that the image carries it and starts it; booted from the plain public Neuron DLAMI
-# it fails fast with a clear reason in the stack events. Contract: see engine-vllm-gpu.sh.
+# Engine for inf2 and trn1: the kit's Neuron engine (ami/neuron) with Neuron SDK 2.28, baked
+# into the neuron image by the image pipeline (stacks/images.py, docs/images.md). Contract: see
+# engine-vllm-gpu.sh. Safe to run again after a reboot or a stop/start: the checkpoint download
+# skips files already there and compiled graphs are reused from the persistent cache on EBS.
+#
+# KIT_TP_DEGREE comes from the stack: the NeuronCore count of the instance type in
+# harness/catalog.py, rounded down to a degree the Neuron runtime supports.
 
-KIT_NEURON_SERVE=/opt/inference-kit/neuron/bin/kit-neuron-serve
+KIT_NEURON_VENV=/opt/inference-kit/neuron
+KIT_NEURON_SERVE=$KIT_NEURON_VENV/bin/kit-neuron-serve
+KIT_MODEL_DIR=/opt/inference-kit/models/$KIT_MODEL
 
 engine_install() {
-  if [ -x "$KIT_NEURON_SERVE" ]; then
-    kit_log "Neuron engine found in the image"
+  if [ -x "$KIT_NEURON_SERVE" ] && command -v neuron-ls >/dev/null; then
+    kit_log "Neuron engine found in the image: $(cat /etc/inference-kit/engine-version 2>/dev/null || echo unknown)"
     return 0
   fi
-  kit_log "no Neuron engine at $KIT_NEURON_SERVE: deploy the Neuron image pipeline first (see docs/stacks.md)"
+  kit_log "no Neuron engine at $KIT_NEURON_SERVE: build the neuron image first (docs/images.md)"
   return 1
 }
 
 engine_exec() {
   export HF_HOME=/opt/inference-kit/hf
-  exec "$KIT_NEURON_SERVE" --model "$KIT_MODEL" --served-model-name "$KIT_SERVED_MODEL" \
-    --host 127.0.0.1 --port "$KIT_PORT" --max-model-len "$KIT_MAX_MODEL_LEN"
+  # The engine takes a checkpoint directory; fetch it here, where HF_TOKEN is set (kit-boot serve).
+  install -d -m 0755 "$KIT_MODEL_DIR"
+  "$KIT_NEURON_VENV/bin/hf" download "$KIT_MODEL" --local-dir "$KIT_MODEL_DIR" >/dev/null
+  exec "$KIT_NEURON_SERVE" --model "$KIT_MODEL_DIR" --served-model-name "$KIT_SERVED_MODEL" \
+    --host 127.0.0.1 --port "$KIT_PORT" --tp-degree "$KIT_TP_DEGREE"
 }

@@ -1,26 +1,26 @@
 # shellcheck shell=bash
-# Engine for g5g (Graviton2 + T4G, sm_75): vLLM built from source with the Turing
-# shared-memory patch. The build takes hours, so it belongs in the image pipeline
-# (stacks/images.py), not in user data: this file only checks that the image carries the build
-# and starts it. Booted from the plain public DLAMI (no pipeline image yet) it fails fast with a
-# clear reason in the stack events. Contract: see engine-vllm-gpu.sh.
+# Engine for g5g (Graviton2 + T4G, sm_75): vLLM built from source for sm_75 with the Turing
+# shared-memory patch, baked into the vllm-sm75 image by the image pipelines (stacks/images.py,
+# docs/images.md); the build takes hours, so nothing is compiled here. Contract: see
+# engine-vllm-gpu.sh. Both functions are safe to run again after a reboot or a stop/start.
 
 KIT_VENV=/opt/inference-kit/vllm
 
 engine_install() {
   if [ -x "$KIT_VENV/bin/vllm" ] && "$KIT_VENV/bin/python" -c 'import vllm' 2>/dev/null; then
-    kit_log "vLLM (sm_75 build) found in the image"
+    kit_log "vLLM (sm_75 build) found in the image: $(cat /etc/inference-kit/engine-version 2>/dev/null || echo unknown)"
     return 0
   fi
-  kit_log "no sm_75 vLLM build at $KIT_VENV: deploy the g5g image pipeline first (see docs/stacks.md)"
+  kit_log "no sm_75 vLLM build at $KIT_VENV: build the vllm-sm75 image first (docs/images.md)"
   return 1
 }
 
 engine_exec() {
-  # Turing has no FlashInfer (sm_80+): Triton attention with the shared-memory patch.
-  export HF_HOME=/opt/inference-kit/hf VLLM_NO_USAGE_STATS=1 VLLM_ATTENTION_BACKEND=TRITON_ATTN
+  export HF_HOME=/opt/inference-kit/hf VLLM_NO_USAGE_STATS=1
+  # Turing: Triton attention (FlashInfer and FlashAttention need sm_80+), fp16 (no native bf16).
   # shellcheck disable=SC2086  # KIT_VLLM_ARGS is a list of flags written by the stack
   exec "$KIT_VENV/bin/vllm" serve "$KIT_MODEL" --served-model-name "$KIT_SERVED_MODEL" \
     --host 127.0.0.1 --port "$KIT_PORT" --max-model-len "$KIT_MAX_MODEL_LEN" \
+    --attention-backend TRITON_ATTN --dtype float16 \
     $KIT_VLLM_ARGS
 }
