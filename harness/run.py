@@ -62,6 +62,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scoreboard-model", default=catalog.NOVA_MICRO,
                    help=f"Bedrock model of the scoreboard agent (default {catalog.NOVA_MICRO})")
     p.add_argument("--os-user", default=None, help="OS user for EC2 Instance Connect (default: stack output, else ubuntu)")
+    b = p.add_argument_group("load benchmark (stage bench; docs/bench.md)")
+    b.add_argument("--bench-profile", default="agent", help="agent, 2k-512, poisson-180-256 or IN-OUT (default agent)")
+    b.add_argument("--concurrency", default="1,16,64", help="closed-loop levels (default 1,16,64); '' for none")
+    b.add_argument("--rate", default="", help="open-loop Poisson levels in requests/s, or auto (default none)")
+    b.add_argument("--bench-requests", type=int, default=128, help="measured requests per level (default 128)")
+    b.add_argument("--slo", default="ttft_p99_ms=800", help="goodput SLO (default ttft_p99_ms=800)")
     return p
 
 
@@ -84,6 +90,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         for b in a.backend_ids:
             if b not in catalog.BACKENDS:
                 raise UsageError(f"harness.run: --backends: unknown backend {b!r}; valid: {', '.join(catalog.BACKEND_IDS)}")
+    _parse_bench_args(a)
     from harness.endpoints import DiscoveryError, parse_endpoint_arg, parse_model_args
 
     try:
@@ -93,6 +100,29 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     except DiscoveryError as e:
         raise UsageError(f"harness.run: {e}") from None
     return a
+
+
+def _parse_bench_args(a: argparse.Namespace) -> None:
+    """Bench options checked up front, so a typo fails before anything is measured."""
+    try:
+        a.concurrency_levels = [int(x) for x in a.concurrency.split(",") if x.strip()]
+        a.rates = "auto" if a.rate.strip() == "auto" else [float(x) for x in a.rate.split(",") if x.strip()]
+    except ValueError:
+        raise UsageError(f"harness.run: --concurrency {a.concurrency!r} / --rate {a.rate!r}: comma-separated "
+                         "numbers (e.g. 1,16,64 and 2,4,8 or auto)") from None
+    if any(c < 1 for c in a.concurrency_levels) or (a.rates != "auto" and any(not r > 0 for r in a.rates)):
+        raise UsageError("harness.run: --concurrency levels must be >= 1 and --rate levels > 0")
+    if a.bench_requests < 1:
+        raise UsageError(f"harness.run: --bench-requests {a.bench_requests}: must be >= 1")
+    if "bench" in a.stages and importlib.util.find_spec("harness.bench.api") is not None:
+        from harness.bench.metrics import SLOError, parse_slo
+        from harness.bench.profiles import ProfileError, get_profile
+
+        try:
+            get_profile(a.bench_profile)
+            parse_slo(a.slo)
+        except (ProfileError, SLOError) as e:
+            raise UsageError(f"harness.run: {e}") from None
 
 
 # --------------------------------------------------------------------------- the offline plan
@@ -130,22 +160,33 @@ def _versions() -> dict[str, str]:
 
 
 # --------------------------------------------------------------------------- stages
-def _stage_bench(endpoints: list[Endpoint], run_dir: Path, echo: Callable[[str], None]) -> str:
+def _stage_bench(endpoints: list[Endpoint], run_dir: Path, args: argparse.Namespace,
+                 echo: Callable[[str], None]) -> str:
     if importlib.util.find_spec("harness.bench.api") is None:
         echo("bench      not available in this build (harness.bench.api missing)")
         return "not available in this build"
-    from harness.bench import api
+    from harness.bench.api import run_bench
 
     failed = []
     for ep in endpoints:
+        echo(f"bench      {ep.name}: profile {args.bench_profile}, concurrency {args.concurrency or '-'}"
+             f"{', rates ' + args.rate if args.rate else ''}, {args.bench_requests} requests per level")
         try:
-            api.run_bench(ep, out_dir=run_dir / "bench" / ep.name)
+            levels = run_bench(ep, profile=args.bench_profile, concurrency=args.concurrency_levels,
+                               rates=args.rates, requests=args.bench_requests, slo=args.slo,
+                               out_dir=run_dir / "bench" / ep.name)
         except KeyboardInterrupt:
             raise
         except Exception as exc:  # noqa: BLE001 - recorded, the next backend runs
             failed.append(ep.name)
             echo(f"bench      {ep.name}: error: {type(exc).__name__}: {str(exc)[:200]}")
-    return f"ok ({len(endpoints) - len(failed)}/{len(endpoints)} endpoints)"
+            continue
+        for lv in levels:
+            where = f"c={lv['concurrency']}" if lv.get("concurrency") is not None else f"rate={lv.get('rate')}"
+            echo(f"bench      {ep.name:<10} {where:<9} completed={lv.get('completed')} failed={lv.get('failed')} "
+                 f"output_tok_s={lv.get('output_tok_s')}")
+    done = len(endpoints) - len(failed)
+    return f"ok ({done}/{len(endpoints)} endpoints)" + (f"; failed: {', '.join(failed)}" if failed else "")
 
 
 def _stage_cost(run_dir: Path, echo: Callable[[str], None]) -> str:
@@ -164,13 +205,10 @@ def _stage_report(run_dir: Path, echo: Callable[[str], None]) -> str:
     if importlib.util.find_spec("harness.report") is None:
         echo("report     not available in this build (harness.report missing)")
         return "not available in this build"
-    import harness.report as report
+    from harness.report import render
 
-    if not hasattr(report, "render"):
-        echo("report     not available in this build (harness.report.render missing)")
-        return "not available in this build"
-    out = report.render(run_dir)
-    echo(f"report     wrote {out}")
+    md, html = render(run_dir)
+    echo(f"report     wrote {md} and {html}")
     return "ok"
 
 
@@ -257,15 +295,28 @@ def main(argv: list[str] | None = None, *, session: Any = None,
                 ok = sum(r.ok for r in records)
                 meta["stages"]["agent"] = f"ok ({ok}/{len(records)} runs passed)"
                 echo(f"agent      {ok}/{len(records)} runs passed")
-            if "scoreboard" in args.stages:
-                board = _scoreboard(live, args, session, region, creds, orchestrator, model_factory,
-                                    run_dir, meta, echo, retry_initial_delay)
-            if "bench" in args.stages:
-                meta["stages"]["bench"] = _stage_bench(live, run_dir, echo)
-            if "cost" in args.stages:
-                meta["stages"]["cost"] = _stage_cost(run_dir, echo)
-            if "report" in args.stages:
-                meta["stages"]["report"] = _stage_report(run_dir, echo)
+            later: dict[str, Callable[[], str | None]] = {
+                "scoreboard": lambda: _scoreboard(live, args, session, region, creds, orchestrator,
+                                                  model_factory, run_dir, meta, echo, retry_initial_delay),
+                "bench": lambda: _stage_bench(live, run_dir, args, echo),
+                "cost": lambda: _stage_cost(run_dir, echo),
+                "report": lambda: _stage_report(run_dir, echo),
+            }
+            for name in (s for s in args.stages if s in later):
+                try:
+                    status = later[name]()
+                except KeyboardInterrupt:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - a stage that fails is recorded, the rest go on
+                    status = f"error: {type(exc).__name__}: {str(exc)[:300]}"
+                    echo(f"{name:<10} {status}")
+                if name == "scoreboard":
+                    board = status if isinstance(status, dict) else board
+                    if not isinstance(status, dict):
+                        meta["stages"].setdefault("scoreboard", status)
+                else:
+                    meta["stages"][name] = status
+                write_json(run_dir / "meta.json", meta)
         except KeyboardInterrupt:
             meta["interrupted"] = True
             echo(f"\ninterrupted: everything measured so far is in {run_dir}")

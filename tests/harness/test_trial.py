@@ -186,3 +186,47 @@ def test_count_ids_grammar_never_evaluates():
     assert cid.quoted_number("eight of them") == 8
     assert cid.quoted_number("Either 7 or 8.") is None
     assert cid.quoted_number("I think 7.\nAnswer: 8") == 8
+
+
+def test_full_run_every_stage_from_saved_results(tmp_path, no_aws):
+    """agent -> scoreboard (injected orchestrator) -> bench -> cost (offline snapshot) -> report,
+    all against local servers; every stage leaves its file in the run directory."""
+    from tests.harness.test_aws_paths import FakeBedrockRuntime, _has_tool_result, text, tool_use
+    from harness.agent.models import build_model
+    from harness.endpoint import Endpoint
+
+    def script(request, n):
+        if not _has_tool_result(request):
+            return tool_use([("ask_local", {"question": "What is the capital of France?"})])
+        return text("done")
+
+    orchestrator = build_model(Endpoint("scoreboard", "bedrock", "us.amazon.nova-micro-v1:0", region="us-east-1"),
+                               client=FakeBedrockRuntime(script))
+    with servers(local=SCRIPTS["good"]) as s:
+        rc, lines, out = _run(tmp_path, ["--runs", "1", "--endpoint", f"local={s['local'].base_url}",
+                                         "--concurrency", "1,2", "--bench-requests", "4"],
+                              orchestrator=orchestrator)
+    assert rc == 0, lines
+    run_dir = next((tmp_path / "results").iterdir())
+    assert out["stages"]["agent"] == "ok (1/1 runs passed)"
+    assert out["stages"]["bench"] == "ok (1/1 endpoints)" and out["stages"]["cost"] == "ok"
+    assert out["stages"]["report"] == "ok" and out["stages"]["scoreboard"] == "ok"
+    assert out["scoreboard"]["rows"][0]["backend"] == "local" and out["scoreboard"]["rows"][0]["error"] is None
+    for f in ("meta.json", "agent_runs.jsonl", "scoreboard.json", "bench/local/summary.json",
+              "bench/local/requests.jsonl", "cost.json", "report.md", "report.html"):
+        assert (run_dir / f).exists(), f
+    levels = json.loads((run_dir / "bench/local/summary.json").read_text())
+    assert [lv["concurrency"] for lv in levels] == [1, 2] and all(lv["completed"] == 4 for lv in levels)
+
+
+def test_bad_input_is_one_line_exit_2(capsys):
+    for argv, needle in [(["--only", "agent,bogus"], "--only 'bogus' is not a stage"),
+                         (["--endpoint", "nourl"], "--endpoint 'nourl': expected NAME=URL"),
+                         (["--runs", "0"], "--runs 0: must be >= 1"),
+                         (["--backends", "g7"], "unknown backend 'g7'"),
+                         (["--concurrency", "1,x"], "comma-separated"),
+                         (["--bench-profile", "nope"], ""),
+                         (["--frobnicate"], "unrecognized arguments")]:
+        assert run.main(argv) == 2, argv
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("harness.run: ") and needle in err[0], err
