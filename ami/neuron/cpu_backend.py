@@ -51,5 +51,8 @@ def make_generator(model_id: str, model_dir: str | None, tiny_random: bool, limi
     model, tokenizer = load(model_dir, tiny_random, threads or min(4, os.cpu_count() or 1))
     eos = getattr(model.generation_config, "eos_token_id", None)
     chat = ChatFormat.for_tokenizer(tokenizer, eos if isinstance(eos, list) else [eos])
+    # Stopping is per request (ignore_eos, stop tokens) in RowTracker; generate() must not stop
+    # the whole batch on the checkpoint's default end-of-sequence ids.
+    model.generation_config.eos_token_id = None
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     return BatchedGenerator(model_id, chat, limits, HFRunner(model, pad), batch_wait_s)

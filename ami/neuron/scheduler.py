@@ -13,7 +13,7 @@ import asyncio
 import collections
 import logging
 from dataclasses import dataclass, field
-from typing import AsyncIterator, Callable, Protocol
+from typing import Callable, Protocol
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +45,34 @@ def fits(rows: list[Row], max_total: int) -> bool:
     return max(len(r.prompt_ids) for r in rows) + max(r.max_new for r in rows) <= max_total
 
 
+class _TokenStream:
+    """Async iterator of one request's token ids. Closing it (client gone, or done) cancels the
+    row: it is skipped if still queued, and stops at the next step if running."""
+
+    def __init__(self, row: Row, queue: asyncio.Queue) -> None:
+        self.row, self.queue = row, queue
+
+    def __aiter__(self) -> "_TokenStream":
+        return self
+
+    async def __anext__(self) -> int:
+        try:
+            item = await self.queue.get()
+        except BaseException:
+            self.row.cancelled = True
+            raise
+        if item is _END:
+            self.row.cancelled = True
+            raise StopAsyncIteration
+        if isinstance(item, BaseException):
+            self.row.cancelled = True
+            raise item
+        return item
+
+    async def aclose(self) -> None:
+        self.row.cancelled = True
+
+
 class BatchScheduler:
     def __init__(self, runner: Runner, max_batch: int, max_total: int, wait_s: float = 0.005):
         self.runner, self.max_batch, self.max_total, self.wait_s = runner, max_batch, max_total, wait_s
@@ -72,7 +100,7 @@ class BatchScheduler:
                 "batch_sizes": dict(sorted(self._batch_sizes.items())),
                 "max_batch_size_seen": max(self._batch_sizes, default=0)}
 
-    def submit(self, row: Row) -> AsyncIterator[int]:
+    def submit(self, row: Row) -> "_TokenStream":
         if len(row.prompt_ids) + row.max_new > self.max_total:
             raise ValueError(f"row needs {len(row.prompt_ids) + row.max_new} positions, "
                              f"compiled total is {self.max_total}")
@@ -81,20 +109,7 @@ class BatchScheduler:
         row.emit = lambda item: loop.call_soon_threadsafe(queue.put_nowait, item)
         self._pending.append(row)
         self._arrived.set()
-        return self._stream(row, queue)
-
-    async def _stream(self, row: Row, queue: asyncio.Queue) -> AsyncIterator[int]:
-        try:
-            while True:
-                item = await queue.get()
-                if item is _END:
-                    return
-                if isinstance(item, BaseException):
-                    raise item
-                yield item
-        finally:
-            # Caller gone (client disconnected) or done: free its slot at the next step.
-            row.cancelled = True
+        return _TokenStream(row, queue)
 
     def _take(self) -> list[Row]:
         batch: list[Row] = []
