@@ -130,7 +130,8 @@ def latency_throughput(run: RunData) -> bytes | None:
     from matplotlib.ticker import FuncFormatter
 
     a1.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
-    a1.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
+    # label 200, 500, 2,000, 5,000 … as well, so the log axis reads without counting decades
+    a1.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}" if f"{v:.0e}"[0] in "25" else ""))
     a1.set_ylabel("P99 time to first token (ms, log scale)")
     a2.set_ylabel("median inter-token latency (ms)")
     for ax in (a1, a2):
