@@ -1,5 +1,7 @@
-"""Preflight before spending: ``python -m harness.preflight [--backends g6,inf2] [--region R]``.
+"""Preflight before spending: ``python -m harness.preflight [--backends g6,inf2] [--region R] [-c K=V]``.
 
+What is checked is what ``cdk deploy`` would create: cdk.json context (plus ``-c`` overrides)
+parsed by ``stacks.config`` (instance-type overrides, the SageMaker type sweep, configured AZs).
 Checks, per selected backend, everything that would make ``cdk deploy`` fail or hang:
 credentials (``sts get_caller_identity``); the instance type offered in the region, and in which
 AZs (``describe_instance_type_offerings``); the on-demand vCPU quota of its family against what
@@ -14,8 +16,10 @@ Running instances also count against a vCPU quota: the table shows the quota, no
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from harness import catalog
@@ -38,6 +42,43 @@ def quota_class(instance_type: str) -> str | None:
     if t.startswith(("g", "vt")):
         return "G"
     return None
+
+
+@dataclass(frozen=True)
+class Target:
+    """One backend as ``cdk deploy`` would create it (from cdk.json context, else the catalog)."""
+
+    id: str
+    service: str
+    instance_types: tuple[str, ...] = ()
+    model_id: str = ""
+    az: str | None = None  # EC2: the AZ it launches in, when the config names one
+
+
+def targets_from_catalog(backends: list[str]) -> list[Target]:
+    out = []
+    for bid in backends:
+        b = catalog.backend(bid)
+        out.append(Target(bid, b.service, (b.instance_type,) if b.instance_type else (), b.model_id))
+    return out
+
+
+def targets_from_config(context: dict[str, Any], backends: list[str] | None) -> tuple[str, list[Target]]:
+    """Region and targets from cdk.json context, parsed by the same code the CDK app uses
+    (``stacks.config``: plain Python, no aws-cdk-lib), so preflight checks what would deploy."""
+    from stacks.config import parse
+
+    ctx = dict(context)
+    if backends:
+        ctx["backends"] = ",".join(backends)
+    cfg = parse(ctx)
+    out = []
+    for bc in cfg.backends:
+        b = catalog.backend(bc.id)
+        types = bc.instance_types or ((bc.instance_type,) if bc.instance_type else ())
+        launch_az = bc.az or (cfg.azs[0] if cfg.azs and b.service == "ec2" else None)
+        out.append(Target(bc.id, b.service, types, bc.model_id, launch_az))
+    return cfg.region, out
 
 
 @dataclass
@@ -110,13 +151,12 @@ def sagemaker_quota_finder(client: Any) -> Callable[[str], float | None]:
     return find
 
 
-def run_preflight(session: Any, region: str, backends: list[str], *, quota: QuotaFn | None = None,
+def run_preflight(session: Any, region: str, targets: list[Target], *, quota: QuotaFn | None = None,
                   sagemaker_quota: Callable[[str], float | None] | None = None,
                   bedrock: Any = None) -> Report:
-    """All checks for ``backends`` in ``region``; ``session`` is a boto3 Session. Clients the
+    """All checks for ``targets`` in ``region``; ``session`` is a boto3 Session. Clients the
     tests cannot get from moto (service-quotas for EC2 codes, bedrock) are injectable."""
     rep = Report(region)
-    selected = [catalog.backend(b) for b in backends]
     try:
         ident = session.client("sts", region_name=region).get_caller_identity()
         rep.add("*", "credentials", "ok", f"{ident['Arn']} (account {ident['Account']})")
@@ -130,19 +170,21 @@ def run_preflight(session: Any, region: str, backends: list[str], *, quota: Quot
     if quota is None:
         quota = service_quota_getter(session.client("service-quotas", region_name=region))
     need: dict[str, int] = {}
-    for b in selected:
-        if b.is_ec2 and b.instance_type:
-            cls = quota_class(b.instance_type)
-            spec = catalog.INSTANCES.get(b.instance_type)
-            if cls and spec:
-                need[cls] = need.get(cls, 0) + spec.vcpus
-    for b in selected:
-        if b.service == "bedrock":
-            _check_bedrock(session, region, b, rep, bedrock)
-        elif b.service == "sagemaker":
-            _check_sagemaker(session, region, b, rep, sagemaker_quota)
+    for t in targets:
+        if t.service == "ec2":
+            for it in t.instance_types:
+                cls, spec = quota_class(it), catalog.INSTANCES.get(it)
+                if cls and spec:
+                    need[cls] = need.get(cls, 0) + spec.vcpus
+    for t in targets:
+        if t.service == "bedrock":
+            _check_bedrock(session, region, t, rep, bedrock)
+        elif t.service == "sagemaker":
+            for it in t.instance_types:
+                _check_sagemaker(session, region, t.id, it, rep, sagemaker_quota)
         else:
-            _check_ec2(ec2, b, rep, quota, need)
+            for it in t.instance_types:
+                _check_ec2(ec2, t, it, rep, quota, need)
     return rep
 
 
@@ -164,49 +206,52 @@ def _check_bootstrap(session: Any, region: str, rep: Report) -> None:
         rep.add("*", "cdk bootstrap", "BLOCK", f"not bootstrapped: run npx cdk bootstrap aws://ACCOUNT/{region}")
 
 
-def _check_ec2(ec2: Any, b: catalog.Backend, rep: Report, quota: QuotaFn, need: dict[str, int]) -> None:
-    t = b.instance_type or ""
+def _check_ec2(ec2: Any, target: Target, t: str, rep: Report, quota: QuotaFn, need: dict[str, int]) -> None:
+    bid = target.id
     try:
         pages = ec2.get_paginator("describe_instance_type_offerings").paginate(
             LocationType="availability-zone", Filters=[{"Name": "instance-type", "Values": [t]}])
         azs = sorted({o["Location"] for p in pages for o in p.get("InstanceTypeOfferings", [])})
     except Exception as exc:  # noqa: BLE001
-        rep.add(b.id, f"{t} offered", "warn", f"could not check: {_short(exc)}")
+        rep.add(bid, f"{t} offered", "warn", f"could not check: {_short(exc)}")
         azs = None
     if azs is not None:
-        if azs:
-            rep.add(b.id, f"{t} offered", "ok", ", ".join(azs))
+        if not azs:
+            rep.add(bid, f"{t} offered", "BLOCK", f"{t} is not offered in {rep.region}; pick another region")
+        elif target.az and target.az not in azs:
+            rep.add(bid, f"{t} offered", "BLOCK", f"{t} is not offered in {target.az} (configured AZ); "
+                    f"offered in {', '.join(azs)}: set -c {bid}_az=<one of them> and list it in azs")
         else:
-            rep.add(b.id, f"{t} offered", "BLOCK", f"{t} is not offered in {rep.region}; pick another region")
+            where = f" (launch AZ {target.az})" if target.az else ""
+            rep.add(bid, f"{t} offered", "ok", ", ".join(azs) + where)
     cls = quota_class(t)
     spec = catalog.INSTANCES.get(t)
     if not cls or not spec:
-        rep.add(b.id, "vCPU quota", "warn", f"{t}: no quota class or vCPU count known to the kit")
+        rep.add(bid, "vCPU quota", "warn", f"{t}: no quota class or vCPU count known to the kit")
         return
     value = quota("ec2", QUOTA_CODES[cls])
     label = f"vCPU quota {QUOTA_CODES[cls]}"
     if value is None:
-        rep.add(b.id, label, "warn", f"could not read '{QUOTA_NAMES[cls]}'")
+        rep.add(bid, label, "warn", f"could not read '{QUOTA_NAMES[cls]}'")
     elif value < need[cls]:
-        rep.add(b.id, label, "BLOCK", f"{QUOTA_NAMES[cls]} = {value:g} vCPUs, selected stacks need "
+        rep.add(bid, label, "BLOCK", f"{QUOTA_NAMES[cls]} = {value:g} vCPUs, selected stacks need "
                 f"{need[cls]} ({t}: {spec.vcpus}); request an increase in Service Quotas")
     else:
-        rep.add(b.id, label, "ok", f"{value:g} vCPUs >= {need[cls]} needed")
+        rep.add(bid, label, "ok", f"{value:g} vCPUs >= {need[cls]} needed")
 
 
-def _check_sagemaker(session: Any, region: str, b: catalog.Backend, rep: Report,
+def _check_sagemaker(session: Any, region: str, bid: str, t: str, rep: Report,
                      finder: Callable[[str], float | None] | None) -> None:
-    t = b.instance_type or ""
     if finder is None:
         finder = sagemaker_quota_finder(session.client("service-quotas", region_name=region))
     value = finder(t)
-    label = "endpoint quota"
+    label = f"{t} endpoint quota"
     if value is None:
-        rep.add(b.id, label, "warn", f"could not read '{t} for endpoint usage'")
+        rep.add(bid, label, "warn", f"could not read '{t} for endpoint usage'")
     elif value < 1:
-        rep.add(b.id, label, "BLOCK", f"'{t} for endpoint usage' = {value:g}; request an increase")
+        rep.add(bid, label, "BLOCK", f"'{t} for endpoint usage' = {value:g}; request an increase")
     else:
-        rep.add(b.id, label, "ok", f"{t} for endpoint usage = {value:g}")
+        rep.add(bid, label, "ok", f"{t} for endpoint usage = {value:g}")
 
 
 def base_model_id(model_id: str) -> str:
@@ -217,7 +262,7 @@ def base_model_id(model_id: str) -> str:
     return model_id
 
 
-def _check_bedrock(session: Any, region: str, b: catalog.Backend, rep: Report, client: Any) -> None:
+def _check_bedrock(session: Any, region: str, b: Target, rep: Report, client: Any) -> None:
     client = client or session.client("bedrock", region_name=region)
     mid = base_model_id(b.model_id)
     try:
@@ -241,9 +286,9 @@ def _check_bedrock(session: Any, region: str, b: catalog.Backend, rep: Report, c
         rep.add(b.id, "model access", "ok", f"{mid} available and authorized")
 
 
-def parse_backends(value: str | None) -> list[str]:
+def parse_backends(value: str | None) -> list[str] | None:
     if not value:
-        return list(catalog.BACKEND_IDS)
+        return None
     ids = [v.strip() for v in value.split(",") if v.strip()]
     for i in ids:
         if i not in catalog.BACKENDS:
@@ -251,28 +296,67 @@ def parse_backends(value: str | None) -> list[str]:
     return ids
 
 
+def _context(path: Path, overrides: list[str]) -> dict[str, Any] | None:
+    """cdk.json context plus ``-c KEY=VALUE`` overrides (as the CDK CLI takes them); None when
+    there is no cdk.json and no override."""
+    ctx: dict[str, Any] | None = None
+    if path.exists():
+        try:
+            ctx = dict(json.loads(path.read_text()).get("context", {}))
+        except ValueError as e:
+            raise ValueError(f"{path}: not JSON ({e})") from None
+    for o in overrides:
+        k, sep, v = o.partition("=")
+        if not sep or not k:
+            raise ValueError(f"-c {o!r}: expected KEY=VALUE")
+        ctx = ctx if ctx is not None else {}
+        ctx[k] = v
+    return ctx
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:
+        raise ValueError(f"preflight: {message} (see --help)")
+
+
 def main(argv: list[str] | None = None, *, session: Any = None, **inject: Any) -> int:
-    p = argparse.ArgumentParser(prog="python -m harness.preflight", description=__doc__.split("\n\n")[0])
-    p.add_argument("--backends", help=f"comma-separated, default all: {','.join(catalog.BACKEND_IDS)}")
-    p.add_argument("--region")
-    args = p.parse_args(argv)
+    p = _Parser(prog="python -m harness.preflight", description=__doc__.split("\n\n")[0])
+    p.add_argument("--backends", help=f"comma-separated (default: cdk.json context backends): {','.join(catalog.BACKEND_IDS)}")
+    p.add_argument("--region", help="default: AWS_REGION, AWS_DEFAULT_REGION, then cdk.json context")
+    p.add_argument("--cdk-json", type=Path, default=Path("cdk.json"), help="default ./cdk.json")
+    p.add_argument("-c", "--context", action="append", default=[], metavar="KEY=VALUE",
+                   help="context override, as for cdk deploy -c (e.g. g5g_instance_type=g5g.4xlarge)")
     try:
+        args = p.parse_args(argv)
         backends = parse_backends(args.backends)
+        ctx = _context(args.cdk_json, args.context)
+        region = resolve_region(args.region, cdk_json=args.cdk_json)
+        if ctx is not None:
+            from stacks.config import ConfigError
+
+            if region:
+                ctx["region"] = region
+            try:
+                region, targets = targets_from_config(ctx, backends)
+            except ConfigError as e:
+                raise ValueError(f"preflight: {e}") from None
+        else:
+            targets = targets_from_catalog(backends or list(catalog.BACKEND_IDS))
     except ValueError as e:
         print(e, file=sys.stderr)
         return 2
-    region = resolve_region(args.region)
     if not region:
-        print("no region: pass --region, set AWS_REGION, or set context.region in cdk.json", file=sys.stderr)
+        print("preflight: no region: pass --region, set AWS_REGION, or set context.region in cdk.json", file=sys.stderr)
         return 2
     if session is None:
         import boto3
 
         session = boto3.Session(region_name=region)
-    rep = run_preflight(session, region, backends, **inject)
-    print(f"preflight in {region} for {', '.join(backends)}\n")
-    print(rep.render(backends))
-    return 1 if rep.blocked(backends) else 0
+    ids = [t.id for t in targets]
+    rep = run_preflight(session, region, targets, **inject)
+    print(f"preflight in {region} for {', '.join(ids)}\n")
+    print(rep.render(ids))
+    return 1 if rep.blocked(ids) else 0
 
 
 if __name__ == "__main__":

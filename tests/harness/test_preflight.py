@@ -1,6 +1,8 @@
 """Preflight on moto (real per-region offerings), with the quota and Bedrock calls injected."""
 from __future__ import annotations
 
+import json
+
 import boto3
 import pytest
 from moto import mock_aws
@@ -24,6 +26,15 @@ def _quota(values):
 
 
 @pytest.fixture()
+def cdk_json(tmp_path):
+    """A cdk.json of the repo's shape, so the tests do not depend on the checked-in defaults."""
+    p = tmp_path / "cdk.json"
+    p.write_text(json.dumps({"app": "x", "context": {
+        "region": "us-east-1", "backends": "bedrock,sagemaker,g6,g5g,inf2,trn1"}}))
+    return ["--cdk-json", str(p)]
+
+
+@pytest.fixture()
 def aws(monkeypatch):
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
@@ -36,10 +47,10 @@ def _bootstrap(region):
         Name=preflight.BOOTSTRAP_PARAM, Value="27", Type="String")
 
 
-def test_all_ready_in_us_east_1(aws, capsys):
+def test_all_ready_in_us_east_1(aws, cdk_json, capsys):
     _bootstrap("us-east-1")
     bedrock = FakeBedrock()
-    rc = preflight.main(["--region", "us-east-1"], session=boto3.Session(region_name="us-east-1"),
+    rc = preflight.main(["--region", "us-east-1", *cdk_json], session=boto3.Session(region_name="us-east-1"),
                         quota=_quota({"L-DB2E81BA": 64, "L-1945791B": 8, "L-2C3B7624": 8}),
                         sagemaker_quota=lambda t: 1.0, bedrock=bedrock)
     out = capsys.readouterr().out
@@ -50,9 +61,9 @@ def test_all_ready_in_us_east_1(aws, capsys):
         assert f"{b:<10} ready" in out
 
 
-def test_g5g_not_offered_in_us_east_2_blocks_only_g5g(aws, capsys):
+def test_g5g_not_offered_in_us_east_2_blocks_only_g5g(aws, cdk_json, capsys):
     _bootstrap("us-east-2")
-    rc = preflight.main(["--region", "us-east-2", "--backends", "g6,g5g"],
+    rc = preflight.main(["--region", "us-east-2", "--backends", "g6,g5g", *cdk_json],
                         session=boto3.Session(region_name="us-east-2"),
                         quota=_quota({"L-DB2E81BA": 64}))
     out = capsys.readouterr().out
@@ -61,10 +72,10 @@ def test_g5g_not_offered_in_us_east_2_blocks_only_g5g(aws, capsys):
     assert "g5g        blocked" in out and "g6         ready" in out
 
 
-def test_quota_summed_over_selected_stacks(aws, capsys):
+def test_quota_summed_over_selected_stacks(aws, cdk_json, capsys):
     _bootstrap("us-east-1")
     # g6.xlarge (4) + g5g.2xlarge (8) = 12 G vCPUs needed, 8 allowed: both G backends blocked.
-    rc = preflight.main(["--region", "us-east-1", "--backends", "g6,g5g,inf2"],
+    rc = preflight.main(["--region", "us-east-1", "--backends", "g6,g5g,inf2", *cdk_json],
                         session=boto3.Session(region_name="us-east-1"),
                         quota=_quota({"L-DB2E81BA": 8, "L-1945791B": 4}))
     out = capsys.readouterr().out
@@ -73,9 +84,9 @@ def test_quota_summed_over_selected_stacks(aws, capsys):
     assert "g6         blocked" in out and "inf2       ready" in out
 
 
-def test_zero_quota_and_unreadable_quota(aws, capsys):
+def test_zero_quota_and_unreadable_quota(aws, cdk_json, capsys):
     _bootstrap("us-east-1")
-    rc = preflight.main(["--region", "us-east-1", "--backends", "trn1,inf2"],
+    rc = preflight.main(["--region", "us-east-1", "--backends", "trn1,inf2", *cdk_json],
                         session=boto3.Session(region_name="us-east-1"),
                         quota=_quota({"L-2C3B7624": 0}))
     out = capsys.readouterr().out
@@ -84,8 +95,8 @@ def test_zero_quota_and_unreadable_quota(aws, capsys):
     assert "inf2       ready (with warnings)" in out and "could not read" in out
 
 
-def test_no_bootstrap_and_bedrock_not_entitled_block(aws, capsys):
-    rc = preflight.main(["--region", "us-east-1", "--backends", "bedrock"],
+def test_no_bootstrap_and_bedrock_not_entitled_block(aws, cdk_json, capsys):
+    rc = preflight.main(["--region", "us-east-1", "--backends", "bedrock", *cdk_json],
                         session=boto3.Session(region_name="us-east-1"),
                         bedrock=FakeBedrock(entitlementAvailability="NOT_AVAILABLE"))
     out = capsys.readouterr().out
@@ -93,18 +104,41 @@ def test_no_bootstrap_and_bedrock_not_entitled_block(aws, capsys):
     assert "not bootstrapped" in out and "no entitlement" in out
 
 
-def test_no_credentials_blocks(monkeypatch, tmp_path, capsys):
+def test_no_credentials_blocks(monkeypatch, tmp_path, cdk_json, capsys):
     for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE"):
         monkeypatch.delenv(k, raising=False)
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
-    rc = preflight.main(["--region", "us-east-1", "--backends", "g6"],
+    rc = preflight.main(["--region", "us-east-1", "--backends", "g6", *cdk_json],
                         session=boto3.Session(region_name="us-east-1"))
     out = capsys.readouterr().out
     assert rc == 1 and "no usable AWS credentials" in out
 
 
-def test_unknown_backend_is_one_line_exit_2(capsys):
-    assert preflight.main(["--backends", "g6,h100"]) == 2
+def test_configured_az_and_instance_overrides_are_what_is_checked(aws, cdk_json, capsys):
+    _bootstrap("us-east-1")
+    # trn1.2xlarge is offered only in us-east-1c and -1f; the config launches it in us-east-1a.
+    rc = preflight.main(["--backends", "trn1,sagemaker,g5g", *cdk_json, "-c", "azs=us-east-1a,us-east-1c",
+                         "-c", "trn1_az=us-east-1a", "-c", "g5g_instance_type=g5g.4xlarge",
+                         "-c", "sagemaker_instance_types=ml.g6.xlarge,ml.g5.xlarge"],
+                        session=boto3.Session(region_name="us-east-1"),
+                        quota=_quota({"L-DB2E81BA": 64, "L-2C3B7624": 8}),
+                        sagemaker_quota=lambda t: {"ml.g6.xlarge": 1.0, "ml.g5.xlarge": 0.0}[t])
+    out = capsys.readouterr().out
+    assert rc == 1
+    assert "trn1.2xlarge is not offered in us-east-1a (configured AZ); offered in us-east-1c, us-east-1f" in out
+    assert "g5g.4xlarge offered" in out and "g5g.2xlarge" not in out
+    assert "ml.g6.xlarge for endpoint usage = 1" in out and "'ml.g5.xlarge for endpoint usage' = 0" in out
+    assert "sagemaker  blocked" in out and "g5g        ready" in out
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--backends", "g6,h100"], "--backends: unknown backend 'h100'; valid: bedrock, sagemaker, g6, g5g, inf2, trn1"),
+    (["-c", "g6_instance_type=banana"], "g6_instance_type"),
+    (["-c", "novalue"], "-c 'novalue': expected KEY=VALUE"),
+    (["--bogus"], "unrecognized arguments"),
+])
+def test_bad_input_is_one_line_exit_2(argv, needle, cdk_json, capsys):
+    assert preflight.main([*argv, *cdk_json]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["--backends: unknown backend 'h100'; valid: bedrock, sagemaker, g6, g5g, inf2, trn1"]
+    assert len(err) == 1 and needle in err[0], err
