@@ -18,6 +18,7 @@ import argparse
 import contextlib
 import importlib.util
 import json
+import logging
 import platform
 import sys
 import time
@@ -224,6 +225,9 @@ def main(argv: list[str] | None = None, *, session: Any = None,
     except UsageError as e:
         print(e, file=sys.stderr)
         return 2
+    # Strands logs each recoverable model/tool problem as a warning; the trial records them in
+    # agent_runs.jsonl, so the terminal keeps to one line per run.
+    logging.getLogger("strands").setLevel(logging.ERROR)
     from harness.endpoints import (Discovery, DiscoveryError, from_cloudformation, from_endpoint_args,
                                    from_outputs, load_outputs_file, resolve_region)
 

@@ -230,3 +230,42 @@ def test_bad_input_is_one_line_exit_2(capsys):
         assert run.main(argv) == 2, argv
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("harness.run: ") and needle in err[0], err
+
+
+def test_real_sigint_keeps_results(tmp_path, no_aws):
+    """A real Ctrl-C (SIGINT) to a running ``python -m harness.run``: exit 130, every finished
+    run still in agent_runs.jsonl, meta.json marked interrupted."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    slow = FakeOpenAI(SCRIPTS["good"], token_delay=0.15).start()
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "harness.run", "--only", "agent", "--runs", "20",
+                                 "--endpoint", f"slow={slow.base_url}", "--results", str(tmp_path / "r")],
+                                cwd=root, env=os.environ.copy(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+        deadline = time.time() + 30
+        jsonl = None
+        while time.time() < deadline:
+            found = list((tmp_path / "r").glob("*/agent_runs.jsonl"))
+            if found and found[0].read_text().count("\n") >= 1:
+                jsonl = found[0]
+                break
+            time.sleep(0.1)
+        assert jsonl is not None, "no run finished"
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        slow.stop()
+    assert proc.returncode == 130, err
+    assert "interrupted: everything measured so far is in" in out
+    kept = list(read_jsonl(jsonl))
+    assert 1 <= len(kept) < 20 and all(r["ok"] for r in kept)
+    assert len(jsonl.read_text().splitlines()) == len(kept)  # no torn line
+    meta = json.loads((jsonl.parent / "meta.json").read_text())
+    assert meta["interrupted"] is True and "ended_at" in meta
