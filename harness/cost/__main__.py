@@ -1,6 +1,7 @@
 """python -m harness.cost [--offline] [--json] [--input-per-output R] [--region REGION]
 python -m harness.cost run RESULTS_DIR [--offline] [--input-per-output R]
 python -m harness.cost snapshot --out FILE          (re-price the snapshot live; needs credentials)
+python -m harness.cost payback --before USD --after USD --engineering USD [--json]
 
 The first form prints the plan per backend (harness.cost.plan); without credentials, or with
 --offline, every price comes from the dated snapshot and says so. Bad input: one line, exit 2.
@@ -47,6 +48,8 @@ def main(argv: list[str] | None = None) -> int:
 
     if argv[:1] == ["snapshot"]:
         return _snapshot(argv[1:])
+    if argv[:1] == ["payback"]:
+        return _payback(argv[1:])
     if argv[:1] == ["run"]:
         p = _Parser(prog="python -m harness.cost run")
         p.add_argument("results_dir", type=Path)
@@ -79,6 +82,37 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(plan, indent=2))
     else:
         print(format_plan(plan, a.input_per_output, book.notes))
+    return 0
+
+
+def _usd(text: str) -> float:
+    try:
+        v = float(text.replace(",", "").lstrip("$"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an amount in USD >= 0, got {text!r}") from None
+    if not 0 <= v < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be an amount in USD >= 0, got {text!r}")
+    return v
+
+
+def _payback(argv: list[str]) -> int:
+    from harness.cost.model import payback
+
+    p = _Parser(prog="python -m harness.cost payback", description="Payback and ROI of a migration.")
+    p.add_argument("--before", type=_usd, required=True, help="monthly cost today (USD)")
+    p.add_argument("--after", type=_usd, required=True, help="monthly cost after the migration (USD)")
+    p.add_argument("--engineering", type=_usd, required=True, help="one-off engineering cost (USD)")
+    p.add_argument("--json", action="store_true")
+    a = p.parse_args(argv)
+    d = payback(a.before, a.after, a.engineering).to_dict()
+    if a.json:
+        print(json.dumps(d, indent=2))
+        return 0
+    months = "never (nothing saved)" if d["payback_months"] is None else f"{d['payback_months']:.1f} months"
+    print(f"saving ${d['monthly_saving_usd']:,.0f} a month against ${d['engineering_usd']:,.0f} of engineering: "
+          f"payback in {months}")
+    for h, r in (d.get("roi") or {}).items():
+        print(f"ROI over {h.replace('_', ' ')}: {r:+.0%}")
     return 0
 
 

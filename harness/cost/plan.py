@@ -122,6 +122,8 @@ def format_plan(plan: dict, input_per_output: float = 5.0, notes: list[str] | No
     for bid, r in plan.items():
         for w in r.get("roofline_warnings", []):
             out.append(f"warning ({bid}): {w}")
-        if r.get("price_note") and "not" in r["price_note"]:
-            out.append(f"note ({bid}): {r['price_note']}")
+        note = r.get("price_note") or ""
+        if r.get("instance") and (r.get("usd_per_hour") is None or "live lookup failed" in note
+                                  or "snapshot price is for" in note):
+            out.append(f"note ({bid}): {note}")
     return "\n".join(out)

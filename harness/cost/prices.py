@@ -141,8 +141,11 @@ class PriceListClient:
                              f"valid: {', '.join(PRICING_ENDPOINT_REGIONS)}")
         if client is None:
             import boto3
+            from botocore.config import Config
 
-            client = boto3.client("pricing", region_name=endpoint_region)
+            # Fail fast when offline: a plan should not hang on a dead network.
+            client = boto3.client("pricing", region_name=endpoint_region, config=Config(
+                connect_timeout=5, read_timeout=30, retries={"max_attempts": 3, "mode": "standard"}))
         self._client = client
 
     def products(self, service_code: str, **attributes: str) -> list[dict]:
@@ -264,7 +267,17 @@ class PriceBook:
             usd = self.client.instance_hourly(instance_type, region)
             return Quote(instance_type, region, "live", self.today, usd_per_hour=usd)
         except Exception as e:  # any API failure: say so and use the snapshot
+            self._give_up_if_unreachable(e)
             return self._snapshot_instance(instance_type, region, f"live lookup failed ({_brief(e)}); ")
+
+    def _give_up_if_unreachable(self, e: Exception) -> None:
+        """No network or no credentials: stop asking, so each later lookup does not wait again."""
+        from botocore.exceptions import ConnectTimeoutError, EndpointConnectionError, NoCredentialsError
+
+        if isinstance(e, (EndpointConnectionError, ConnectTimeoutError, NoCredentialsError)):
+            self.client = None
+            self.notes.append(f"Price List API unreachable ({_brief(e)}): prices from the snapshot "
+                              f"dated {self.snapshot['as_of']}")
 
     def _snapshot_bedrock(self, model_id: str, region: str, why: str = "") -> Quote:
         as_of = self.snapshot["as_of"]
@@ -287,6 +300,7 @@ class PriceBook:
             usd_in, usd_out = self.client.bedrock_tokens(name, region)
             return Quote(model_id, region, "live", self.today, usd_per_m_input=usd_in, usd_per_m_output=usd_out)
         except Exception as e:
+            self._give_up_if_unreachable(e)
             return self._snapshot_bedrock(model_id, region, f"live lookup failed ({_brief(e)}); ")
 
 

@@ -74,3 +74,13 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, args, needle):
     p = run(*args, tmp_path=tmp_path)
     assert p.returncode == 2
     assert needle in p.stderr and len(p.stderr.strip().splitlines()) == 1 and "Traceback" not in p.stderr
+
+
+def test_payback_command_reproduces_seed_004(tmp_path):
+    p = run("payback", "--before", "20400", "--after", "13200", "--engineering", "90000", "--json",
+            tmp_path=tmp_path)
+    assert p.returncode == 0, p.stderr
+    d = json.loads(p.stdout)
+    assert d["monthly_saving_usd"] == 7200 and d["payback_months"] == 12.5
+    bad = run("payback", "--before", "20400", "--after", "-3", "--engineering", "1", tmp_path=tmp_path)
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1

@@ -131,3 +131,20 @@ def test_refresh_snapshot_reprices_every_entry():
     assert new["as_of"] == "2027-01-01"
     assert all(r["usd_per_hour"] == 1.0 and r["source"] == "AWS Price List API" for r in new["instances"])
     assert new["bedrock"][0]["usd_per_m_output"] == 0.02
+
+
+def test_unreachable_api_stops_live_lookups_after_the_first_failure():
+    from botocore.exceptions import EndpointConnectionError
+
+    class Dead:
+        calls = 0
+
+        def instance_hourly(self, t, r):
+            Dead.calls += 1
+            raise EndpointConnectionError(endpoint_url="https://api.pricing.us-east-1.amazonaws.com/")
+
+    book = PriceBook(Dead())
+    first = book.instance("g6.xlarge", "us-east-2")
+    second = book.instance("inf2.xlarge", "us-east-2")
+    assert Dead.calls == 1 and book.client is None
+    assert first.source == second.source == "snapshot" and "unreachable" in book.notes[-1]
