@@ -1,0 +1,97 @@
+"""The command line: bad input is one line and a non-zero exit; the package runs from an
+installed copy of the directory; the kit's lean side never imports the engine."""
+from __future__ import annotations
+
+import ast
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def run_cli(args, cwd=REPO, pythonpath=REPO):
+    env = {**os.environ, "PYTHONPATH": str(pythonpath)}
+    return subprocess.run([sys.executable, "-m", "ami.neuron.server", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("args, says", [
+    ([], "the following arguments are required: --backend"),
+    (["--backend", "gpu"], "invalid choice: 'gpu'"),
+    (["--backend", "neuron", "--tiny-random"], "--tiny-random needs --backend cpu"),
+    (["--backend", "cpu"], "--model DIR is required with --backend cpu (or --tiny-random)"),
+    (["--backend", "cpu", "--model", "/nonexistent"], "'/nonexistent' is not a checkpoint directory"),
+    (["--backend", "cpu", "--tiny-random", "--port", "70000"], "port must be 1..65535"),
+    (["--backend", "cpu", "--tiny-random", "--prompt-buckets", "512,128"], "increasing positive integers"),
+    (["--backend", "cpu", "--tiny-random", "--prompt-buckets", "128,a"], "comma-separated integers"),
+    (["--backend", "cpu", "--tiny-random", "--max-total-tokens", "128", "--prompt-buckets", "128"],
+     "must exceed the largest prompt bucket"),
+    (["--backend", "cpu", "--tiny-random", "--batch-size", "0"], "positive integer"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, says):
+    r = run_cli(args)
+    assert r.returncode == 2 and r.stdout == ""
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and says in lines[0] and lines[0].startswith("python -m ami.neuron.server: error:")
+
+
+def test_int4_dtype_is_refused_before_anything_loads(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    r = run_cli(["--backend", "neuron", "--model", str(tmp_path), "--dtype", "int4"])
+    assert r.returncode == 2 and "27x slower" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_neuron_backend_without_the_sdk_says_so(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    r = run_cli(["--backend", "neuron", "--model", str(tmp_path)])
+    assert r.returncode != 0
+    assert r.stderr.strip().splitlines() == [
+        "python -m ami.neuron.server: error: neuronx_distributed_inference is not installed; the "
+        "neuron backend runs on the Neuron image (use --backend cpu elsewhere)"]
+
+
+def test_runs_from_an_installed_copy_of_the_directory(tmp_path):
+    """What the image does: copy ami/__init__.py and ami/neuron/ elsewhere and run the module."""
+    dest = tmp_path / "site" / "ami"
+    shutil.copytree(REPO / "ami" / "neuron", dest / "neuron",
+                    ignore=shutil.ignore_patterns("__pycache__", "README.md"))
+    shutil.copy(REPO / "ami" / "__init__.py", dest / "__init__.py")
+    r = run_cli(["--help"], cwd=tmp_path, pythonpath=tmp_path / "site")
+    assert r.returncode == 0, r.stderr
+    for flag in ("--backend", "--model", "--tiny-random", "--host", "--port", "--prompt-buckets",
+                 "--max-total-tokens", "--batch-size", "--dtype", "--tp-degree", "--compiled-dir"):
+        assert flag in r.stdout
+    # The chat template file travels with the package (read with importlib.resources).
+    assert (dest / "neuron" / "gemma4_chat_template.jinja").is_file()
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(), str(path))
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+def test_engine_imports_nothing_from_the_repo_outside_its_package():
+    for path in (REPO / "ami" / "neuron").glob("*.py"):
+        bad = {n for n in _imports(path) if n.split(".")[0] in ("harness", "stacks", "tests")
+               or (n.startswith("ami") and not n.startswith("ami.neuron"))}
+        assert not bad, f"{path.name} imports {bad}"
+
+
+def test_harness_never_imports_the_engine_and_the_kit_install_stays_lean():
+    for path in (REPO / "harness").rglob("*.py"):
+        assert not {n for n in _imports(path) if n.startswith("ami")}, path
+    kit = (REPO / "requirements.txt").read_text().lower()
+    assert "torch" not in kit and "transformers" not in kit
+    engine = (REPO / "requirements-engine.txt").read_text()
+    assert "torch==" in engine and "transformers==" in engine
