@@ -28,6 +28,7 @@ class Ec2BackendStack(cdk.Stack):
         spec = BACKENDS[backend.id]
         assert spec.service == "ec2" and spec.image and spec.port, spec
         family = family or image_family(spec.image)
+        self.family = family
         env = {
             "KIT_BACKEND": backend.id,
             "KIT_MODEL": backend.model_id,

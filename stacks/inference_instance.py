@@ -90,7 +90,8 @@ class InferenceInstance(Construct):
         extra_statements: more IAM statements for the instance role (e.g. an image bucket).
         availability_zone: the AZ (name) to launch in, one of the VPC's; None = its first.
 
-    Attributes: ``instance``, ``role``, ``security_group``, ``user_data_text``, ``logical_id``.
+    Attributes: ``instance``, ``role``, ``security_group``, ``user_data_text``, ``logical_id``,
+    ``image_parameter``.
     """
 
     def __init__(self, scope: Construct, construct_id: str, *, vpc: ec2.IVpc,
@@ -102,6 +103,7 @@ class InferenceInstance(Construct):
                  availability_zone: str | None = None) -> None:
         super().__init__(scope, construct_id)
         stack = cdk.Stack.of(self)
+        self.image_parameter = image_parameter
         subnets = [s for s in vpc.public_subnets if availability_zone in (None, s.availability_zone)]
         if not subnets:
             raise ValueError(f"no public subnet in {availability_zone}; the VPC spans "

@@ -1,0 +1,59 @@
+"""One synthesis of the whole kit per test session, shared by every stack test.
+
+The app is built exactly as app.py builds it (cdk.json context, stacks.config.parse,
+stacks.wiring.build) with a fixed clock, so TTL values are predictable. cdk-nag runs as a
+validation plugin during synthesis: a finding without acknowledgment makes synth raise.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CDK_CONTEXT: dict[str, Any] = json.loads((ROOT / "cdk.json").read_text())["context"]
+FIXED_NOW = datetime(2026, 3, 1, 12, 0, 30, tzinfo=timezone.utc)
+EC2_STACKS = {"g6": "G6Stack", "g5g": "G5gStack", "inf2": "Inf2Stack", "trn1": "Trn1Stack"}
+
+
+@dataclass
+class Synth:
+    app: Any
+    config: Any
+    stacks: dict[str, Any]
+    templates: dict[str, dict]  # stack name -> template JSON as written to cdk.out
+    outdir: Path
+
+    def resources(self, stack: str, type_: str) -> dict[str, dict]:
+        return {k: v for k, v in self.templates[stack]["Resources"].items() if v["Type"] == type_}
+
+    def one(self, stack: str, type_: str) -> tuple[str, dict]:
+        found = self.resources(stack, type_)
+        assert len(found) == 1, f"{stack}: expected one {type_}, found {sorted(found)}"
+        return next(iter(found.items()))
+
+
+def synth(outdir: Path, **overrides: Any) -> Synth:
+    import aws_cdk as cdk
+
+    from stacks.config import KNOWN_KEYS, parse
+    from stacks.wiring import build
+
+    context = {**CDK_CONTEXT, **overrides}
+    app = cdk.App(context=context, outdir=str(outdir))
+    config = parse({k: v for k, v in context.items() if k in KNOWN_KEYS})
+    stacks = build(app, config, now=FIXED_NOW)
+    assembly = app.synth()
+    templates = {name: json.loads(Path(assembly.get_stack_by_name(name).template_full_path).read_text())
+                 for name in stacks}
+    return Synth(app, config, stacks, templates, outdir)
+
+
+@pytest.fixture(scope="session")
+def kit(tmp_path_factory) -> Synth:
+    """Every backend with the defaults from cdk.json."""
+    return synth(tmp_path_factory.mktemp("cdk-out"))

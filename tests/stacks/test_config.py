@@ -1,0 +1,75 @@
+"""cdk.json context validation: every bad value is one line naming the value and the valid choices."""
+from __future__ import annotations
+
+import pytest
+
+from harness.catalog import BACKEND_IDS
+from stacks.config import ConfigError, parse
+
+
+def error(**context) -> str:
+    with pytest.raises(ConfigError) as e:
+        parse(context)
+    msg = str(e.value)
+    assert "\n" not in msg
+    return msg
+
+
+def test_defaults_select_every_backend():
+    c = parse({})
+    assert c.backend_ids == BACKEND_IDS
+    assert c.backend("g6").instance_type == "g6.xlarge"
+    assert c.backend("sagemaker").instance_types == ("ml.g6.xlarge",)
+    assert (c.idle_stop_minutes, c.ttl_hours, c.azs) == (60, 8.0, ())
+
+
+def test_unknown_backend_names_it_and_the_valid_ids():
+    msg = error(backends="g6,nope")
+    assert "'nope'" in msg and ", ".join(BACKEND_IDS) in msg
+
+
+@pytest.mark.parametrize("key,value,want", [
+    ("g5g_instance_type", "g6.xlarge", "is x86_64 but the g5g image is arm64"),
+    ("g6_instance_type", "g5g.xlarge", "is arm64 but the g6 image is x86_64"),
+    ("inf2_instance_type", "g6.xlarge", "needs an inf2/trn1 type"),
+    ("g6_instance_type", "ml.g6.xlarge", "needs an EC2 type without ml."),
+    ("sagemaker_instance_type", "g6.xlarge", "needs an ml.* SageMaker type"),
+    ("g6_instance_type", "banana", "is not an instance type"),
+])
+def test_instance_type_mismatch(key, value, want):
+    msg = error(**{key: value})
+    assert repr(value) in msg and want in msg
+
+
+@pytest.mark.parametrize("key,value", [
+    ("idle_stop_minutes", "abc"), ("idle_stop_minutes", -5), ("idle_stop_minutes", True),
+    ("ttl_hours", "8h"), ("ttl_hours", 10000), ("max_model_len", 16), ("max_model_len", "4k"),
+])
+def test_malformed_numbers(key, value):
+    msg = error(**{key: value})
+    assert key in msg and repr(value) in msg and "valid:" in msg
+
+
+@pytest.mark.parametrize("context,want", [
+    ({"region": "mars-1"}, "not an AWS region code"),
+    ({"hf_token_secret": "has space"}, "not a Secrets Manager secret name"),
+    ({"backends": "g6,,inf2"}, "empty item"),
+    ({"azs": "us-west-2a"}, "'us-west-2a' is not an Availability Zone of us-east-1"),
+    ({"azs": "us-east-1a,us-east-1a"}, "twice"),
+    ({"g6_az": "us-east-1b"}, "valid: none until azs lists it"),
+    ({"azs": "us-east-1a", "trn1_az": "us-east-1b"}, "valid: us-east-1a"),
+    ({"sagemaker_instance_types": "ml.g6.xlarge,g6.xlarge"}, "needs an ml.* SageMaker type"),
+])
+def test_other_bad_values(context, want):
+    assert want in error(**context)
+
+
+def test_numbers_from_the_command_line_are_strings():
+    c = parse({"idle_stop_minutes": "15", "ttl_hours": "2.5", "backends": "g6"})
+    assert (c.idle_stop_minutes, c.ttl_hours, c.backend_ids) == (15, 2.5, ("g6",))
+
+
+def test_azs_and_per_backend_az():
+    c = parse({"azs": "us-east-1a,us-east-1d", "trn1_az": "us-east-1d", "backends": "trn1,g6"})
+    assert c.azs == ("us-east-1a", "us-east-1d")
+    assert c.backend("trn1").az == "us-east-1d" and c.backend("g6").az is None

@@ -1,0 +1,110 @@
+"""SageMakerStack: the AWS vLLM container, SM_VLLM_* env, the token never in the template,
+one endpoint per instance type, a scoped role, deletion at the TTL."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from stacks.config import ConfigError
+from stacks.sagemaker import image_uri
+from tests.stacks.conftest import synth
+
+
+def test_model_image_and_vllm_environment(kit):
+    _, model = kit.one("SageMakerStack", "AWS::SageMaker::Model")
+    c = model["Properties"]["PrimaryContainer"]
+    assert c["Image"] == "763104351884.dkr.ecr.us-east-1.amazonaws.com/vllm:0.31.0-gpu-py312-cu130-ubuntu22.04-sagemaker"
+    env = c["Environment"]
+    assert env["SM_VLLM_MODEL"] == "google/gemma-4-E2B-it-qat-w4a16-ct"
+    assert env["SM_VLLM_MAX_MODEL_LEN"] == "4096"
+    assert env["SM_VLLM_TENSOR_PARALLEL_SIZE"] == "1"
+    assert env["SM_VLLM_ENABLE_AUTO_TOOL_CHOICE"] == "true"
+    assert env["SM_VLLM_TOOL_CALL_PARSER"] == "gemma4"
+
+
+def test_hf_token_is_a_dynamic_reference_never_plain_text(kit):
+    _, model = kit.one("SageMakerStack", "AWS::SageMaker::Model")
+    token = model["Properties"]["PrimaryContainer"]["Environment"]["HF_TOKEN"]
+    assert token == "{{resolve:secretsmanager:inference-kit/hf-token:SecretString:::}}"
+    assert "hf_" not in json.dumps(kit.templates["SageMakerStack"]).replace("hf-token", "")
+
+
+def test_endpoint_config_timeouts_and_ami_version(kit):
+    _, cfg = kit.one("SageMakerStack", "AWS::SageMaker::EndpointConfig")
+    (v,) = cfg["Properties"]["ProductionVariants"]
+    assert v["InstanceType"] == "ml.g6.xlarge" and v["InitialInstanceCount"] == 1
+    assert 60 <= v["ContainerStartupHealthCheckTimeoutInSeconds"] <= 3600
+    assert 60 <= v["ModelDataDownloadTimeoutInSeconds"] <= 3600
+    assert v["InferenceAmiVersion"] == "al2023-ami-sagemaker-inference-gpu-4-1"
+
+
+def test_execution_role_is_scoped(kit):
+    _, role = kit.one("SageMakerStack", "AWS::IAM::Role")
+    assert "ManagedPolicyArns" not in role["Properties"]  # no SageMakerFullAccess, nothing managed
+    policies = kit.resources("SageMakerStack", "AWS::IAM::Policy")
+    (execution,) = [p for p in policies.values() if "ExecutionRole" in p["Properties"]["PolicyName"]]
+    st = {s["Sid"]: s for s in execution["Properties"]["PolicyDocument"]["Statement"]}
+    assert st["PullVllmImage"]["Resource"] == "arn:aws:ecr:us-east-1:763104351884:repository/vllm"
+    assert st["EcrLogin"]["Action"] == "ecr:GetAuthorizationToken"
+    assert st["EndpointMetrics"]["Condition"] == {"StringEquals": {"cloudwatch:namespace": "/aws/sagemaker/Endpoints"}}
+    assert all("/aws/sagemaker/Endpoints/SageMakerStack-ml-g6-xlarge" in str(r) for r in st["EndpointLogs"]["Resource"])
+    assert "secretsmanager" not in json.dumps(execution)  # CloudFormation resolves the token, not the role
+    actions = {a for s in st.values() for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])}
+    assert not any(a.endswith("*") for a in actions)
+
+
+def test_endpoint_is_deleted_at_the_ttl(kit):
+    _, endpoint = kit.one("SageMakerStack", "AWS::SageMaker::Endpoint")
+    assert endpoint["Properties"]["EndpointName"] == "SageMakerStack-ml-g6-xlarge"
+    _, schedule = kit.one("SageMakerStack", "AWS::Scheduler::Schedule")
+    p = schedule["Properties"]
+    assert p["ScheduleExpression"] == "at(2026-03-01T20:01:00)"
+    assert p["Target"]["Arn"]["Fn::Join"][1][-1] == ":scheduler:::aws-sdk:sagemaker:deleteEndpoint"
+    assert json.loads(p["Target"]["Input"]) == {"EndpointName": "SageMakerStack-ml-g6-xlarge"}
+    policies = kit.resources("SageMakerStack", "AWS::IAM::Policy")
+    (ttl,) = [pol for pol in policies.values() if "Ttl" in pol["Properties"]["PolicyName"]]
+    (stmt,) = ttl["Properties"]["PolicyDocument"]["Statement"]
+    assert stmt["Action"] == "sagemaker:DeleteEndpoint"
+    assert str(stmt["Resource"]).endswith(":endpoint/sagemakerstack-ml-g6-xlarge']]}") or \
+        ":endpoint/sagemakerstack-ml-g6-xlarge" in str(stmt["Resource"])
+
+
+def test_sagemaker_outputs(kit):
+    out = {k: v["Value"] for k, v in kit.templates["SageMakerStack"]["Outputs"].items()}
+    assert out["EndpointName"] == {"Fn::GetAtt": ["EndpointMlG6Xlarge", "EndpointName"]}
+    assert out["EndpointNames"] == "ml.g6.xlarge=SageMakerStack-ml-g6-xlarge"
+    assert out["InstanceType"] == "ml.g6.xlarge"
+
+
+def test_gpu_family_sweep_is_a_config_change(tmp_path):
+    s = synth(tmp_path, backends="sagemaker", sagemaker_instance_types="ml.g6.xlarge,ml.g6e.12xlarge,ml.g7e.12xlarge",
+              sagemaker_model="Qwen/Qwen3-Coder-30B-A3B-Instruct", sagemaker_ami_version="")
+    models = s.resources("SageMakerStack", "AWS::SageMaker::Model")
+    tp = {k: m["Properties"]["PrimaryContainer"]["Environment"]["SM_VLLM_TENSOR_PARALLEL_SIZE"] for k, m in models.items()}
+    assert tp == {"ModelMlG6Xlarge": "1", "ModelMlG6E12Xlarge": "4", "ModelMlG7E12Xlarge": "4"}
+    env = models["ModelMlG6Xlarge"]["Properties"]["PrimaryContainer"]["Environment"]
+    assert env["SM_VLLM_MODEL"] == "Qwen/Qwen3-Coder-30B-A3B-Instruct" and env["SM_VLLM_TOOL_CALL_PARSER"] == "qwen3_coder"
+    assert len(s.resources("SageMakerStack", "AWS::SageMaker::Endpoint")) == 3
+    assert len(s.resources("SageMakerStack", "AWS::Scheduler::Schedule")) == 3
+    for cfg in s.resources("SageMakerStack", "AWS::SageMaker::EndpointConfig").values():
+        assert "InferenceAmiVersion" not in cfg["Properties"]["ProductionVariants"][0]
+
+
+def test_model_without_a_known_parser_gets_no_tool_flags(tmp_path):
+    s = synth(tmp_path, backends="sagemaker", sagemaker_model="mistralai/Some-Model-7B")
+    _, model = s.one("SageMakerStack", "AWS::SageMaker::Model")
+    assert not any("TOOL" in k for k in model["Properties"]["PrimaryContainer"]["Environment"])
+
+
+def test_instance_type_without_gpu_count_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigError, match="ml.g5.48xlarge.*known: ml.g6.xlarge"):
+        synth(tmp_path, backends="sagemaker", sagemaker_instance_types="ml.g5.48xlarge")
+
+
+@pytest.mark.parametrize("region,account,domain", [
+    ("us-east-1", "763104351884", "amazonaws.com"), ("ap-east-1", "871362719292", "amazonaws.com"),
+    ("me-central-1", "914824155844", "amazonaws.com"), ("cn-north-1", "727897471807", "amazonaws.com.cn"),
+])
+def test_registry_account_per_region(region, account, domain):
+    assert image_uri(region, "t") == f"{account}.dkr.ecr.{region}.{domain}/vllm:t"

@@ -1,0 +1,219 @@
+"""The boot scripts: shellcheck-clean, and the shared functions (userdata/lib.sh) behave against
+local stand-ins for the instance metadata service, the model server, cfn-signal and shutdown."""
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import require_binary
+from tests.stacks.conftest import ROOT
+
+SCRIPTS = sorted((ROOT / "userdata").glob("*.sh")) + sorted((ROOT / "ami").rglob("*.sh"))
+
+
+def test_every_script_is_shellcheck_clean():
+    shellcheck = require_binary(str(ROOT / ".venv/bin/shellcheck"))
+    assert any(p.name == "boot.sh" for p in SCRIPTS)
+    r = subprocess.run([shellcheck, "-s", "bash", *map(str, SCRIPTS)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout
+
+
+class Stand:
+    """What a local HTTP server answers, set per test."""
+
+    def __init__(self):
+        self.ttl: str | None = None
+        self.metrics = ""
+        self.chat_status = 200
+        self.chat_body: dict = {"choices": [{"message": {"role": "assistant", "content": "ready"}}]}
+        self.requests: list[str] = []
+
+
+@pytest.fixture
+def stand():
+    state = Stand()
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def _send(self, code: int, body: str, ctype="text/plain"):
+            data = body.encode()
+            self.send_response(code)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_PUT(self):
+            state.requests.append("PUT " + self.path)
+            ok = self.path == "/latest/api/token" and self.headers.get("X-aws-ec2-metadata-token-ttl-seconds")
+            self._send(200 if ok else 400, "imds-token")
+
+        def do_GET(self):
+            state.requests.append("GET " + self.path)
+            if self.path.startswith("/latest/"):
+                if self.headers.get("X-aws-ec2-metadata-token") != "imds-token":
+                    return self._send(401, "IMDSv2 token required")
+                if self.path == "/latest/meta-data/tags/instance/kit-ttl-expires-epoch" and state.ttl:
+                    return self._send(200, state.ttl)
+                return self._send(404, "not found")
+            if self.path == "/health":
+                return self._send(200, "")
+            if self.path == "/metrics":
+                return self._send(200, state.metrics)
+            self._send(404, "")
+
+        def do_POST(self):
+            length = int(self.headers.get("Content-Length", 0))
+            body = json.loads(self.rfile.read(length))
+            state.requests.append("POST " + self.path + " " + body["model"])
+            self._send(state.chat_status, json.dumps(state.chat_body), "application/json")
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    state.port = server.server_address[1]
+    yield state
+    server.shutdown()
+    server.server_close()
+    thread.join(5)
+
+
+def run_lib(stand: Stand, tmp_path: Path, script: str, **env: str) -> subprocess.CompletedProcess:
+    """Source lib.sh with every outside effect replaced by a local stand-in, then run ``script``."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir(exist_ok=True)
+    fake = bindir / "cfn-signal"
+    fake.write_text(f'#!/bin/bash\nprintf "%s\\n" "$@" >> {tmp_path}/cfn-signal.args\n')
+    fake.chmod(0o755)
+    variables = {
+        "KIT_LOG_DIR": str(tmp_path / "log"), "KIT_STATE_DIR": str(tmp_path / "state"),
+        "KIT_IMDS_URL": f"http://127.0.0.1:{stand.port}", "KIT_PORT": str(stand.port),
+        "KIT_SERVED_MODEL": "google/gemma-4-E2B-it", "KIT_IDLE_MINUTES": "1", "KIT_REGION": "us-east-1",
+        "KIT_STACK": "G6Stack", "KIT_RESOURCE": "ServerInstanceABCD1234", "KIT_HF_SECRET": "inference-kit/hf-token",
+        **env,
+    }
+    prelude = "".join(f"{k}={json.dumps(v)}\n" for k, v in variables.items())
+    text = f"""set -euo pipefail
+PATH={bindir}:$PATH
+{prelude}mkdir -p "$KIT_LOG_DIR" "$KIT_STATE_DIR"
+. {ROOT}/userdata/lib.sh
+shutdown() {{ echo "shutdown $*" >> {tmp_path}/shutdown; }}
+systemctl() {{ echo "${{RESTARTS:-0}}"; }}
+ss() {{ cat {tmp_path}/conns 2>/dev/null || true; }}
+{script}
+"""
+    return subprocess.run(["bash", "-c", text], capture_output=True, text=True, timeout=60)
+
+
+def test_chat_completion_must_really_answer(stand, tmp_path):
+    assert run_lib(stand, tmp_path, "kit_chat_ok").returncode == 0
+    assert "POST /v1/chat/completions google/gemma-4-E2B-it" in stand.requests
+    stand.chat_body = {"choices": [{"message": None}]}
+    assert run_lib(stand, tmp_path, "kit_chat_ok").returncode != 0
+    stand.chat_status, stand.chat_body = 500, {"error": "model not loaded"}
+    assert run_lib(stand, tmp_path, "kit_chat_ok").returncode != 0
+
+
+def test_wait_ready_needs_health_and_a_completion(stand, tmp_path):
+    r = run_lib(stand, tmp_path, 'kit_wait_ready $(( $(date +%s) + 30 )) && echo READY')
+    assert r.stdout.strip().endswith("READY") and "GET /health" in stand.requests
+    stand.chat_status = 503
+    r = run_lib(stand, tmp_path, 'kit_wait_ready $(( $(date +%s) - 1 )) || echo NOT-READY')
+    assert "not ready before the deadline" in r.stdout and "NOT-READY" in r.stdout
+
+
+def test_wait_ready_gives_up_on_a_crash_looping_engine(stand, tmp_path):
+    r = run_lib(stand, tmp_path, 'kit_wait_ready $(( $(date +%s) + 600 )) || echo GAVE-UP', RESTARTS="3")
+    assert "engine restarted 3 times" in r.stdout and "GAVE-UP" in r.stdout
+
+
+def test_activity_counter_sums_served_running_and_waiting(stand, tmp_path):
+    stand.metrics = "\n".join([
+        "# HELP vllm:request_success_total Count of successfully processed requests.",
+        'vllm:request_success_total{finished_reason="stop",model_name="m"} 7.0',
+        'vllm:request_success_total{finished_reason="length",model_name="m"} 2.0',
+        'vllm:num_requests_running{model_name="m"} 1.0',
+        'vllm:num_requests_waiting{model_name="m"} 3.0',
+        'vllm:gpu_cache_usage_perc{model_name="m"} 0.5',
+    ])
+    assert run_lib(stand, tmp_path, "kit_activity_counter").stdout.strip() == "13"
+
+
+def test_guard_stops_at_the_ttl_even_before_ready(stand, tmp_path):
+    stand.ttl = str(int(time.time()) - 5)
+    r = run_lib(stand, tmp_path, "kit_guard")
+    assert r.returncode == 0 and "TTL reached" in r.stdout
+    assert (tmp_path / "shutdown").read_text() == "shutdown -h now\n"
+
+
+def test_guard_does_not_count_provisioning_as_idle(stand, tmp_path):
+    stand.ttl = str(int(time.time()) + 3600)
+    run_lib(stand, tmp_path, "kit_guard")
+    assert not (tmp_path / "shutdown").exists()
+
+
+def test_guard_stops_after_idle_minutes_and_not_while_busy(stand, tmp_path):
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "ready").touch()
+    boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    stand.metrics = "vllm:request_success_total 4.0\n"
+    two_minutes_ago = int(time.time()) - 120
+    # Same boot, same counter, no connection for two minutes: idle (KIT_IDLE_MINUTES=1).
+    (state / "idle").write_text(f"{boot} 4 {two_minutes_ago}\n")
+    r = run_lib(stand, tmp_path, "kit_guard")
+    assert "no requests for 1 minutes; stopping" in r.stdout
+    assert (tmp_path / "shutdown").exists()
+    (tmp_path / "shutdown").unlink()
+    # A request was served since the last check: activity, no stop.
+    stand.metrics = "vllm:request_success_total 5.0\n"
+    (state / "idle").write_text(f"{boot} 4 {two_minutes_ago}\n")
+    run_lib(stand, tmp_path, "kit_guard")
+    assert not (tmp_path / "shutdown").exists()
+    assert (state / "idle").read_text().split()[1] == "5"
+    # A connection open on the model port (a long stream): activity, no stop.
+    (state / "idle").write_text(f"{boot} 5 {two_minutes_ago}\n")
+    (tmp_path / "conns").write_text("ESTAB 0 0 127.0.0.1:8000 127.0.0.1:50000\n")
+    run_lib(stand, tmp_path, "kit_guard")
+    assert not (tmp_path / "shutdown").exists()
+    # After a stop/start (new boot id) the idle clock restarts instead of stopping at once.
+    (tmp_path / "conns").unlink()
+    (state / "idle").write_text(f"previous-boot 5 {two_minutes_ago}\n")
+    run_lib(stand, tmp_path, "kit_guard")
+    assert not (tmp_path / "shutdown").exists()
+
+
+def test_failure_reason_is_one_line_without_tokens(stand, tmp_path):
+    log = tmp_path / "log"
+    log.mkdir()
+    (log / "boot.log").write_text("step 1\nfetching with hf_AbCdEfGhIjKlMnOpQrStUv\n")
+    (log / "engine.log").write_text("".join(f"engine line {i}\n" for i in range(200)) + "OSError: gated repo\n")
+    out = run_lib(stand, tmp_path, "kit_failure_reason").stdout
+    assert "\n" not in out.strip() and len(out) <= 900
+    assert "hf_AbCd" not in out and "OSError: gated repo" in out
+
+
+def test_signal_carries_the_reason_and_is_sent_once(stand, tmp_path):
+    run_lib(stand, tmp_path, 'kit_signal 1 "engine died: CUDA OOM"; kit_signal 0 ready')
+    args = (tmp_path / "cfn-signal.args").read_text().splitlines()
+    assert args == ["--exit-code", "1", "--reason", "engine died: CUDA OOM", "--stack", "G6Stack",
+                    "--resource", "ServerInstanceABCD1234", "--region", "us-east-1"]
+
+
+def test_token_fetch_is_silent_on_failure(stand, tmp_path):
+    (tmp_path / "bin").mkdir()
+    aws = tmp_path / "bin" / "aws"
+    aws.write_text('#!/bin/bash\necho "AccessDenied for $*" >&2\nexit 254\n')
+    aws.chmod(0o755)
+    r = run_lib(stand, tmp_path, 'tok=$(kit_hf_token); echo "[$tok]"')
+    assert r.stdout.strip() == "[]" and r.stderr == ""
+    aws.write_text('#!/bin/bash\n[ "$5" = "--secret-id" ] && [ "$6" = inference-kit/hf-token ] && echo hf_secret\n')
+    assert run_lib(stand, tmp_path, "kit_hf_token").stdout.strip() == "hf_secret"
