@@ -98,6 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"neuron: model class (default {DEFAULT_MODEL_CLASS})")
     p.add_argument("--neuron-config-class", default=DEFAULT_CONFIG_CLASS, metavar="MODULE:CLASS",
                    help=f"neuron: inference config class (default {DEFAULT_CONFIG_CLASS})")
+    p.add_argument("--compile-only", action="store_true",
+                   help="neuron: compile into the cache (if not there yet) and exit, e.g. while baking an image")
     p.add_argument("--cpu-threads", type=_positive, metavar="N", help="cpu: torch threads (default min(4, cores))")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return p
@@ -108,6 +110,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     a = p.parse_args(argv)
     if a.tiny_random and a.backend != "cpu":
         p.error("--tiny-random needs --backend cpu (a random model is never compiled for Neuron)")
+    if a.compile_only and a.backend != "neuron":
+        p.error("--compile-only needs --backend neuron (the cpu backend compiles nothing)")
     if a.tiny_random and a.model:
         p.error("give either --model DIR or --tiny-random, not both")
     if not a.tiny_random:
@@ -125,6 +129,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(str(exc))
     a.served_model_name = a.served_model_name or (a.model if a.model else "tiny-random-gemma4")
     return a
+
+
+def compile_only(args: argparse.Namespace) -> str:
+    """Compile for the configured shapes into the cache and return its directory."""
+    from . import neuron_backend
+    try:
+        cfg = neuron_backend.engine_config(args.model, args.shapes, args.dtype, args.tp_degree,
+                                           args.compiled_dir, args.served_model_name)
+        neuron_backend.build_model(args.model, cfg, args.neuron_model_src, args.neuron_model_class,
+                                   args.neuron_config_class, load=False)
+    except ConfigError as exc:
+        sys.exit(f"{PROG}: error: {exc}")
+    return cfg.compiled_dir
 
 
 def build_generator(args: argparse.Namespace):

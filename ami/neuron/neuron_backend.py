@@ -104,18 +104,17 @@ def engine_config(model_dir: str, shapes, dtype: str, tp_degree: int | None, cac
                 sdk_version=str(sdk), model_name=served_name)
 
 
-def make_generator(model_id: str, model_dir: str, cfg: NeuronEngineConfig, limits: Limits,
-                   batch_wait_s: float, model_src: str | None, model_class: str,
-                   config_class: str) -> BatchedGenerator:
+def build_model(model_dir: str, cfg: NeuronEngineConfig, model_src: str | None, model_class: str,
+                config_class: str, load: bool = True):
+    """Compile (unless the cache holds this exact configuration) and, if ``load``, load onto the
+    NeuronCores. Returns the NxDI application model."""
     import torch
-    from transformers import AutoTokenizer, GenerationConfig
 
     if model_src:
         sys.path.insert(0, model_src)
         if os.path.exists(os.path.join(model_src, "ndxi_patch.py")):
             importlib.import_module("ndxi_patch").apply_patch()  # the port's NxDI fixes
-    from neuronx_distributed_inference.utils.hf_adapter import (HuggingFaceGenerationAdapter,
-                                                                 load_pretrained_config)
+    from neuronx_distributed_inference.utils.hf_adapter import load_pretrained_config
 
     model_cls, config_cls = _import(model_class), _import(config_class)
     neuron_config_cls = config_cls.get_neuron_config_cls()
@@ -127,11 +126,21 @@ def make_generator(model_id: str, model_dir: str, cfg: NeuronEngineConfig, limit
     if marker.exists() and json.loads(marker.read_text()).get("cache_key") == cfg.cache_key:
         log.info("reusing compiled model in %s", cfg.compiled_dir)
     else:
-        log.info("compiling for %s into %s (once per shape set)", cfg.marker(), cfg.compiled_dir)
+        log.info("compiling for %s into %s (once per configuration)", cfg.marker(), cfg.compiled_dir)
         model.compile(cfg.compiled_dir)
-        marker.write_text(json.dumps(cfg.marker(), indent=1))
-    model.load(cfg.compiled_dir)
+        marker.write_text(json.dumps(cfg.marker(), indent=1))  # written last: a cut compile recompiles
+    if load:
+        model.load(cfg.compiled_dir)
+    return model
 
+
+def make_generator(model_id: str, model_dir: str, cfg: NeuronEngineConfig, limits: Limits,
+                   batch_wait_s: float, model_src: str | None, model_class: str,
+                   config_class: str) -> BatchedGenerator:
+    from neuronx_distributed_inference.utils.hf_adapter import HuggingFaceGenerationAdapter
+    from transformers import AutoTokenizer, GenerationConfig
+
+    model = build_model(model_dir, cfg, model_src, model_class, config_class)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     try:
         eos = GenerationConfig.from_pretrained(model_dir).eos_token_id
@@ -141,5 +150,5 @@ def make_generator(model_id: str, model_dir: str, cfg: NeuronEngineConfig, limit
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     filler = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else pad
     runner = NeuronRunner(HuggingFaceGenerationAdapter(model), model, pad, filler,
-                          cfg.shapes.batch_size, neuron_config.padding_side)
+                          cfg.shapes.batch_size, model.config.neuron_config.padding_side)
     return BatchedGenerator(model_id, chat, limits, runner, batch_wait_s)

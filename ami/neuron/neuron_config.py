@@ -175,9 +175,11 @@ class NeuronEngineConfig:
                 "shapes": asdict(self.shapes)}
 
 
-def cache_key(model_config: dict, shapes: Shapes, tp_degree: int, dtype: str, sdk_version: str) -> str:
+def cache_key(model_config: dict, shapes: Shapes, tp_degree: int, dtype: str, sdk_version: str,
+              platform: str | None = None) -> str:
+    """Everything compiled into the artifacts: change any of it and the engine recompiles."""
     blob = json.dumps({"model": model_config, "shapes": asdict(shapes), "tp": tp_degree,
-                       "dtype": dtype, "sdk": sdk_version}, sort_keys=True)
+                       "dtype": dtype, "sdk": sdk_version, "platform": platform}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -200,7 +202,7 @@ def plan(model_config: dict, *, neuron_cores: int, platform: str | None, shapes:
             f"tp degree {tp_degree} leaves {largest.name} at {per_rank / 1e9:.2f} GB per NeuronCore, "
             f"above the {max_gather_bytes / 1e9:.2f} GB single-gather limit (silent zeros); "
             f"use a tp degree of at least {need}")
-    key = cache_key(model_config, shapes, tp_degree, dtype, sdk_version)
+    key = cache_key(model_config, shapes, tp_degree, dtype, sdk_version, platform)
     safe_name = "".join(c if c.isalnum() or c in "-_." else "_" for c in model_name) or "model"
     return NeuronEngineConfig(shapes, tp_degree, dtype, tp_degree, per_rank,
                               f"{cache_root.rstrip('/')}/{safe_name}-{key}", key)

@@ -175,9 +175,12 @@ def build_app(generator: Generator, backend: str) -> web.Application:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .cli import build_generator, parse_args
+    from .cli import build_generator, compile_only, parse_args
     args = parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    if args.compile_only:
+        log.info("compiled model ready in %s", compile_only(args))
+        return 0
     generator = build_generator(args)
     log.info("serving %s (%s) on http://%s:%d", generator.model_id, args.backend, args.host, args.port)
     web.run_app(build_app(generator, args.backend), host=args.host, port=args.port,

@@ -32,6 +32,8 @@ def run_cli(args, cwd=REPO, pythonpath=REPO):
     (["--backend", "cpu", "--tiny-random", "--max-total-tokens", "128", "--prompt-buckets", "128"],
      "must exceed the largest prompt bucket"),
     (["--backend", "cpu", "--tiny-random", "--batch-size", "0"], "positive integer"),
+    (["--backend", "cpu", "--tiny-random", "--compile-only"], "--compile-only needs --backend neuron"),
+    (["--backend", "cpu", "--tiny-random", "--model", "x"], "either --model DIR or --tiny-random"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, says):
     r = run_cli(args)

@@ -99,8 +99,9 @@ def test_cache_path_is_stable_and_changes_with_anything_compiled_in():
         plan(E2B, neuron_cores=2, platform="inf2", sdk_version="2.28.0", dtype="fp16"),
         plan({**E2B, "text_config": {**E2B["text_config"], "vocab_size": 262143}},
              neuron_cores=2, platform="inf2", sdk_version="2.28.0"),
+        plan(E2B, neuron_cores=2, platform="trn1", sdk_version="2.28.0"),  # baked on inf2, run on trn1
     ]
-    assert len({v.compiled_dir for v in variants} | {base.compiled_dir}) == 5
+    assert len({v.compiled_dir for v in variants} | {base.compiled_dir}) == 6
     assert json.loads(json.dumps(base.marker()))["cache_key"] == base.cache_key
     assert cache_key(E2B, DEFAULT_SHAPES, 2, "bf16", "x") == cache_key(E2B, DEFAULT_SHAPES, 2, "bf16", "x")
 
