@@ -36,16 +36,25 @@ class RunData:
     def run_id(self) -> str:
         return self.meta.get("run_id") or self.path.name
 
-    @property
-    def slo_ttft_p99_ms(self) -> float:
-        slo = (self.meta.get("config") or {}).get("slo") or {}
-        v = slo.get("ttft_p99_ms") if isinstance(slo, dict) else None
-        return float(v) if isinstance(v, (int, float)) and v > 0 else DEFAULT_SLO_TTFT_P99_MS
+    def _slo(self) -> tuple[float, str]:
+        """P99 TTFT objective and where it came from: the run config, the bench, or seed 004."""
+        slo = (self.meta.get("config") or {}).get("slo")
+        if isinstance(slo, dict) and isinstance(slo.get("ttft_p99_ms"), (int, float)) and slo["ttft_p99_ms"] > 0:
+            return float(slo["ttft_p99_ms"]), "from the run's configuration"
+        for levels in self.bench.values():
+            for lv in levels:
+                v = (lv.get("slo") or {}).get("ttft_p99_ms") if isinstance(lv.get("slo"), dict) else None
+                if isinstance(v, (int, float)) and v > 0:
+                    return float(v), "from the benchmark's SLO"
+        return DEFAULT_SLO_TTFT_P99_MS, "default, from seed 004"
 
     @property
-    def slo_is_default(self) -> bool:
-        slo = (self.meta.get("config") or {}).get("slo")
-        return not (isinstance(slo, dict) and slo.get("ttft_p99_ms"))
+    def slo_ttft_p99_ms(self) -> float:
+        return self._slo()[0]
+
+    @property
+    def slo_origin(self) -> str:
+        return self._slo()[1]
 
     def endpoint_names(self) -> list[str]:
         names = set(self.bench) | set(endpoints_from_meta(self.meta)) | {r.get("backend") for r in self.agent_runs}
@@ -121,17 +130,26 @@ def metric(level: dict, name: str, stat: str) -> float | None:
     return float(v) if isinstance(v, (int, float)) else None
 
 
-def knee_index(levels: list[dict], latency: str = "e2e_ms") -> int | None:
-    """Index (in load order) of the knee: a level flagged ``knee`` by the bench, else the first
-    level where median latency grows by a larger factor than output throughput does."""
-    ordered = sorted(levels, key=load_of)
-    for i, lv in enumerate(ordered):
-        if lv.get("knee"):
-            return i
-    for i in range(1, len(ordered)):
-        a, b = ordered[i - 1], ordered[i]
+def sweeps(levels: list[dict]) -> list[tuple[str, list[dict]]]:
+    """The closed-loop (concurrency) and open-loop (rate) sweeps of one endpoint, each in load order."""
+    out = []
+    for key in ("concurrency", "rate"):
+        sweep = sorted((lv for lv in levels if lv.get(key) is not None), key=lambda lv: lv[key])
+        if sweep:
+            out.append((key, sweep))
+    return out
+
+
+def knee_index(sweep: list[dict], latency: str = "e2e_ms") -> int | None:
+    """Index of the knee in one sweep (load order): the bench's own ``knee`` flag when it set one,
+    else, by the bench's definition, the last level before the first step where median latency
+    grew by a larger factor than output throughput."""
+    if any("knee" in lv for lv in sweep):
+        return next((i for i, lv in enumerate(sweep) if lv.get("knee")), None)
+    for i in range(1, len(sweep)):
+        a, b = sweep[i - 1], sweep[i]
         la, lb = metric(a, latency, "p50"), metric(b, latency, "p50")
         ta, tb = a.get("output_tok_s"), b.get("output_tok_s")
         if la and lb and ta and tb and (lb / la) > (tb / ta):
-            return i
+            return i - 1
     return None

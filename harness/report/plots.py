@@ -9,7 +9,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from harness.report.data import RunData, knee_index, load_label, load_of, metric  # noqa: E402
+from harness.report.data import RunData, knee_index, load_label, metric, sweeps  # noqa: E402
 
 COLORS = {"bedrock": "#ff9900", "sagemaker": "#1f77b4", "g6": "#2ca02c", "g5g": "#9467bd",
           "inf2": "#d62728", "trn1": "#8c564b"}
@@ -104,23 +104,27 @@ def cost_per_m(run: RunData) -> bytes | None:
 
 def latency_throughput(run: RunData) -> bytes | None:
     """Per backend: P99 TTFT and median ITL against output throughput, knee and SLO marked."""
-    series = [(n, sorted(run.bench[n], key=load_of)) for n in run.endpoint_names() if run.bench.get(n)]
+    series = [(n, kind, sweep) for n in run.endpoint_names() for kind, sweep in sweeps(run.bench.get(n, []))]
     if not series:
         return None
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.6))
     slo = run.slo_ttft_p99_ms
-    for i, (n, levels) in enumerate(series):
+    named: set[str] = set()
+    for i, (n, kind, levels) in enumerate(series):
+        style = "-o" if kind == "concurrency" else "--s"  # closed loop solid, Poisson rate dashed
         xs = [lv.get("output_tok_s") or 0 for lv in levels]
+        k = knee_index(levels)
         for ax, (m, stat) in ((a1, ("ttft_ms", "p99")), (a2, ("itl_ms", "p50"))):
             ys = [metric(lv, m, stat) for lv in levels]
             pts = [(x, y, lv) for x, y, lv in zip(xs, ys, levels) if y is not None]
             if not pts:
                 continue
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], "-o", color=color(n, i), label=n, ms=5)
+            label = None if (n, ax) in named else n
+            named.add((n, ax))
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], style, color=color(n, i), label=label, ms=5)
             for x, y, lv in pts:
                 ax.annotate(load_label(lv), (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7,
                             color=color(n, i))
-            k = knee_index(levels)
             if k is not None and ys[k] is not None:
                 ax.plot(xs[k], ys[k], marker="*", ms=16, color=color(n, i), markeredgecolor="black", zorder=5)
     a1.axhline(slo, color="crimson", ls="--", lw=1.2)
@@ -142,7 +146,10 @@ def latency_throughput(run: RunData) -> bytes | None:
 
     handles, labels = a1.get_legend_handles_labels()
     handles.append(Line2D([], [], marker="*", ls="", ms=12, color="#888", markeredgecolor="black"))
-    labels.append("knee (latency grows faster than throughput)")
+    labels.append("knee: last level before latency grows faster than throughput")
+    if any(kind == "rate" for _, kind, _ in series):
+        handles.append(Line2D([], [], ls="--", marker="s", color="#888"))
+        labels.append("dashed: Poisson arrival rate (open loop)")
     fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 4), frameon=False,
                bbox_to_anchor=(0.5, -0.1))
     fig.tight_layout()

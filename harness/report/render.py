@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 from harness.report import plots
 from harness.cost.run_cost import endpoints_from_meta
-from harness.report.data import RunData, knee_index, load_label, load_of, metric
+from harness.report.data import RunData, knee_index, load_label, metric, sweeps
 
 
 def _f(v: Any, spec: str = ".1f", none: str = "—") -> str:
@@ -71,17 +71,20 @@ def bench_table(run: RunData) -> Table:
             "e2e p50 ms", "output tok/s", "req/s", "goodput req/s", "knee"]
     rows = []
     for n in run.endpoint_names():
-        ordered = sorted(run.bench.get(n, []), key=load_of)
-        k = knee_index(ordered)
-        for i, lv in enumerate(ordered):
-            errs = ", ".join(f"{c}: {v}" for c, v in (lv.get("errors") or {}).items()) or "—"
-            rows.append([n, load_label(lv), _f(lv.get("completed"), "d"), _f(lv.get("failed"), "d"), errs,
-                         f"{_f(metric(lv, 'ttft_ms', 'p50'), '.0f')} / {_f(metric(lv, 'ttft_ms', 'p99'), '.0f')}",
-                         _f(metric(lv, "itl_ms", "p50")), _f(metric(lv, "tpot_ms", "p50")),
-                         _f(metric(lv, "e2e_ms", "p50"), ".0f"), _f(lv.get("output_tok_s")),
-                         _f(lv.get("request_s"), ".2f"), _f(lv.get("goodput_request_s"), ".2f"),
-                         "knee" if i == k else ""])
+        for _kind, ordered in sweeps(run.bench.get(n, [])):
+            k = knee_index(ordered)
+            rows += [_bench_row(n, lv, i == k) for i, lv in enumerate(ordered)]
     return head, rows
+
+
+def _bench_row(n: str, lv: dict, knee: bool) -> list[str]:
+    errs = ", ".join(f"{c}: {v}" for c, v in (lv.get("errors") or {}).items()) or "—"
+    label = load_label(lv) + (" (incomplete)" if lv.get("complete") is False else "")
+    return [n, label, _f(lv.get("completed"), "d"), _f(lv.get("failed"), "d"), errs,
+            f"{_f(metric(lv, 'ttft_ms', 'p50'), '.0f')} / {_f(metric(lv, 'ttft_ms', 'p99'), '.0f')}",
+            _f(metric(lv, "itl_ms", "p50")), _f(metric(lv, "tpot_ms", "p50")), _f(metric(lv, "e2e_ms", "p50"), ".0f"),
+            _f(lv.get("output_tok_s")), _f(lv.get("request_s"), ".2f"), _f(lv.get("goodput_request_s"), ".2f"),
+            "knee" if knee else ""]
 
 
 def agent_table(run: RunData) -> Table:
@@ -163,7 +166,8 @@ SECTIONS: list[tuple[str, str, Callable[[RunData], Table], Callable[[RunData], b
      "rate at which the instance costs what Bedrock Nova Micro would."),
     ("latency", "Latency against throughput", bench_table, plots.latency_throughput,
      "Each point is one load level (c = concurrent streams, req/s = Poisson rate). Failed requests are "
-     "excluded from latencies and counted. The knee is where median latency grows faster than throughput."),
+     "excluded from latencies and counted. The knee is the last level before median latency grows by a "
+     "larger factor than throughput (the bench's definition)."),
     ("agent", "Agent trial", agent_table, None,
      "A run passes only if the model quoted 8 and called count_ids with the filter id >= 10."),
     ("scoreboard", "Scoreboard agent", scoreboard_table, None, "Sorted by code, not by the model."),
@@ -180,8 +184,7 @@ def _caption(run: RunData, key: str, caption: str) -> str:
             t[1] += 1
         caption += " Passed: " + ", ".join(f"{b} {ok}/{n}" for b, (ok, n) in tally.items()) + "."
     if key == "latency":
-        origin = "default, from seed 004" if run.slo_is_default else "from the run's configuration"
-        caption += f" SLO line: P99 TTFT <= {run.slo_ttft_p99_ms:.0f} ms ({origin})."
+        caption += f" SLO line: P99 TTFT <= {run.slo_ttft_p99_ms:.0f} ms ({run.slo_origin})."
     return caption
 
 

@@ -34,9 +34,9 @@ def test_full_run_renders_markdown_and_self_contained_html(tmp_path):
     assert "costs computed offline from the price snapshot dated" in text
     assert not (run / "cost.json").exists()
     assert "SLO line: P99 TTFT <= 800 ms (from the run's configuration)" in text
-    # the knee: sagemaker's c=64 level grows latency faster than throughput
+    # the knee (bench's definition): sagemaker's latency grows faster than throughput from c=16 to c=64
     sm_rows = [l for l in text.splitlines() if l.startswith("| sagemaker | c=")]
-    assert sm_rows[-1].rstrip().endswith("| knee |") and not sm_rows[0].rstrip().endswith("| knee |")
+    assert [r.rstrip().endswith("| knee |") for r in sm_rows] == [False, True, False]
 
 
 def test_existing_cost_json_is_used_as_saved(tmp_path):
@@ -49,6 +49,16 @@ def test_existing_cost_json_is_used_as_saved(tmp_path):
     (run / "cost.json").write_text(json.dumps(cost))
     md, _ = render(run)
     assert "$0.123" in md.read_text() and "no cost.json" not in md.read_text()
+
+
+def test_knee_flag_from_the_bench_wins_and_sweeps_are_separate(tmp_path):
+    from harness.report.data import knee_index, sweeps
+
+    levels = [{"concurrency": 1, "knee": False}, {"concurrency": 16, "knee": False}, {"concurrency": 64, "knee": True},
+              {"rate": 0.5, "knee": False}, {"rate": 1.0, "knee": False}]
+    (ckind, cs), (rkind, rs) = sweeps(levels)
+    assert (ckind, rkind) == ("concurrency", "rate")
+    assert knee_index(cs) == 2 and knee_index(rs) is None
 
 
 def test_only_agent_runs(tmp_path):
@@ -67,6 +77,7 @@ def test_only_bench(tmp_path):
     text = md.read_text()
     assert "agent trial (agent_runs.jsonl)" in text and "meta.json" in text
     assert "SLO line: P99 TTFT <= 800 ms (default, from seed 004)" in text
+    assert "| g5g | 0.1 req/s |" in text
     assert _images(page.read_text()) == 3
 
 
