@@ -40,6 +40,10 @@ class Ec2BackendStack(cdk.Stack):
         if spec.engine.startswith("vLLM"):
             # Gemma 4: --enable-auto-tool-choice --tool-call-parser gemma4 (the seed's g6 run).
             env["KIT_VLLM_ARGS"] = tool_flags(backend.model_id)
+        if family.name == "neuron":
+            from stacks.images import neuron_tp_degree  # NeuronCores from the catalog
+
+            env["KIT_TP_DEGREE"] = str(neuron_tp_degree(backend.instance_type))
         self.server = InferenceInstance(
             self, "Server", vpc=vpc, eice_security_group=eice_security_group,
             instance_type=backend.instance_type, image_parameter=family.ssm_parameter,

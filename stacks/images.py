@@ -38,7 +38,7 @@ from constructs import Construct
 
 from ami import pins
 from stacks import nag
-from stacks.config import KitConfig
+from stacks.config import ConfigError, KitConfig
 
 AMI_DIR = Path(__file__).resolve().parent.parent / "ami"
 COMPONENTS_DIR = AMI_DIR / "components"
@@ -226,7 +226,7 @@ class ImagePipelineStack(cdk.Stack):
     """
 
     def __init__(self, scope: Construct, construct_id: str, *, spec: ImageSpec, config: KitConfig,
-                 vpc: ec2.IVpc, az_index: int = 0, **kwargs) -> None:
+                 vpc: ec2.IVpc, **kwargs) -> None:
         super().__init__(scope, construct_id, **kwargs)
         self.spec = spec
         name = f"inference-kit-{spec.image}"
@@ -234,7 +234,7 @@ class ImagePipelineStack(cdk.Stack):
         # Build network: a public subnet of its own in the kit VPC, public IPv4 on launch.
         self.subnet = ec2.Subnet(
             self, "BuildSubnet", vpc_id=vpc.vpc_id, cidr_block=BUILD_SUBNET_CIDRS[spec.image],
-            availability_zone=cdk.Fn.select(az_index, cdk.Fn.get_azs()), map_public_ip_on_launch=True,
+            availability_zone=config.image_az or cdk.Fn.select(0, cdk.Fn.get_azs()), map_public_ip_on_launch=True,
         )
         self.subnet.add_default_internet_route(vpc.internet_gateway_id, vpc.internet_connectivity_established)
         self.security_group = ec2.SecurityGroup(
@@ -260,22 +260,17 @@ class ImagePipelineStack(cdk.Stack):
             exclude=["*", *[p for d in spec.asset_include for p in (f"!{d}", f"!{d}/**")],
                      "**/__pycache__", "**/*.pyc"],
         )
-        self.assets.grant_read(self.role)
+        # The one object the build downloads, not the whole CDK assets bucket.
+        self.role.add_to_policy(iam.PolicyStatement(
+            actions=["s3:GetObject"],
+            resources=[f"arn:{self.partition}:s3:::{self.assets.s3_bucket_name}/{self.assets.s3_object_key}"]))
 
         self.components: dict[str, imagebuilder.CfnComponent] = {}
         self.recipes: dict[str, imagebuilder.CfnImageRecipe] = {}
         self.pipelines: dict[str, imagebuilder.CfnImagePipeline] = {}
+        self.candidate_seed: ssm.CfnParameter | None = None
         for p in spec.pipelines(self.assets.s3_object_url):
             self._pipeline(name, p, profile)
-
-        if any(p.parent_image == "ssm:" + SM75_CANDIDATE_PARAMETER for p in spec.pipelines("-")):
-            # The promote recipe's parent must exist before the first build: seed the candidate
-            # with the plain arm64 DLAMI (the promote test then fails clearly until a build ran).
-            ssm.CfnParameter(
-                self, "CandidateSeed", name=SM75_CANDIDATE_PARAMETER, type="String", data_type="aws:ec2:image",
-                value=ssm.StringParameter.value_for_string_parameter(self, GPU_DLAMI.format(arch="arm64")),
-                description="vllm-sm75 build candidate (overwritten by the build pipeline)",
-            )
 
         nag.acknowledge(self.role, "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/"
                         "EC2InstanceProfileForImageBuilder]",
@@ -284,9 +279,6 @@ class ImagePipelineStack(cdk.Stack):
         nag.acknowledge(self.role, nag.SSM_CORE,
                         "Image Builder drives build and test instances through SSM Run Command; this is the "
                         "AWS-maintained minimum for the agent")
-        nag.acknowledge(self.role, "AwsSolutions-IAM5",
-                        "Wildcards only where CDK scopes asset reads to the assets bucket's objects (s3:GetObject*, "
-                        "s3:List*) and where the managed policies above scope Image Builder resources")
 
     def _pipeline(self, name: str, p: PipelineSpec, profile: iam.CfnInstanceProfile) -> None:
         pname = f"{name}-{p.key}"
@@ -321,6 +313,16 @@ class ImagePipelineStack(cdk.Stack):
             )],
         )
         self.recipes[p.key] = recipe
+        if p.parent_image == "ssm:" + SM75_CANDIDATE_PARAMETER:
+            # The promote recipe's parent parameter must exist before the first build: seed it with
+            # the plain arm64 DLAMI; the build pipeline overwrites it with its candidate. Promoting
+            # the seed fails clearly at CheckTuringGpu's vLLM import.
+            self.candidate_seed = ssm.CfnParameter(
+                self, "CandidateSeed", name=SM75_CANDIDATE_PARAMETER, type="String", data_type="aws:ec2:image",
+                value=ssm.StringParameter.value_for_string_parameter(self, GPU_DLAMI.format(arch="arm64")),
+                description="vllm-sm75 build candidate (overwritten by the build pipeline)",
+            )
+            recipe.add_dependency(self.candidate_seed)
         infra = imagebuilder.CfnInfrastructureConfiguration(
             self, f"{key}Infrastructure", name=pname, instance_profile_name=profile.ref,
             instance_types=list(p.instance_types), subnet_id=self.subnet.subnet_id,
@@ -361,11 +363,42 @@ class ImagePipelineStack(cdk.Stack):
                       description="SSM parameter the built AMI id is written to")
 
 
-def image_specs(config: KitConfig, neuron_parent_ami: str | None = None) -> dict[str, ImageSpec]:
+def neuron_tp_degree(instance_type: str) -> int:
+    """Tensor-parallel degree for the Neuron engine: the instance's NeuronCore count from the
+    catalog, rounded down to a degree the Neuron runtime supports on that family."""
+    from ami.neuron.neuron_config import TP_DEGREES
+    from harness.catalog import INSTANCES
+
+    spec = INSTANCES.get(instance_type)
+    family = instance_type.split(".")[0].rstrip("n")  # trn1n runs trn1's degrees
+    if spec is None or not spec.neuron_cores:
+        known = ", ".join(n for n, s in INSTANCES.items() if s.neuron_cores)
+        raise ConfigError(f"{instance_type!r}: the catalog (harness/catalog.py) has no NeuronCore count for it; "
+                          f"known: {known}")
+    if family not in TP_DEGREES:
+        raise ConfigError(f"{instance_type!r}: no tensor-parallel degrees known for {family}; "
+                          f"valid families: {', '.join(TP_DEGREES)}")
+    return max(d for d in TP_DEGREES[family] if d <= spec.neuron_cores)
+
+
+def backend_family(backend_id: str, config: KitConfig):
+    """The image family a backend boots when it differs from the catalog's default: g6 with
+    ``-c g6_image=prebuilt`` reads the vllm-cuda pipeline's parameter (CloudFormation cannot
+    test whether a parameter exists, so this is a choice, not a fallback). None = default."""
+    if backend_id == "g6" and config.g6_image == "prebuilt":
+        from dataclasses import replace
+
+        from stacks.image_families import image_family
+
+        return replace(image_family("gpu-x86"), ssm_parameter=IMAGE_PARAMETERS["vllm-cuda"])
+    return None
+
+
+def image_specs(config: KitConfig) -> dict[str, ImageSpec]:
     """The image pipelines the selected backends need, by image name."""
     wanted = {FAMILY_IMAGE[b.image] for b in _ec2_backends(config)}
     makers = {"vllm-cuda": lambda: vllm_cuda_spec(config), "vllm-sm75": lambda: vllm_sm75_spec(config),
-              "neuron": lambda: neuron_spec(config, neuron_parent_ami)}
+              "neuron": lambda: neuron_spec(config, config.neuron_parent_image)}
     return {k: makers[k]() for k in ("vllm-cuda", "vllm-sm75", "neuron") if k in wanted}
 
 

@@ -15,6 +15,7 @@ from stacks import nag
 from stacks.config import KitConfig
 from stacks.ec2_backend import Ec2BackendStack
 from stacks.guardrails import ttl_expiry
+from stacks.images import ImagePipelineStack, backend_family, image_specs
 from stacks.network import NetworkStack
 
 KIT_TAGS = {"project": "aws-inference-kit"}
@@ -42,7 +43,7 @@ def build(app: cdk.App, config: KitConfig, now: datetime | None = None) -> dict[
             net = get_network()
             stack = Ec2BackendStack(app, spec.stack_name, backend=bc, config=config, vpc=net.vpc,
                                     eice_security_group=net.eice_security_group, ttl_expires_at=expires,
-                                    env=env, description=desc)
+                                    family=backend_family(bc.id, config), env=env, description=desc)
         elif spec.service == "sagemaker":
             from stacks.sagemaker import SageMakerStack
 
@@ -53,6 +54,12 @@ def build(app: cdk.App, config: KitConfig, now: datetime | None = None) -> dict[
 
             stack = BedrockStack(app, spec.stack_name, backend=bc, config=config, env=env, description=desc)
         stacks[spec.stack_name] = stack
+
+    # Image pipelines for the selected EC2 backends' images (stacks/images.py). Deploying one
+    # builds nothing: a pipeline has no schedule and runs only when started (docs/images.md).
+    for spec in image_specs(config).values():
+        stacks[spec.stack_name] = ImagePipelineStack(app, spec.stack_name, spec=spec, config=config,
+                                                     vpc=get_network().vpc, env=env, description=spec.description)
 
     for key, value in {**KIT_TAGS, **config.tags}.items():
         cdk.Tags.of(app).add(key, value)

@@ -1,0 +1,242 @@
+"""Image pipeline stacks (stacks/images.py) and how the g5g/inf2/trn1/g6 stacks read their images.
+
+Uses the session-wide synthesis of the whole kit (tests/stacks/conftest.py: ``kit``), plus one
+small extra synthesis for ``-c g6_image=prebuilt``. cdk-nag and cfn-lint over these templates
+run in test_synth.py.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ami import pins
+from harness.catalog import instance_arch
+from stacks import images
+from tests.stacks.conftest import ROOT, synth
+
+IMAGE_STACKS = {"vllm-cuda": "VllmCudaImageStack", "vllm-sm75": "VllmSm75ImageStack", "neuron": "NeuronImageStack"}
+COMPONENT_NAMES = {f.name: yaml.safe_load(f.read_text())["name"] for f in images.COMPONENTS_DIR.glob("*.yaml")}
+
+
+def _by_name(kit, stack: str, type_: str) -> dict[str, dict]:
+    return {v["Properties"]["Name"]: v["Properties"] for v in kit.resources(stack, type_).values()}
+
+
+def _ref_id(value) -> str:
+    """Logical id behind {"Fn::GetAtt": [id, ...]} or {"Ref": id}."""
+    return value["Fn::GetAtt"][0] if "Fn::GetAtt" in value else value["Ref"]
+
+
+def _recipe_components(kit, stack: str, recipe: dict) -> dict[str, dict[str, str]]:
+    """Component document name -> {parameter: value} for one recipe."""
+    res = kit.templates[stack]["Resources"]
+    out = {}
+    for c in recipe["Components"]:
+        comp = res[_ref_id(c["ComponentArn"])]["Properties"]
+        out[comp["Name"]] = {p["Name"]: p["Value"][0] for p in c.get("Parameters", [])}
+    return out
+
+
+def test_each_image_has_its_own_stack(kit):
+    for stack in IMAGE_STACKS.values():
+        assert stack in kit.templates
+        assert kit.resources(stack, "AWS::ImageBuilder::ImagePipeline")
+
+
+@pytest.mark.parametrize("image, parent, build_types, arch", [
+    ("vllm-cuda", "ssm:/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id",
+     ["g6.xlarge"], "x86_64"),
+    ("vllm-sm75", "ssm:/aws/service/deeplearning/ami/arm64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id",
+     ["c7g.8xlarge", "c7g.16xlarge"], "arm64"),
+    ("neuron", "ssm:/aws/service/neuron/dlami/pytorch-2.9/ubuntu-24.04/latest/image_id", ["inf2.xlarge"], "x86_64"),
+])
+def test_build_recipe_parent_and_build_host(kit, image, parent, build_types, arch):
+    stack = IMAGE_STACKS[image]
+    recipe = _by_name(kit, stack, "AWS::ImageBuilder::ImageRecipe")[f"inference-kit-{image}-build"]
+    assert recipe["ParentImage"] == parent
+    infra = _by_name(kit, stack, "AWS::ImageBuilder::InfrastructureConfiguration")[f"inference-kit-{image}-build"]
+    assert infra["InstanceTypes"] == build_types
+    assert {instance_arch(t) for t in infra["InstanceTypes"]} == {arch}
+
+
+def test_sm75_compiles_without_a_gpu_and_is_promoted_on_a_g5g(kit):
+    stack = IMAGE_STACKS["vllm-sm75"]
+    infra = _by_name(kit, stack, "AWS::ImageBuilder::InfrastructureConfiguration")
+    assert not any(t.startswith(("g", "p")) for t in infra["inference-kit-vllm-sm75-build"]["InstanceTypes"])
+    assert infra["inference-kit-vllm-sm75-gpu-test"]["InstanceTypes"] == ["g5g.2xlarge"]
+    recipes = _by_name(kit, stack, "AWS::ImageBuilder::ImageRecipe")
+    assert recipes["inference-kit-vllm-sm75-gpu-test"]["ParentImage"] == "ssm:" + images.SM75_CANDIDATE_PARAMETER
+    pipelines = _by_name(kit, stack, "AWS::ImageBuilder::ImagePipeline")
+    # No GPU on the build host: its image tests would prove nothing; the g5g pipeline tests.
+    assert pipelines["inference-kit-vllm-sm75-build"]["ImageTestsConfiguration"]["ImageTestsEnabled"] is False
+    assert pipelines["inference-kit-vllm-sm75-gpu-test"]["ImageTestsConfiguration"]["ImageTestsEnabled"] is True
+    # The candidate parameter exists before the promote recipe (seeded with the plain DLAMI).
+    res = kit.templates[stack]["Resources"]
+    seed_id, seed = kit.one(stack, "AWS::SSM::Parameter")
+    assert seed["Properties"]["Name"] == images.SM75_CANDIDATE_PARAMETER
+    assert seed["Properties"]["DataType"] == "aws:ec2:image"
+    promote_id = next(k for k, v in res.items() if v["Type"] == "AWS::ImageBuilder::ImageRecipe"
+                      and v["Properties"]["Name"].endswith("gpu-test"))
+    assert seed_id in res[promote_id]["DependsOn"]
+
+
+def test_components_attached_to_each_recipe_with_the_pinned_values(kit):
+    sm75 = _by_name(kit, IMAGE_STACKS["vllm-sm75"], "AWS::ImageBuilder::ImageRecipe")
+    build = _recipe_components(kit, IMAGE_STACKS["vllm-sm75"], sm75["inference-kit-vllm-sm75-build"])
+    assert list(build) == [COMPONENT_NAMES["python-uv.yaml"], COMPONENT_NAMES["vllm-sm75-build.yaml"]]
+    b = build[COMPONENT_NAMES["vllm-sm75-build.yaml"]]
+    assert (b["TorchVersion"], b["VllmVersion"], b["ArchList"], b["PatchFile"]) == \
+        (pins.TORCH_VERSION, pins.VLLM_VERSION, "7.5", pins.SM75_PATCH)
+    assert b["VllmSdistSha256"] == pins.VLLM_SDIST_SHA256
+    assert (ROOT / "ami" / "patches" / b["PatchFile"]).is_file()
+    promote = _recipe_components(kit, IMAGE_STACKS["vllm-sm75"], sm75["inference-kit-vllm-sm75-gpu-test"])
+    assert promote == {COMPONENT_NAMES["vllm-sm75-gpu-test.yaml"]: {
+        "Model": kit.config.backend("g5g").model_id, "HfTokenSecret": kit.config.hf_token_secret}}
+
+    cuda = _by_name(kit, IMAGE_STACKS["vllm-cuda"], "AWS::ImageBuilder::ImageRecipe")["inference-kit-vllm-cuda-build"]
+    c = _recipe_components(kit, IMAGE_STACKS["vllm-cuda"], cuda)[COMPONENT_NAMES["vllm-cuda.yaml"]]
+    assert c["VllmVersion"] == pins.VLLM_VERSION
+    assert c["PrePullModel"] == kit.config.backend("g6").model_id  # g6 serves minutes after boot
+
+    neuron = _by_name(kit, IMAGE_STACKS["neuron"], "AWS::ImageBuilder::ImageRecipe")["inference-kit-neuron-build"]
+    n = _recipe_components(kit, IMAGE_STACKS["neuron"], neuron)[COMPONENT_NAMES["neuron-engine.yaml"]]
+    assert n["NeuronSdk"] == "2.28.0"
+    assert "torch-neuronx==2.9.0.2.12.22436" in n["NeuronPip"].split()
+    assert "neuronx-cc==2.23.6484.0" in n["NeuronPip"].split()
+    assert "aws-neuronx-runtime-lib=2.30.51.0*" in n["NeuronApt"].split()
+    assert all("==" in s for s in n["EnginePip"].split()) and "aiohttp==" in n["EnginePip"]
+
+
+def test_component_data_is_the_document_file_and_versions_follow_content(kit):
+    for stack in IMAGE_STACKS.values():
+        for comp in kit.resources(stack, "AWS::ImageBuilder::Component").values():
+            p = comp["Properties"]
+            file = next(f for f, name in COMPONENT_NAMES.items() if name == p["Name"])
+            text = (images.COMPONENTS_DIR / file).read_text()
+            assert p["Data"] == text and p["Platform"] == "Linux"
+            assert p["Version"] == images.semantic_version(text)
+    assert images.semantic_version("a") != images.semantic_version("b")
+
+
+def test_assets_reach_the_build_host_and_only_them(kit):
+    stack = IMAGE_STACKS["neuron"]
+    s3_uri = _recipe_components(kit, stack, _by_name(kit, stack, "AWS::ImageBuilder::ImageRecipe")[
+        "inference-kit-neuron-build"])[COMPONENT_NAMES["neuron-engine.yaml"]]["AssetsS3Uri"]
+    # s3://cdk-…-assets-${AWS::AccountId}-<region>/<hash>.zip (an Fn::Sub until deploy time)
+    (asset_hash,) = re.findall(r"s3://cdk-[^/]+/([0-9a-f]{64})\.zip", json.dumps(s3_uri))
+    asset_dir = Path(kit.outdir) / f"asset.{asset_hash}"
+    shipped = {p.relative_to(asset_dir).parts[0] for p in asset_dir.rglob("*") if p.is_file()}
+    assert shipped == {"neuron", "scripts"}
+    assert (asset_dir / "neuron" / "server.py").is_file() and not list(asset_dir.rglob("__pycache__"))
+
+
+@pytest.mark.parametrize("image", list(IMAGE_STACKS))
+def test_build_infrastructure_is_locked_down(kit, image):
+    stack = IMAGE_STACKS[image]
+    res = kit.templates[stack]["Resources"]
+    for infra in kit.resources(stack, "AWS::ImageBuilder::InfrastructureConfiguration").values():
+        p = infra["Properties"]
+        assert p["InstanceMetadataOptions"]["HttpTokens"] == "required"  # IMDSv2
+        assert p["TerminateInstanceOnFailure"] is True
+        (sg_ref,) = p["SecurityGroupIds"]
+        sg = res[_ref_id(sg_ref)]["Properties"]
+        assert "SecurityGroupIngress" not in sg
+        assert {(e["FromPort"], e["CidrIp"]) for e in sg["SecurityGroupEgress"]} == {(443, "0.0.0.0/0"), (80, "0.0.0.0/0")}
+        assert res[_ref_id(p["SubnetId"])]["Properties"]["MapPublicIpOnLaunch"] is True  # no NAT in the VPC
+    assert not [r for r in res.values() if r["Type"] == "AWS::EC2::SecurityGroupIngress"]
+    for recipe in kit.resources(stack, "AWS::ImageBuilder::ImageRecipe").values():
+        (bdm,) = recipe["Properties"]["BlockDeviceMappings"]
+        assert bdm["Ebs"]["Encrypted"] is True and bdm["Ebs"]["VolumeType"] == "gp3"
+
+
+@pytest.mark.parametrize("image", list(IMAGE_STACKS))
+def test_build_role_is_least_privilege(kit, image):
+    stack = IMAGE_STACKS[image]
+    _, role = kit.one(stack, "AWS::IAM::Role")
+    managed = {json.dumps(m) for m in role["Properties"]["ManagedPolicyArns"]}
+    assert len(managed) == 2 and all("EC2InstanceProfileForImageBuilder" in m or "AmazonSSMManagedInstanceCore" in m
+                                     for m in managed)
+    _, policy = kit.one(stack, "AWS::IAM::Policy")
+    statements = policy["Properties"]["PolicyDocument"]["Statement"]
+    actions = sorted(a for s in statements for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"]))
+    assert actions == ["s3:GetObject", "secretsmanager:DescribeSecret", "secretsmanager:GetSecretValue"]
+    s3 = next(s for s in statements if s["Action"] == "s3:GetObject")
+    assert json.dumps(s3["Resource"]).count("*") == 0  # one object, no wildcard
+
+
+@pytest.mark.parametrize("image", list(IMAGE_STACKS))
+def test_pipelines_publish_to_ssm_and_never_run_on_a_schedule(kit, image):
+    stack = IMAGE_STACKS[image]
+    published = set()
+    for d in kit.resources(stack, "AWS::ImageBuilder::DistributionConfiguration").values():
+        (dist,) = d["Properties"]["Distributions"]
+        (param,) = dist["SsmParameterConfigurations"]
+        assert param["DataType"] == "aws:ec2:image"
+        published.add(param["ParameterName"])
+        assert "{{ imagebuilder:buildDate }}" in dist["AmiDistributionConfiguration"]["Name"]
+    assert images.IMAGE_PARAMETERS[image] in published
+    for p in kit.resources(stack, "AWS::ImageBuilder::ImagePipeline").values():
+        assert "Schedule" not in p["Properties"] and p["Properties"]["Status"] == "ENABLED"
+
+
+@pytest.mark.parametrize("backend, stack, parameter", [
+    ("g5g", "G5gStack", "/inference-kit/ami/vllm-sm75"),
+    ("inf2", "Inf2Stack", "/inference-kit/ami/neuron"),
+    ("trn1", "Trn1Stack", "/inference-kit/ami/neuron"),
+    ("g6", "G6Stack", "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id"),
+])
+def test_backend_stacks_read_the_image_parameter(kit, backend, stack, parameter):
+    params = kit.templates[stack]["Parameters"]
+    ami = [p for p in params.values() if p["Type"] == "AWS::SSM::Parameter::Value<AWS::EC2::Image::Id>"]
+    assert [p["Default"] for p in ami] == [parameter]
+
+
+def test_backend_user_data_for_custom_silicon(kit):
+    g5g = kit.stacks["G5gStack"].server.user_data_text
+    assert "--attention-backend TRITON_ATTN --dtype float16" in g5g
+    assert "--tool-call-parser gemma4" in g5g
+    for stack in ("Inf2Stack", "Trn1Stack"):
+        text = kit.stacks[stack].server.user_data_text
+        assert "KIT_TP_DEGREE=2\n" in text  # inf2.xlarge and trn1.2xlarge: 2 NeuronCores
+        assert '--tp-degree "$KIT_TP_DEGREE"' in text
+
+
+@pytest.mark.parametrize("instance_type, degree", [
+    ("inf2.xlarge", 2), ("inf2.24xlarge", 8), ("inf2.48xlarge", 24), ("trn1.2xlarge", 2), ("trn1.32xlarge", 32)])
+def test_tensor_parallel_degree_from_the_catalog(instance_type, degree):
+    assert images.neuron_tp_degree(instance_type) == degree
+
+
+def test_unknown_neuron_type_is_one_clear_error():
+    from stacks.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"'inf2\.2xlarge'.*no NeuronCore count.*known: inf2\.xlarge"):
+        images.neuron_tp_degree("inf2.2xlarge")
+
+
+def test_g6_prebuilt_image_and_backend_selection(tmp_path):
+    s = synth(tmp_path, backends="g6,inf2", g6_image="prebuilt")
+    assert "VllmCudaImageStack" in s.templates and "NeuronImageStack" in s.templates
+    assert "VllmSm75ImageStack" not in s.templates  # no g5g selected: no sm_75 pipelines
+    params = s.templates["G6Stack"]["Parameters"]
+    assert [p["Default"] for p in params.values()
+            if p["Type"] == "AWS::SSM::Parameter::Value<AWS::EC2::Image::Id>"] == ["/inference-kit/ami/vllm-cuda"]
+
+
+def test_x86_instance_type_for_g5g_fails_synth_in_one_line(tmp_path):
+    env = {**os.environ, "CDK_DISABLE_CLI_TELEMETRY": "true", "AWS_EC2_METADATA_DISABLED": "true",
+           "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20"}
+    r = subprocess.run(["npx", "cdk", "synth", "-q", "-o", str(tmp_path / "out"), "-c", "backends=g5g",
+                        "-c", "g5g_instance_type=g6.xlarge"], cwd=ROOT, env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode != 0
+    errors = [ln for ln in r.stderr.splitlines() if ln.startswith("config error:")]
+    assert errors == ["config error: g5g_instance_type='g6.xlarge' is x86_64 but the g5g image is arm64; "
+                      "use a arm64 type such as g5g.2xlarge"]
+    assert "Traceback" not in r.stderr + r.stdout
