@@ -20,9 +20,15 @@ def _images(page: str) -> int:
     return page.count("data:image/png;base64,")
 
 
-def test_full_run_renders_markdown_and_self_contained_html(tmp_path):
-    run = make_results(tmp_path)
-    md, page = render(run)
+@pytest.fixture(scope="module")
+def full_report(tmp_path_factory):
+    """One full synthetic run rendered once, shared by the content and the browser checks."""
+    run = make_results(tmp_path_factory.mktemp("results"))
+    return run, *render(run)
+
+
+def test_full_run_renders_markdown_and_self_contained_html(full_report):
+    run, md, page = full_report
     text, html = md.read_text(), page.read_text()
     assert _images(html) == 3  # roofline, cost, latency-throughput
     assert "http://" not in html and "https://" not in html and "<script" not in html  # nothing fetched
@@ -99,12 +105,11 @@ def test_cli_writes_both_files(tmp_path):
     assert (run / "report.md").exists() and (run / "report.html").exists()
 
 
-def test_html_renders_in_headless_chromium(tmp_path):
+def test_html_renders_in_headless_chromium(tmp_path, full_report):
     chromium = require_binary("chromium")
     from matplotlib import image
 
-    run = make_results(tmp_path / "results")
-    _, page = render(run)
+    _, _, page = full_report
     shot = tmp_path / "shot.png"
     cmd = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
            "--disable-background-networking", "--disable-component-update", "--disable-sync",
