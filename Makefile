@@ -41,10 +41,11 @@ node_modules/.package-lock.json: package-lock.json
 	touch $@
 
 # System packages the tests use for real: OpenSSH server (tunnel tests), Chromium (report
-# screenshot). Installed only where missing and only as root; otherwise say what to install.
+# screenshot), patch (the sm_75 patch check). Installed only where missing and only as root; otherwise say what to install.
 sysdeps:
 	@missing=""; command -v /usr/sbin/sshd >/dev/null || missing="$$missing openssh-server"; \
 	command -v chromium >/dev/null || missing="$$missing chromium"; \
+	command -v patch >/dev/null || missing="$$missing patch"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
 	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing) >/dev/null \
@@ -70,6 +71,10 @@ test: lint pytest
 
 run: setup-run
 	$(PY) -m harness.run $(ARGS)
+
+# Apply ami/patches (Turing shared memory) to the pinned vLLM sdist from PyPI; also in pytest.
+patch-check: setup-run
+	$(PY) -m ami.check_patch
 
 clean:
 	rm -rf $(VENV) node_modules cdk.out .pytest_cache
