@@ -130,6 +130,17 @@ def parse_chat_request(body, served_model: str) -> ChatRequest:
         raise RequestError("n must be 1", "n")
     if body.get("stop"):
         raise RequestError("stop sequences are not supported by this engine", "stop")
+    for key, why in (("seed", "sampling draws from one generator per batch, so a seed cannot be honoured"),
+                     ("logprobs", "log-probabilities are not returned by this engine"),
+                     ("top_logprobs", "log-probabilities are not returned by this engine"),
+                     ("presence_penalty", "penalties are not applied by this engine"),
+                     ("frequency_penalty", "penalties are not applied by this engine")):
+        if body.get(key) not in (None, False, 0):
+            raise RequestError(f"{key} is not supported: {why}", key)
+    fmt = body.get("response_format")
+    if fmt not in (None, {"type": "text"}):
+        raise RequestError("response_format other than text is not supported by this engine",
+                           "response_format")
     max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
     if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)
                                    or max_tokens < 1):

@@ -127,3 +127,15 @@ def test_cpu_backend_serves_a_checkpoint_directory(tmp_path):
 
 def tiny_tokenizer_text(gen, ids):
     return gen.chat.tokenizer.decode(ids, skip_special_tokens=False)
+
+
+def test_bundled_template_renders_every_role(tiny_tokenizer):
+    chat = ChatFormat.for_tokenizer(tiny_tokenizer)
+    msgs = [{"role": "developer", "content": [{"type": "text", "text": " Be brief. "}]},
+            {"role": "user", "content": "Q1"},
+            {"role": "assistant", "content": "A1"},
+            {"role": "system", "content": "Now in French."},
+            {"role": "user", "content": "Q2"}]
+    text = tiny_tokenizer.decode(chat.render(msgs, None), skip_special_tokens=False)
+    assert text == ("<bos><|turn>system\nBe brief.<turn|>\n<|turn>user\nQ1<turn|>\n<|turn>model\nA1<turn|>\n"
+                    "<|turn>system\nNow in French.<turn|>\n<|turn>user\nQ2<turn|>\n<|turn>model\n")

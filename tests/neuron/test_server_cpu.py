@@ -78,6 +78,10 @@ def test_prompt_plus_max_tokens_over_the_total_is_a_400(client):
 @pytest.mark.parametrize("bad, field", [
     ({"n": 2}, "n"), ({"stop": ["x"]}, "stop"), ({"temperature": 3}, "temperature"),
     ({"tool_choice": "required"}, "tool_choice"), ({"max_tokens": 0}, "max_tokens"),
+    ({"seed": 7}, "seed"), ({"logprobs": True}, "logprobs"), ({"presence_penalty": 0.5}, "presence_penalty"),
+    ({"response_format": {"type": "json_object"}}, "response_format"), ({"top_p": 0}, "top_p"),
+    ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
+     "messages[0]"),
 ])
 def test_unsupported_or_invalid_fields_are_refused(client, bad, field):
     args = {"model": MODEL, "messages": HELLO, "max_tokens": 2, **bad}
