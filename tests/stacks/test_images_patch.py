@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from ami import check_patch, pins
+from tests.conftest import require_binary
 
 pytestmark = pytest.mark.network
 
@@ -21,6 +22,7 @@ KERNEL = "vllm/v1/attention/ops/triton_unified_attention.py"
 
 @pytest.fixture(scope="module")
 def tree(tmp_path_factory) -> Path:
+    require_binary("patch")  # make sysdeps installs it; CI fails instead of skipping
     return check_patch.patched_tree(tmp_path_factory.mktemp("vllm"))
 
 
