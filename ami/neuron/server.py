@@ -96,14 +96,15 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
 
     content, calls, reason = [], [], "stop"
     try:
-        async for ev in events:
-            kind, value = _as_tuple(ev)
-            if kind == "content":
-                content.append(value)
-            elif kind == "tool":
-                calls.append(api.tool_call_json(value, with_index=False))
-            else:
-                reason = value
+        async with contextlib.aclosing(events):
+            async for ev in events:
+                kind, value = _as_tuple(ev)
+                if kind == "content":
+                    content.append(value)
+                elif kind == "tool":
+                    calls.append(api.tool_call_json(value, with_index=False))
+                else:
+                    reason = value
     except RuntimeError as exc:
         return _json_error(500, str(exc), kind="server_error")
     return web.json_response(completion.full("".join(content), calls, reason, len(prompt_ids), counter[0]))
@@ -120,16 +121,18 @@ async def _stream(request, completion: api.Completion, events, include_usage: bo
 
     await send(completion.chunk({"role": "assistant", "content": ""}, usage_field=include_usage))
     try:
-        async for ev in events:
-            kind, value = _as_tuple(ev)
-            if kind == "content":
-                delta = {"content": value}
-            elif kind == "tool":
-                delta = {"tool_calls": [api.tool_call_json(value, with_index=True)]}
-            else:
-                await send(completion.chunk({}, finish_reason=value, usage_field=include_usage))
-                continue
-            await send(completion.chunk(delta, usage_field=include_usage))
+        # aclosing: a client that goes away mid-stream frees its batch slot at the next step.
+        async with contextlib.aclosing(events):
+            async for ev in events:
+                kind, value = _as_tuple(ev)
+                if kind == "content":
+                    delta = {"content": value}
+                elif kind == "tool":
+                    delta = {"tool_calls": [api.tool_call_json(value, with_index=True)]}
+                else:
+                    await send(completion.chunk({}, finish_reason=value, usage_field=include_usage))
+                    continue
+                await send(completion.chunk(delta, usage_field=include_usage))
     except RuntimeError as exc:
         await send(api.error_body(str(exc), kind="server_error"))
     else:
