@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from ami import pins
-from harness.catalog import instance_arch
+from harness.catalog import BACKENDS, instance_arch
 from stacks import images
 from tests.stacks.conftest import ROOT, synth
 
@@ -195,6 +195,12 @@ def test_backend_stacks_read_the_image_parameter(kit, backend, stack, parameter)
     params = kit.templates[stack]["Parameters"]
     ami = [p for p in params.values() if p["Type"] == "AWS::SSM::Parameter::Value<AWS::EC2::Image::Id>"]
     assert [p["Default"] for p in ami] == [parameter]
+    # The instance boots an image of its own architecture (arm64 for g5g).
+    _, instance = kit.one(stack, "AWS::EC2::Instance")
+    image = images.FAMILY_IMAGE[BACKENDS[backend].image]
+    spec = images.image_specs(kit.config)[image]
+    assert instance_arch(instance["Properties"]["InstanceType"]) == spec.arch
+    assert spec.arch == ("arm64" if backend == "g5g" else "x86_64")
 
 
 def test_backend_user_data_for_custom_silicon(kit):
