@@ -97,3 +97,13 @@ def test_harness_never_imports_the_engine_and_the_kit_install_stays_lean():
     assert "torch" not in kit and "transformers" not in kit
     engine = (REPO / "requirements-engine.txt").read_text()
     assert "torch==" in engine and "transformers==" in engine
+
+
+def test_measure_script_says_so_when_no_server_listens():
+    from .conftest import free_port
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    r = subprocess.run([sys.executable, "-m", "ami.neuron.measure", "--model", "m",
+                        "--url", f"http://127.0.0.1:{free_port()}"], cwd=REPO, env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1
+    assert r.stderr.startswith("python -m ami.neuron.measure: cannot reach http://127.0.0.1:")
