@@ -141,7 +141,9 @@ def parse_chat_request(body, served_model: str) -> ChatRequest:
     if fmt not in (None, {"type": "text"}):
         raise RequestError("response_format other than text is not supported by this engine",
                            "response_format")
-    max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
+    max_tokens = body.get("max_completion_tokens")
+    if max_tokens is None:
+        max_tokens = body.get("max_tokens")
     if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)
                                    or max_tokens < 1):
         raise RequestError(f"max_tokens must be a positive integer, got {max_tokens!r}", "max_tokens")

@@ -69,7 +69,13 @@ def test_runs_from_an_installed_copy_of_the_directory(tmp_path):
                  "--max-total-tokens", "--batch-size", "--dtype", "--tp-degree", "--compiled-dir"):
         assert flag in r.stdout
     # The chat template file travels with the package (read with importlib.resources).
-    assert (dest / "neuron" / "gemma4_chat_template.jinja").is_file()
+    probe = subprocess.run([sys.executable, "-c", "import ami.neuron.tiny as t, ami.neuron.server as s; "
+                            "print(t.__file__); print(t.chat_template().count('<|tool>'))"],
+                           cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(tmp_path / "site")},
+                           capture_output=True, text=True, timeout=60)
+    assert probe.returncode == 0, probe.stderr
+    where, count = probe.stdout.split()
+    assert where.startswith(str(tmp_path)) and int(count) >= 1
 
 
 def _imports(path: Path) -> set[str]:
