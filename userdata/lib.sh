@@ -1,7 +1,7 @@
 # shellcheck shell=bash
 # Functions shared by every EC2 backend (g6, g5g, inf2, trn1). Installed to
 # /usr/local/lib/inference-kit/lib.sh and sourced by kit-boot after /etc/inference-kit/kit.env.
-# Never `set -x` here: kit_hf_token's output is a secret.
+# Never turn on xtrace here: kit_hf_token's output is a secret.
 
 # Overridable only so tests can run these functions against local stand-ins.
 KIT_LOG_DIR=${KIT_LOG_DIR:-/var/log/inference-kit}

@@ -40,7 +40,7 @@ def test_endpoint_config_timeouts_and_ami_version(kit):
 
 
 def test_execution_role_is_scoped(kit):
-    _, role = kit.one("SageMakerStack", "AWS::IAM::Role")
+    role = kit.templates["SageMakerStack"]["Resources"]["ExecutionRole605A040B"]
     assert "ManagedPolicyArns" not in role["Properties"]  # no SageMakerFullAccess, nothing managed
     policies = kit.resources("SageMakerStack", "AWS::IAM::Policy")
     (execution,) = [p for p in policies.values() if "ExecutionRole" in p["Properties"]["PolicyName"]]
