@@ -126,7 +126,7 @@ def parse_chat_request(body, served_model: str) -> ChatRequest:
     if body.get("model") != served_model:
         raise RequestError(f"model {body.get('model')!r} does not exist; this server serves "
                            f"{served_model!r}", "model", "model_not_found", status=404)
-    if body.get("n", 1) != 1:
+    if body.get("n") not in (None, 1):
         raise RequestError("n must be 1", "n")
     if body.get("stop"):
         raise RequestError("stop sequences are not supported by this engine", "stop")
