@@ -62,6 +62,11 @@ GPU_DLAMI = "/aws/service/deeplearning/ami/{arch}/base-oss-nvidia-driver-gpu-ubu
 # (an ami-… id, e.g. the exact SDK 2.28 DLAMI found with describe-images) overrides it.
 NEURON_DLAMI = "/aws/service/neuron/dlami/pytorch-2.9/ubuntu-24.04/latest/image_id"
 
+# Builds each pipeline keeps; older ones are deleted with their AMIs and snapshots by an Image
+# Builder lifecycle policy, except AMIs launched in the last LIFECYCLE_KEEP_LAUNCHED_DAYS days.
+LIFECYCLE_KEEP_IMAGES = 2
+LIFECYCLE_KEEP_LAUNCHED_DAYS = 14
+
 # Subnets the build instances use: one public /24 per image stack inside NetworkStack's VPC,
 # with public IPv4 on launch (Image Builder cannot ask for one, and the VPC has no NAT).
 BUILD_SUBNET_CIDRS = {"vllm-cuda": "10.42.240.0/24", "vllm-sm75": "10.42.241.0/24", "neuron": "10.42.242.0/24"}
@@ -269,6 +274,14 @@ class ImagePipelineStack(cdk.Stack):
         self.recipes: dict[str, imagebuilder.CfnImageRecipe] = {}
         self.pipelines: dict[str, imagebuilder.CfnImagePipeline] = {}
         self.candidate_seed: ssm.CfnParameter | None = None
+        # Old builds are deleted by one lifecycle policy per pipeline (Image Builder runs it daily).
+        self.lifecycle_role = iam.Role(
+            self, "LifecycleRole", assumed_by=iam.ServicePrincipal("imagebuilder.amazonaws.com"),
+            description=f"{name}: delete old image builds, their AMIs and snapshots",
+            managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(
+                "service-role/EC2ImageBuilderLifecycleExecutionPolicy")],
+        )
+        self.lifecycle_policies: dict[str, imagebuilder.CfnLifecyclePolicy] = {}
         for p in spec.pipelines(self.assets.s3_object_url):
             self._pipeline(name, p, profile)
 
@@ -276,6 +289,11 @@ class ImagePipelineStack(cdk.Stack):
                         "EC2InstanceProfileForImageBuilder]",
                         "AWS-maintained minimum an Image Builder build instance needs (component download, "
                         "build logs, image state); a hand copy would drift from the service")
+        nag.acknowledge(self.lifecycle_role, "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/"
+                        "service-role/EC2ImageBuilderLifecycleExecutionPolicy]",
+                        "The AWS-managed policy documented for Image Builder lifecycle policies; it only acts on AMIs "
+                        "and snapshots tagged CreatedBy=EC2 Image Builder, and each lifecycle policy selects its own "
+                        "pipeline's builds by their kit-lifecycle tag")
         nag.acknowledge(self.role, nag.SSM_CORE,
                         "Image Builder drives build and test instances through SSM Run Command; this is the "
                         "AWS-maintained minimum for the agent")
@@ -353,10 +371,29 @@ class ImagePipelineStack(cdk.Stack):
             image_recipe_arn=recipe.attr_arn, infrastructure_configuration_arn=infra.attr_arn,
             distribution_configuration_arn=distribution.attr_arn, status="ENABLED",
             enhanced_image_metadata_enabled=True,
+            image_tags={"kit-lifecycle": pname},
             image_tests_configuration=imagebuilder.CfnImagePipeline.ImageTestsConfigurationProperty(
                 image_tests_enabled=p.tests_enabled, timeout_minutes=120),
         )
         self.pipelines[p.key] = pipeline
+        self.lifecycle_policies[p.key] = imagebuilder.CfnLifecyclePolicy(
+            self, f"{key}Lifecycle", name=pname, execution_role=self.lifecycle_role.role_arn,
+            resource_type="AMI_IMAGE", status="ENABLED",
+            description=f"Keep the newest {LIFECYCLE_KEEP_IMAGES} {pname} builds; delete older AMIs and snapshots",
+            resource_selection=imagebuilder.CfnLifecyclePolicy.ResourceSelectionProperty(
+                tag_map={"kit-lifecycle": pname}),
+            policy_details=[imagebuilder.CfnLifecyclePolicy.PolicyDetailProperty(
+                action=imagebuilder.CfnLifecyclePolicy.ActionProperty(
+                    type="DELETE",
+                    include_resources=imagebuilder.CfnLifecyclePolicy.IncludeResourcesProperty(
+                        amis=True, snapshots=True)),
+                filter=imagebuilder.CfnLifecyclePolicy.FilterProperty(type="COUNT", value=LIFECYCLE_KEEP_IMAGES),
+                exclusion_rules=imagebuilder.CfnLifecyclePolicy.ExclusionRulesProperty(
+                    amis=imagebuilder.CfnLifecyclePolicy.AmiExclusionRulesProperty(
+                        last_launched=imagebuilder.CfnLifecyclePolicy.LastLaunchedProperty(
+                            unit="DAYS", value=LIFECYCLE_KEEP_LAUNCHED_DAYS))),
+            )],
+        )
         cdk.CfnOutput(self, f"{key}PipelineArn", value=pipeline.attr_arn,
                       description=f"aws imagebuilder start-image-pipeline-execution --image-pipeline-arn <this>")
         cdk.CfnOutput(self, f"{key}AmiParameter", value=p.publish_parameter,

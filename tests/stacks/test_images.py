@@ -158,7 +158,13 @@ def test_build_infrastructure_is_locked_down(kit, image):
 @pytest.mark.parametrize("image", list(IMAGE_STACKS))
 def test_build_role_is_least_privilege(kit, image):
     stack = IMAGE_STACKS[image]
-    _, role = kit.one(stack, "AWS::IAM::Role")
+    roles = kit.resources(stack, "AWS::IAM::Role")
+    role = next(v for k, v in roles.items() if k.startswith("InstanceRole"))
+    (lifecycle,) = [v for k, v in roles.items() if k.startswith("LifecycleRole")]
+    assert lifecycle["Properties"]["AssumeRolePolicyDocument"]["Statement"][0]["Principal"] == {
+        "Service": "imagebuilder.amazonaws.com"}
+    assert "service-role/EC2ImageBuilderLifecycleExecutionPolicy" in json.dumps(lifecycle["Properties"]["ManagedPolicyArns"])
+    assert len(roles) == 2
     managed = {json.dumps(m) for m in role["Properties"]["ManagedPolicyArns"]}
     assert len(managed) == 2 and all("EC2InstanceProfileForImageBuilder" in m or "AmazonSSMManagedInstanceCore" in m
                                      for m in managed)
@@ -246,3 +252,22 @@ def test_x86_instance_type_for_g5g_fails_synth_in_one_line(tmp_path):
     assert errors == ["config error: g5g_instance_type='g6.xlarge' is x86_64 but the g5g image is arm64; "
                       "use a arm64 type such as g5g.2xlarge"]
     assert "Traceback" not in r.stderr + r.stdout
+
+
+@pytest.mark.parametrize("image", list(IMAGE_STACKS))
+def test_old_builds_are_deleted_by_a_lifecycle_policy(kit, image):
+    stack = IMAGE_STACKS[image]
+    pipelines = _by_name(kit, stack, "AWS::ImageBuilder::ImagePipeline")
+    policies = _by_name(kit, stack, "AWS::ImageBuilder::LifecyclePolicy")
+    assert set(policies) == set(pipelines)
+    for name, pipeline in pipelines.items():
+        tag = pipeline["ImageTags"]["kit-lifecycle"]
+        policy = policies[name]
+        assert policy["ResourceType"] == "AMI_IMAGE" and policy["Status"] == "ENABLED"
+        assert policy["ResourceSelection"] == {"TagMap": {"kit-lifecycle": tag}}
+        (detail,) = policy["PolicyDetails"]
+        assert detail["Action"] == {"Type": "DELETE", "IncludeResources": {"Amis": True, "Snapshots": True}}
+        assert detail["Filter"] == {"Type": "COUNT", "Value": images.LIFECYCLE_KEEP_IMAGES}
+        assert detail["ExclusionRules"]["Amis"]["LastLaunched"] == {
+            "Unit": "DAYS", "Value": images.LIFECYCLE_KEEP_LAUNCHED_DAYS}
+    assert len({p["ImageTags"]["kit-lifecycle"] for p in pipelines.values()}) == len(pipelines)
