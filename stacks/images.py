@@ -300,6 +300,11 @@ class ImagePipelineStack(cdk.Stack):
 
     def _pipeline(self, name: str, p: PipelineSpec, profile: iam.CfnInstanceProfile) -> None:
         pname = f"{name}-{p.key}"
+        from harness.catalog import instance_arch
+
+        wrong = [t for t in p.instance_types if instance_arch(t) != self.spec.arch]
+        if wrong:  # an arm64 image cannot be built or tested on x86_64, nor the reverse
+            raise ConfigError(f"{pname}: {', '.join(wrong)} is not {self.spec.arch}, the image's architecture")
         key = "".join(w.capitalize() for w in p.key.split("-"))
         uses = []
         for use in p.components:
