@@ -87,7 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"sequences decoded together; more requests queue (default {d.batch_size})")
     p.add_argument("--batch-wait-ms", type=_nonneg_float, default=5.0, metavar="MS",
                    help="how long an idle engine waits for more requests to fill a batch (default 5)")
-    p.add_argument("--dtype", default="bf16", help="neuron: weight dtype, bf16 (default) or fp16; int4 is refused")
+    p.add_argument("--dtype", default="bf16",
+                   help="weight dtype: bf16 (default) or fp16 (cpu with --model also fp32); int4 is refused")
     p.add_argument("--tp-degree", type=_positive, metavar="N",
                    help="neuron: tensor-parallel degree (default: all NeuronCores the runtime allows)")
     p.add_argument("--compiled-dir", default=DEFAULT_CACHE_ROOT, metavar="DIR",
@@ -125,6 +126,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         if a.backend == "neuron":
             from .neuron_config import check_precision
             check_precision({}, a.dtype)
+        elif a.dtype not in ("bf16", "fp16", "fp32"):
+            p.error(f"--dtype {a.dtype!r} is not one of bf16, fp16, fp32 for the cpu backend")
     except ConfigError as exc:
         p.error(str(exc))
     a.served_model_name = a.served_model_name or (a.model if a.model else "tiny-random-gemma4")
@@ -151,7 +154,7 @@ def build_generator(args: argparse.Namespace):
     if args.backend == "cpu":
         from . import cpu_backend
         return cpu_backend.make_generator(args.served_model_name, args.model, args.tiny_random,
-                                          limits, wait_s, args.cpu_threads)
+                                          limits, wait_s, args.cpu_threads, args.dtype)
     from . import neuron_backend
     try:
         cfg = neuron_backend.engine_config(args.model, shapes, args.dtype, args.tp_degree,

@@ -34,21 +34,25 @@ class HFRunner:
                                 stopping_criteria=StoppingCriteriaList([tracker]))
 
 
-def load(model_dir: str | None, tiny_random: bool, threads: int):
-    """(model, tokenizer) from a checkpoint directory, or the tiny random model."""
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+def load(model_dir: str | None, tiny_random: bool, threads: int, dtype: str = "bf16"):
+    """(model, tokenizer) from a checkpoint directory (in ``dtype``), or the tiny random model
+    (float32: it is small, and fp32 keeps greedy results stable across batch shapes)."""
     torch.set_num_threads(threads)
     if tiny_random:
         from . import tiny
         return tiny.build()
     from transformers import AutoModelForCausalLM, AutoTokenizer
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=DTYPES[dtype]).eval()
     return model, tokenizer
 
 
 def make_generator(model_id: str, model_dir: str | None, tiny_random: bool, limits: Limits,
-                   batch_wait_s: float, threads: int | None = None) -> BatchedGenerator:
-    model, tokenizer = load(model_dir, tiny_random, threads or min(4, os.cpu_count() or 1))
+                   batch_wait_s: float, threads: int | None = None, dtype: str = "bf16") -> BatchedGenerator:
+    model, tokenizer = load(model_dir, tiny_random, threads or min(4, os.cpu_count() or 1), dtype)
     eos = getattr(model.generation_config, "eos_token_id", None)
     chat = ChatFormat.for_tokenizer(tokenizer, eos if isinstance(eos, list) else [eos])
     # Stopping is per request (ignore_eos, stop tokens) in RowTracker; generate() must not stop

@@ -9,7 +9,6 @@ Neuron SDK) happen only after the command line is checked, so a bad flag fails i
 """
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import logging

@@ -110,7 +110,8 @@ def test_cpu_backend_serves_a_checkpoint_directory(tmp_path):
     from ami.neuron.generator import Limits, SamplingParams
 
     tiny.save(str(tmp_path))
-    gen = cpu_backend.make_generator("dir-model", str(tmp_path), False, Limits(64, 128, 2), 0.0, threads=1)
+    gen = cpu_backend.make_generator("dir-model", str(tmp_path), False, Limits(64, 128, 2), 0.0,
+                                     threads=1, dtype="fp32")
 
     async def main():
         await gen.start()
