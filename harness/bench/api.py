@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import platform
+import resource
 import time
 import uuid
 from pathlib import Path
@@ -168,14 +169,21 @@ async def run_bench_async(
         level_run = uuid.uuid4().hex[:8]
         started = time.time()
         total = spec.warmup_count() + spec.requests if spec.requests else None
+        ru0 = resource.getrusage(resource.RUSAGE_SELF)
         res = await run_level(backend, prof, spec, level_run=level_run, meta=meta,
                               emit=writer.put, request_timeout=request_timeout,
                               deadline_ns=deadline, seed=seed, max_inflight=max_inflight,
                               token_counter=counter, on_progress=bar.level(spec.label, total))
+        ru1 = resource.getrusage(resource.RUSAGE_SELF)
         writer.flush()
+        cpu = ru1.ru_utime - ru0.ru_utime + ru1.ru_stime - ru0.ru_stime
+        chunks = sum(len(r.get("chunk_us") or ()) for r in res.records)
         lv = {**spec.key(), **metrics.summarize_level(res.records, slo=slo_d),
               "complete": not res.interrupted, "level_run": level_run, "profile": prof.name,
-              "started": started, "ended": time.time()}
+              "started": started, "ended": time.time(),
+              # is the client itself a bottleneck? (process CPU while the level ran, per chunk)
+              "client_cpu_s": round(cpu, 3), "chunks": chunks,
+              "client_cpu_us_per_chunk": round(cpu / chunks * 1e6, 2) if chunks else None}
         levels[:] = [x for x in levels if _key(x) != _key(lv)] + [lv]
         _order(levels)
         metrics.mark_knee(levels)

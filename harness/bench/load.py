@@ -81,8 +81,11 @@ async def run_level(backend: Any, profile: Profile, spec: LevelSpec, *, level_ru
                     return
                 limit = min(request_timeout, remaining)
                 try:
-                    await asyncio.wait_for(backend.stream(profile.request(i, seed), rec), limit)
-                except asyncio.TimeoutError:
+                    # asyncio.timeout runs the request in this task (wait_for would start a new
+                    # task and queue it behind every ready callback)
+                    async with asyncio.timeout(limit):
+                        await backend.stream(profile.request(i, seed), rec)
+                except TimeoutError:
                     if limit < request_timeout:
                         state["interrupted"] = True
                     rec.fail("timeout", f"no complete response within {limit:.1f} s"
@@ -164,9 +167,9 @@ async def _open_loop(spec: LevelSpec, warmup: int, run_one, past_deadline, seed:
                     break
             if past_deadline(t):
                 break
-            delay = (t - now_ns()) / 1e9
-            if delay > 0:
-                await asyncio.sleep(delay)
+            # uvloop timers have 1 ms resolution and may fire early: sleep until really due
+            while (delay := (t - now_ns()) / 1e9) > 0:
+                await asyncio.sleep(max(delay, 0.0005))
             if past_deadline():
                 break
             tasks.append(asyncio.create_task(run_one(i, t, gate)))

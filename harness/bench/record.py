@@ -147,15 +147,21 @@ def _ms(ns: int) -> float:
 
 
 def _spread(total: int, weights: list[int]) -> list[int]:
-    """Split ``total`` tokens over chunks in proportion to ``weights`` (largest remainder),
-    at least one token for every chunk while the total allows."""
+    """Split ``total`` tokens over chunks in proportion to ``weights`` (characters), largest
+    remainder first, at least one token per chunk while the total allows."""
     n = len(weights)
     if total <= n:
         return [1] * total + [0] * (n - total)
-    wsum = sum(weights) or n
-    shares = [(w if sum(weights) else 1) * (total - n) / wsum for w in weights]
-    ks = [1 + int(s) for s in shares]
-    rest = total - sum(ks)
-    for i in sorted(range(n), key=lambda i: shares[i] - int(shares[i]), reverse=True)[:rest]:
-        ks[i] += 1
+    wsum = sum(weights)
+    shares = [total * (w / wsum if wsum else 1 / n) for w in weights]
+    ks = [max(1, int(s)) for s in shares]
+    order = sorted(range(n), key=lambda i: shares[i] - int(shares[i]), reverse=True)
+    while sum(ks) < total:
+        for i in order:
+            if sum(ks) >= total:
+                break
+            ks[i] += 1
+    while sum(ks) > total:  # the one-token minimum overshot: take from the largest
+        j = max(range(n), key=lambda i: ks[i])
+        ks[j] -= 1
     return ks

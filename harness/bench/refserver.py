@@ -1,12 +1,13 @@
 """Reference OpenAI-compatible server with known pacing that records what it actually sent.
 
     python -m harness.bench.refserver --port 8123 --ttft-ms 120 --itl-ms 10 --tokens-per-chunk 2 \
-        --usage final|continuous|none [--role-chunk] [--output-tokens 64]
+        --usage vllm|final|continuous|none [--role-chunk] [--output-tokens 64]
 
 Each stream: a role-only first chunk (optional), then chunks of ``tokens_per_chunk`` words, the
 first at receipt + TTFT, each next one ``tokens_per_chunk * itl`` later (absolute schedule, so
 lateness does not accumulate), a finish_reason, a usage chunk (``final``) or usage on every
-chunk (``continuous``), then ``[DONE]``. Output length is ``max_tokens`` unless
+chunk (``continuous``) or, like vLLM, as the request asks (``vllm``: ``include_usage``,
+``continuous_usage_stats``), then ``[DONE]``. Output length is ``max_tokens`` unless
 ``--output-tokens`` fixes it. Each token is one word from a fixed vocabulary (one token in the
 WordLevel tokenizer ``harness.bench.fidelity`` builds).
 
@@ -31,7 +32,7 @@ import time
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from aiohttp import web
+from aiohttp import web, web_protocol, web_server
 
 MODEL = "ref-model"
 VOCAB = tuple(f"w{i}" for i in range(512))
@@ -42,13 +43,34 @@ class Settings:
     ttft_ms: float = 120.0
     itl_ms: float = 10.0
     tokens_per_chunk: int = 1
-    usage: str = "final"  # none | final | continuous
+    usage: str = "vllm"  # none | final | continuous | vllm (as asked: include_usage, continuous_usage_stats)
     role_chunk: bool = True
     output_tokens: int = 0  # 0: max_tokens from the request
     fault: str = "none"  # none | http_500 | http_429 | drop | hang | garbage
     fault_every: int = 0  # 0: never
     drop_after: int = 4
     record: bool = True
+
+
+class _StampingHandler(web_protocol.RequestHandler):
+    """Stamps when a request's first bytes arrive, before this server's own event loop gets
+    round to the handler: a burst of requests must not hide server-side queueing from the
+    truth the clients are compared with."""
+
+    arrival_ns: int | None = None
+
+    def data_received(self, data: bytes) -> None:
+        if data[:4] in (b"POST", b"GET ", b"DELE"):  # the start of a request, not more of a body
+            self.arrival_ns = time.perf_counter_ns()
+        super().data_received(data)
+
+
+class _Runner(web.AppRunner):
+    async def _make_server(self):  # type: ignore[override]
+        server = await super()._make_server()
+        server.__class__ = type("_StampingServer", (type(server),),
+                                {"__call__": lambda self: _StampingHandler(self, loop=self._loop, **self._kwargs)})
+        return server
 
 
 class RefServer:
@@ -89,8 +111,10 @@ class RefServer:
         return web.json_response(asdict(self.s))
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
-        t_recv = time.perf_counter_ns()
+        t_handler = time.perf_counter_ns()
         wall_recv = time.time()
+        proto = request.protocol
+        t_recv = getattr(proto, "arrival_ns", None) or t_handler
         body = await request.json()
         s = self.s
         self.count += 1
@@ -98,7 +122,8 @@ class RefServer:
         fault = s.fault if s.fault_every and n % s.fault_every == 0 else "none"
         chat = request.path.endswith("/chat/completions")
         rec: dict[str, Any] = {"id": request.headers.get("X-Request-Id", f"srv-{n}"), "n": n,
-                               "t_recv_ns": t_recv, "wall_recv": wall_recv, "fault": fault,
+                               "t_recv_ns": t_recv, "t_handler_ns": t_handler,
+                               "wall_recv": wall_recv - (t_handler - t_recv) / 1e9, "fault": fault,
                                "chunk_ns": [], "chunk_tokens": [], "wall_first": None}
         if s.record:
             self.records.append(rec)
@@ -109,8 +134,12 @@ class RefServer:
         max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)
         total = s.output_tokens or max_tokens
         opts = body.get("stream_options") or {}
-        want_usage = s.usage != "none" and opts.get("include_usage", s.usage != "none")
-        continuous = s.usage == "continuous"
+        if s.usage == "vllm":  # like vLLM: usage only when asked for, per chunk only if asked
+            want_usage = bool(opts.get("include_usage"))
+            continuous = want_usage and bool(opts.get("continuous_usage_stats"))
+        else:
+            want_usage = s.usage != "none"
+            continuous = s.usage == "continuous"
         prompt_tokens = _prompt_tokens(body)
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
                                            "Cache-Control": "no-cache"})
@@ -119,22 +148,26 @@ class RefServer:
         created = int(wall_recv)
         write = resp.write
 
+        # Chunks are formatted from prebuilt byte templates: json.dumps per chunk would make the
+        # server, not the client under test, the bottleneck at tens of thousands of chunks/s.
+        head = (b'data: {"id":"' + cid.encode() + b'","object":"'
+                + (b"chat.completion.chunk" if chat else b"text_completion")
+                + b'","created":' + str(created).encode() + b',"model":"' + MODEL.encode()
+                + b'","choices":[{"index":0,')
+        usage_tpl = ',"usage":{"prompt_tokens":%d,"completion_tokens":%%d,"total_tokens":%%d}' % prompt_tokens
+
         def chunk(delta_text: str | None, done_tokens: int, finish: str | None = None,
                   role: bool = False) -> bytes:
-            if chat:
-                delta: dict[str, Any] = {"role": "assistant", "content": ""} if role else {"content": delta_text}
-                choice: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None,
-                                          "finish_reason": finish}
-                obj: dict[str, Any] = {"id": cid, "object": "chat.completion.chunk",
-                                       "created": created, "model": MODEL, "choices": [choice]}
+            if role:
+                body = '"delta":{"role":"assistant","content":""}'
+            elif chat:
+                body = '"delta":{"content":"%s"}' % delta_text
             else:
-                obj = {"id": cid, "object": "text_completion", "created": created, "model": MODEL,
-                       "choices": [{"index": 0, "text": delta_text or "", "logprobs": None,
-                                    "finish_reason": finish}]}
+                body = '"text":"%s"' % delta_text
+            tail = ',"logprobs":null,"finish_reason":%s}]' % ('"%s"' % finish if finish else "null")
             if continuous and want_usage:
-                obj["usage"] = {"prompt_tokens": prompt_tokens, "completion_tokens": done_tokens,
-                                "total_tokens": prompt_tokens + done_tokens}
-            return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
+                tail += usage_tpl % (done_tokens, prompt_tokens + done_tokens)
+            return head + (body + tail + "}\n\n").encode()
 
         try:
             if s.role_chunk and chat:
@@ -200,8 +233,8 @@ def main(argv: list[str] | None = None) -> None:
             ap.add_argument(flag, type=typ, default=f.default)
     args = ap.parse_args(argv)
     settings = Settings(**{f.name: getattr(args, f.name) for f in fields(Settings)})
-    if settings.usage not in ("none", "final", "continuous"):
-        ap.error(f"--usage {settings.usage!r}: one of none, final, continuous")
+    if settings.usage not in ("none", "final", "continuous", "vllm"):
+        ap.error(f"--usage {settings.usage!r}: one of none, final, continuous, vllm")
     try:
         from uvloop import run
     except ImportError:  # pragma: no cover
@@ -210,7 +243,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 async def _serve(server: RefServer, host: str, port: int) -> None:
-    runner = web.AppRunner(server.app(), access_log=None, handle_signals=True)
+    runner = _Runner(server.app(), access_log=None, handle_signals=True)
     await runner.setup()
     site = web.TCPSite(runner, host, port, backlog=1024)
     await site.start()

@@ -23,6 +23,23 @@ from harness.bench.record import Record, now_ns
 from harness.bench.sse import OpenAIStreamParser
 
 
+class _StampedBody(aiohttp.BytesPayload):
+    """The request body, which stamps the record's send time the moment aiohttp writes it.
+
+    aiohttp (on Python < 3.12) writes the body, with the headers coalesced into it, from a task
+    of its own; under a burst of completions that task can run milliseconds after ``post()``
+    was called. Stamping here puts that client-side wait into queue time, not into TTFT.
+    """
+
+    def __init__(self, value: bytes, record: Record) -> None:
+        super().__init__(value, content_type="application/json")
+        self._record = record
+
+    async def write_with_length(self, writer, content_length):  # type: ignore[override]
+        self._record.mark_sent()
+        await super().write_with_length(writer, content_length)
+
+
 class OpenAIBackend:
     kind = "openai"
 
@@ -51,10 +68,10 @@ class OpenAIBackend:
 
     async def stream(self, request: BenchRequest, record: Record) -> Record:
         assert self.session is not None, "start() first"
-        body = dumps(chat_body(request, self.model, vllm_extras=self.vllm_extras))
+        body = _StampedBody(dumps(chat_body(request, self.model, vllm_extras=self.vllm_extras)),
+                             record)
         parser = OpenAIStreamParser(record)
         feed = parser.feed
-        record.mark_sent()
         try:
             async with self.session.post(self.url, data=body,
                                          headers={"X-Request-Id": record.id}) as resp:

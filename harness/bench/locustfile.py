@@ -1,0 +1,114 @@
+"""Locust user for load from several machines, with the benchmark's own request code and metrics.
+
+    locust -f harness/bench/locustfile.py --host http://HOST:8000 --headless -u 64 -r 64 -t 5m \
+        --bench-profile 2k-512 --bench-out results/locust
+    # more machines: one master, N workers (each worker writes its own records file)
+    locust -f harness/bench/locustfile.py --master --expect-workers 2 --headless -u 128 -r 128 -t 5m ...
+    locust -f harness/bench/locustfile.py --worker --master-host MASTER_IP --bench-out results/locust
+    python -m harness.bench.summarize results/locust     # summary.json/csv from every worker's records
+
+Same request bodies (profiles, ``chat_body``), same SSE parser and per-request records as
+``python -m harness.bench``; only the transport is Locust's (gevent + requests). Each finished
+request is appended to ``<bench-out>/requests-<host>-<pid>.jsonl``; Locust's own statistics get
+``TTFT`` and ``E2E`` entries next to the HTTP one. A user is one closed-loop stream, so the
+records carry ``concurrency`` = the number of users.
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import socket
+import time
+import uuid
+from pathlib import Path
+
+import requests
+from locust import HttpUser, events, task
+
+from harness.bench.backends import chat_body, http_error_class
+from harness.bench.profiles import get_profile
+from harness.bench.record import Record, now_ns
+from harness.bench.sse import OpenAIStreamParser
+from harness.results import append_jsonl
+
+_counter = itertools.count()
+_state: dict = {}
+
+
+@events.init_command_line_parser.add_listener
+def _args(parser) -> None:
+    parser.add_argument("--bench-profile", default="agent", help="agent | 2k-512 | poisson-180-256 | IN-OUT")
+    parser.add_argument("--bench-model", default="", help="model id (default: first of /v1/models)")
+    parser.add_argument("--bench-out", default="locust-bench", help="directory for request records")
+    parser.add_argument("--bench-no-vllm-extras", action="store_true", default=False)
+
+
+@events.test_start.add_listener
+def _start(environment, **_kw) -> None:
+    opts = environment.parsed_options
+    _state["profile"] = get_profile(opts.bench_profile)
+    _state["out"] = Path(opts.bench_out) / f"requests-{socket.gethostname()}-{os.getpid()}.jsonl"
+    _state["level_run"] = f"locust-{uuid.uuid4().hex[:8]}"
+    _state["users"] = opts.num_users or 1
+    _state["extras"] = not opts.bench_no_vllm_extras
+    _state["model"] = opts.bench_model or None
+
+
+def _prefix(host: str) -> str:
+    return "" if host.rstrip("/").endswith("/v1") else "/v1"
+
+
+class BenchUser(HttpUser):
+    """One stream: sends the next request as soon as the previous one finished."""
+
+    def on_start(self) -> None:
+        self.prefix = _prefix(self.host or "")
+        if not _state.get("model"):
+            resp = self.client.get(self.prefix + "/models", name="models")
+            _state["model"] = resp.json()["data"][0]["id"]
+
+    @task
+    def chat(self) -> None:
+        prof = _state["profile"]
+        i = next(_counter)
+        meta = {"endpoint": self.host, "backend": "openai", "model": _state["model"],
+                "profile": prof.name, "concurrency": _state["users"], "level_run": _state["level_run"],
+                "client": "locust"}
+        rec = Record(f"{_state['level_run']}-{os.getpid()}-{i:06d}", meta)
+        body = chat_body(prof.request(i, seed=os.getpid()), _state["model"], vllm_extras=_state["extras"])
+        parser = OpenAIStreamParser(rec)
+        rec.mark_sent()
+        try:
+            with self.client.post(self.prefix + "/chat/completions", json=body, stream=True,
+                                  catch_response=True, name="chat/completions",
+                                  headers={"X-Request-Id": rec.id}) as resp:
+                rec.http_status = resp.status_code
+                if resp.status_code != 200:
+                    rec.fail(http_error_class(resp.status_code), resp.text[:300], resp.status_code)
+                    resp.failure(f"HTTP {resp.status_code}")
+                else:
+                    for data in resp.iter_content(chunk_size=None):
+                        parser.feed(data, now_ns())
+                    parser.close(now_ns())
+                    if rec.error is None and not parser.complete():
+                        rec.fail("dropped", "stream ended without finish_reason or [DONE]")
+                    if rec.error:
+                        resp.failure(rec.error)
+                    else:
+                        resp.success()
+        except requests.exceptions.ConnectionError as e:
+            rec.fail("dropped" if rec.t_sent_ns and rec.chunk_t else "connect", str(e))
+        except requests.exceptions.ChunkedEncodingError as e:
+            rec.fail("dropped", str(e))
+        except requests.exceptions.Timeout as e:
+            rec.fail("timeout", str(e))
+        rec.finish(ok=rec.error is None)
+        d = rec.to_dict()
+        append_jsonl(_state["out"], d)
+        env = self.environment
+        if d["ok"]:
+            env.events.request.fire(request_type="TTFT", name="ttft", response_time=d["ttft_ms"],
+                                    response_length=d["output_tokens"], exception=None, context={})
+            env.events.request.fire(request_type="E2E", name="e2e", response_time=d["e2e_ms"],
+                                    response_length=d["output_tokens"], exception=None, context={})
+        time.sleep(0)  # yield to other users

@@ -1,0 +1,35 @@
+"""The locustfile runs headless against the reference server and leaves records that
+harness.bench.summarize turns into the same summary as the benchmark's."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from tests.bench.conftest import REPO
+
+
+def test_locust_headless_writes_records_and_summarizes(ref, tmp_path):
+    ref.configure(ttft_ms=20, itl_ms=2, tokens_per_chunk=2)
+    out = tmp_path / "locust"
+    p = subprocess.run([sys.executable, "-m", "locust", "-f", "harness/bench/locustfile.py", "--headless",
+                        "-u", "3", "-r", "3", "-t", "3s", "--host", ref.url, "--only-summary",
+                        "--bench-profile", "10-12", "--bench-out", str(out), "--stop-timeout", "5",
+                        "--exit-code-on-error", "1"],
+                       cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr[-2000:]
+    files = list(out.glob("requests-*.jsonl"))
+    assert len(files) == 1
+    recs = [json.loads(x) for x in files[0].read_text().splitlines()]
+    assert len(recs) >= 6 and all(r["ok"] for r in recs)
+    assert {r["concurrency"] for r in recs} == {3} and recs[0]["model"] == "ref-model"
+    assert all(r["output_tokens"] == 12 and r["chunk_tokens_source"] == "usage_delta" for r in recs)
+    srv = ref.records()
+    assert {r["id"] for r in recs} <= set(srv)  # the same X-Request-Id as the benchmark sends
+    s = subprocess.run([sys.executable, "-m", "harness.bench.summarize", str(out)], cwd=REPO,
+                       capture_output=True, text=True, timeout=60)
+    assert s.returncode == 0, s.stderr
+    lv = json.loads((out / "summary.json").read_text())[0]
+    assert lv["concurrency"] == 3 and lv["completed"] == len(recs)
+    assert 15 < lv["ttft_ms"]["p50"] < 80 and abs(lv["itl_ms"]["mean"] - 2.0) < 0.5
+    assert "TTFT" in p.stdout + p.stderr  # Locust's own table has our TTFT entries
