@@ -88,6 +88,7 @@ INSTANCES: dict[str, InstanceSpec] = {
         # Trainium1: 32 GiB HBM per chip, 2 NeuronCore-v2 per chip (seed: ~613 GB/s measured class).
         _i("trn1.2xlarge", "x86_64", 8, NEURON_V2, 1, 32, 613, cores=2),
         _i("trn1.32xlarge", "x86_64", 128, NEURON_V2, 16, 512, 9808, cores=32),
+        _i("trn1n.32xlarge", "x86_64", 128, NEURON_V2, 16, 512, 9808, cores=32),  # trn1.32xlarge + 2x network
     ]
 }
 for _name in ["g6.xlarge", "g6.2xlarge", "g6.12xlarge", "g5.xlarge", "g5.12xlarge", "g6e.xlarge", "g6e.12xlarge"]:
