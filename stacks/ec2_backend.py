@@ -43,7 +43,7 @@ class Ec2BackendStack(cdk.Stack):
         if family.name == "neuron":
             from stacks.images import neuron_tp_degree  # NeuronCores from the catalog
 
-            env["KIT_TP_DEGREE"] = str(neuron_tp_degree(backend.instance_type))
+            env["KIT_TP_DEGREE"] = str(neuron_tp_degree(backend.instance_type, f"{backend.id}_instance_type"))
         self.server = InferenceInstance(
             self, "Server", vpc=vpc, eice_security_group=eice_security_group,
             instance_type=backend.instance_type, image_parameter=family.ssm_parameter,

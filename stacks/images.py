@@ -405,7 +405,7 @@ class ImagePipelineStack(cdk.Stack):
                       description="SSM parameter the built AMI id is written to")
 
 
-def neuron_tp_degree(instance_type: str) -> int:
+def neuron_tp_degree(instance_type: str, key: str = "instance_type") -> int:
     """Tensor-parallel degree for the Neuron engine: the instance's NeuronCore count from the
     catalog, rounded down to a degree the Neuron runtime supports on that family."""
     from ami.neuron.neuron_config import TP_DEGREES
@@ -415,10 +415,10 @@ def neuron_tp_degree(instance_type: str) -> int:
     family = instance_type.split(".")[0].rstrip("n")  # trn1n runs trn1's degrees
     if spec is None or not spec.neuron_cores:
         known = ", ".join(n for n, s in INSTANCES.items() if s.neuron_cores)
-        raise ConfigError(f"{instance_type!r}: the catalog (harness/catalog.py) has no NeuronCore count for it; "
+        raise ConfigError(f"{key}={instance_type!r}: the catalog (harness/catalog.py) has no NeuronCore count for it; "
                           f"known: {known}")
     if family not in TP_DEGREES:
-        raise ConfigError(f"{instance_type!r}: no tensor-parallel degrees known for {family}; "
+        raise ConfigError(f"{key}={instance_type!r}: no tensor-parallel degrees known for {family}; "
                           f"valid families: {', '.join(TP_DEGREES)}")
     return max(d for d in TP_DEGREES[family] if d <= spec.neuron_cores)
 
