@@ -183,7 +183,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.compile_only:
         log.info("compiled model ready in %s", compile_only(args))
         return 0
-    generator = build_generator(args)
+    try:
+        generator = build_generator(args)
+    except (OSError, ValueError, KeyError) as exc:  # unreadable checkpoint: say which, in one line
+        first = " ".join(str(exc).split())[:300]
+        raise SystemExit(f"python -m ami.neuron.server: error: cannot load --model {args.model!r}: "
+                         f"{type(exc).__name__}: {first}") from None
     log.info("serving %s (%s) on http://%s:%d", generator.model_id, args.backend, args.host, args.port)
     web.run_app(build_app(generator, args.backend), host=args.host, port=args.port,
                 print=None, access_log=None, handle_signals=True)

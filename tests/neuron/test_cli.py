@@ -57,6 +57,15 @@ def test_neuron_backend_without_the_sdk_says_so(tmp_path):
         "neuron backend runs on the Neuron image (use --backend cpu elsewhere)"]
 
 
+def test_unreadable_checkpoint_is_one_line(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    r = run_cli(["--backend", "cpu", "--model", str(tmp_path)])
+    assert r.returncode == 1
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        f"python -m ami.neuron.server: error: cannot load --model '{tmp_path}': "), lines
+
+
 def test_runs_from_an_installed_copy_of_the_directory(tmp_path):
     """What the image does: copy ami/__init__.py and ami/neuron/ elsewhere and run the module."""
     dest = tmp_path / "site" / "ami"
