@@ -99,9 +99,12 @@ def engine_config(model_dir: str, shapes, dtype: str, tp_degree: int | None, cac
         raise ConfigError("neuronx_distributed_inference is not installed; the neuron backend "
                           "runs on the Neuron image (use --backend cpu elsewhere)") from None
     cores = detect_neuron_cores()
+    # On-disk weights (vision and audio towers included, which the text port does not load):
+    # an upper bound for the memory check.
+    weight_bytes = sum(p.stat().st_size for p in Path(model_dir).glob("*.safetensors")) or None
     return plan(model_config, neuron_cores=cores, platform=platform_of(detect_instance_type()),
                 shapes=shapes, dtype=dtype, tp_degree=tp_degree, cache_root=cache_root,
-                sdk_version=str(sdk), model_name=served_name)
+                sdk_version=str(sdk), model_name=served_name, weight_bytes=weight_bytes)
 
 
 def build_model(model_dir: str, cfg: NeuronEngineConfig, model_src: str | None, model_class: str,

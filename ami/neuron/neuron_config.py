@@ -30,6 +30,8 @@ REFUSED_DTYPES = {
     "fp8": "NeuronCore-v2 has fp8 in hardware but the compiler does not use it yet; use --dtype bf16",
 }
 MAX_GATHER_BYTES = 4 * 10**9  # stay under the ~4-5 GB where the seed saw silent zeros
+HBM_PER_CORE_BYTES = 16 * 2**30  # inf2 and trn1: 16 GiB of device memory per NeuronCore
+HBM_USABLE = 0.85  # leave room for the runtime, scratchpad and activations
 DEFAULT_CACHE_ROOT = "/var/cache/ami-neuron"
 
 
@@ -100,6 +102,33 @@ def embedding_tables(model_config: dict, dtype_bytes: int) -> list[EmbeddingTabl
     return tables
 
 
+def kv_cache_bytes(model_config: dict, shapes: Shapes, dtype_bytes: int) -> int:
+    """Upper bound of the KV cache on one NeuronCore: every layer that owns K/V (Gemma 4 E2B's
+    last ``num_kv_shared_layers`` reuse earlier ones), at the widest head, for the whole
+    compiled batch and length. KV heads are replicated when there are fewer than the tp degree
+    (E2B has one), so the cache is not divided across cores."""
+    tc = text_config(model_config)
+    layers = tc["num_hidden_layers"] - (tc.get("num_kv_shared_layers") or 0)
+    head = max(tc.get("head_dim") or 0, tc.get("global_head_dim") or 0,
+               tc["hidden_size"] // tc["num_attention_heads"])
+    kv_heads = tc.get("num_key_value_heads") or tc["num_attention_heads"]
+    return layers * 2 * kv_heads * head * shapes.total_tokens * shapes.batch_size * dtype_bytes
+
+
+def check_memory(weight_bytes: int, kv_bytes: int, tp_degree: int,
+                 hbm_per_core: int = HBM_PER_CORE_BYTES) -> int:
+    """Weights split over the tp ranks plus a full KV cache must fit one NeuronCore's memory;
+    refusing here beats an out-of-memory after a long compile. Returns bytes per core."""
+    per_core = math.ceil(weight_bytes / tp_degree) + kv_bytes
+    if per_core > hbm_per_core * HBM_USABLE:
+        raise ConfigError(
+            f"{weight_bytes / 1e9:.1f} GB of weights over tp degree {tp_degree} plus a "
+            f"{kv_bytes / 1e9:.2f} GB KV cache needs {per_core / 2**30:.1f} GiB per NeuronCore, over "
+            f"the {hbm_per_core * HBM_USABLE / 2**30:.1f} GiB usable; raise the tp degree or lower "
+            f"--batch-size / --max-total-tokens")
+    return per_core
+
+
 def check_precision(model_config: dict, dtype: str) -> None:
     if dtype in REFUSED_DTYPES:
         raise ConfigError(f"--dtype {dtype} refused: {REFUSED_DTYPES[dtype]}")
@@ -143,6 +172,7 @@ class NeuronEngineConfig:
     largest_gather_bytes: int  # biggest single embedding gather per NeuronCore after the split
     compiled_dir: str  # compiled artifacts (NEFFs, sharded weights), reused across restarts
     cache_key: str
+    bytes_per_core: int | None = None  # weights share + KV cache, when the weights' size is known
 
     @property
     def torch_dtype(self) -> str:
@@ -186,7 +216,7 @@ def cache_key(model_config: dict, shapes: Shapes, tp_degree: int, dtype: str, sd
 def plan(model_config: dict, *, neuron_cores: int, platform: str | None, shapes: Shapes = DEFAULT_SHAPES,
          dtype: str = "bf16", tp_degree: int | None = None, cache_root: str = DEFAULT_CACHE_ROOT,
          sdk_version: str = "unknown", max_gather_bytes: int = MAX_GATHER_BYTES,
-         model_name: str = "model") -> NeuronEngineConfig:
+         model_name: str = "model", weight_bytes: int | None = None) -> NeuronEngineConfig:
     """The whole compile configuration from the checkpoint's config.json and the instance."""
     check_precision(model_config, dtype)
     heads = text_config(model_config)["num_attention_heads"]
@@ -202,10 +232,14 @@ def plan(model_config: dict, *, neuron_cores: int, platform: str | None, shapes:
             f"tp degree {tp_degree} leaves {largest.name} at {per_rank / 1e9:.2f} GB per NeuronCore, "
             f"above the {max_gather_bytes / 1e9:.2f} GB single-gather limit (silent zeros); "
             f"use a tp degree of at least {need}")
+    per_core = None
+    if weight_bytes is not None:
+        per_core = check_memory(weight_bytes, kv_cache_bytes(model_config, shapes, DTYPES[dtype][1]),
+                                tp_degree)
     key = cache_key(model_config, shapes, tp_degree, dtype, sdk_version, platform)
     safe_name = "".join(c if c.isalnum() or c in "-_." else "_" for c in model_name) or "model"
     return NeuronEngineConfig(shapes, tp_degree, dtype, tp_degree, per_rank,
-                              f"{cache_root.rstrip('/')}/{safe_name}-{key}", key)
+                              f"{cache_root.rstrip('/')}/{safe_name}-{key}", key, per_core)
 
 
 def parse_neuron_ls(text: str) -> int:

@@ -131,3 +131,16 @@ def test_neuron_ls_core_count():
         parse_neuron_ls("neuron-ls: command not found")
     assert platform_of("inf2.xlarge") == "inf2" and platform_of("trn1.2xlarge") == "trn1"
     assert platform_of("m7i.large") is None and platform_of(None) is None
+
+
+def test_memory_check_counts_weights_per_core_and_a_replicated_kv_cache():
+    full = {**E2B, "text_config": {**E2B["text_config"], "global_head_dim": 512}}
+    # 15 layers own K/V (35 - 20 shared), 1 KV head, widest head 512, 4096 x 4, bf16.
+    from ami.neuron.neuron_config import kv_cache_bytes
+    assert kv_cache_bytes(full, DEFAULT_SHAPES, 2) == 15 * 2 * 1 * 512 * 4096 * 4 * 2
+    # The E2B checkpoint on disk (~10.2 GB with its vision/audio towers) fits at tp 2.
+    cfg = plan(full, neuron_cores=2, platform="inf2", weight_bytes=10_200_000_000)
+    assert cfg.bytes_per_core == 5_100_000_000 + 15 * 2 * 512 * 4096 * 4 * 2
+    # A 26B-class checkpoint does not, and says what to change.
+    with pytest.raises(ConfigError, match=r"52\.0 GB of weights over tp degree 2.*raise the tp degree"):
+        plan(full, neuron_cores=2, platform="inf2", weight_bytes=52_000_000_000)
