@@ -7,6 +7,7 @@
 # HF_TOKEN_SECRET (optional): Secrets Manager secret name holding a Hugging Face token, for
 # gated models. The token goes to vLLM through the environment only; it is never printed.
 # SMOKE_TIMEOUT: seconds to wait for /health (default 1800: download plus Triton compile).
+# SMOKE_HF_HOME: Hugging Face cache to use and keep (default: a temporary one, removed after).
 set -euo pipefail
 
 venv=${1:?usage: smoke-completion.sh VENV MODEL [vllm serve args...]}
@@ -21,14 +22,14 @@ if [ -n "${HF_TOKEN_SECRET:-}" ]; then
     --query SecretString --output text)
   export HF_TOKEN="$token"
 fi
-export HF_HOME=/tmp/smoke-hf
+export HF_HOME=${SMOKE_HF_HOME:-/tmp/smoke-hf}
 
 "$venv/bin/vllm" serve "$model" --host 127.0.0.1 --port "$port" "$@" >"$log" 2>&1 &
 server=$!
 cleanup() {
   kill "$server" 2>/dev/null || true
   wait "$server" 2>/dev/null || true
-  rm -rf /tmp/smoke-hf
+  if [ -z "${SMOKE_HF_HOME:-}" ]; then rm -rf /tmp/smoke-hf; fi
 }
 trap cleanup EXIT
 
