@@ -41,11 +41,13 @@ node_modules/.package-lock.json: package-lock.json
 	touch $@
 
 # System packages the tests use for real: OpenSSH server (tunnel tests), Chromium (report
-# screenshot), patch (the sm_75 patch check). Installed only where missing and only as root; otherwise say what to install.
+# screenshot), patch (the sm_75 patch check), jq and curl (the image smoke-test script). Installed only where missing and only as root; otherwise say what to install.
 sysdeps:
 	@missing=""; command -v /usr/sbin/sshd >/dev/null || missing="$$missing openssh-server"; \
 	command -v chromium >/dev/null || missing="$$missing chromium"; \
 	command -v patch >/dev/null || missing="$$missing patch"; \
+	command -v jq >/dev/null || missing="$$missing jq"; \
+	command -v curl >/dev/null || missing="$$missing curl"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
 	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing) >/dev/null \

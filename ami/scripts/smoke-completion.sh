@@ -8,12 +8,14 @@
 # gated models. The token goes to vLLM through the environment only; it is never printed.
 # SMOKE_TIMEOUT: seconds to wait for /health (default 1800: download plus Triton compile).
 # SMOKE_HF_HOME: Hugging Face cache to use and keep (default: a temporary one, removed after).
+# SMOKE_PORT, SMOKE_POLL: loopback port (default 18000) and seconds between health checks (5).
 set -euo pipefail
 
 venv=${1:?usage: smoke-completion.sh VENV MODEL [vllm serve args...]}
 model=${2:?usage: smoke-completion.sh VENV MODEL [vllm serve args...]}
 shift 2
-port=18000
+port=${SMOKE_PORT:-18000}
+poll=${SMOKE_POLL:-5}
 timeout=${SMOKE_TIMEOUT:-1800}
 log=$(mktemp /tmp/smoke-vllm.XXXXXX.log)
 
@@ -45,7 +47,7 @@ until curl -fsS "http://127.0.0.1:$port/health" >/dev/null 2>&1; do
     tail -n 40 "$log" >&2
     exit 1
   fi
-  sleep 5
+  sleep "$poll"
 done
 
 body=$(jq -n --arg m "$model" \
