@@ -10,7 +10,9 @@ from stacks.config import KNOWN_KEYS, ConfigError, parse
 
 
 def main() -> None:
-    app = cdk.App()
+    # The built-in "CloudFormation Validate" plugin costs ~8 s per synth here and only warns;
+    # cfn-lint checks every template instead (make lint, tests/stacks). cdk-nag still runs.
+    app = cdk.App(builtin_cloud_formation_validation=False)
     try:
         config = parse({k: app.node.try_get_context(k) for k in KNOWN_KEYS
                         if app.node.try_get_context(k) is not None})

@@ -44,7 +44,7 @@ def synth(outdir: Path, **overrides: Any) -> Synth:
     from stacks.wiring import build
 
     context = {**CDK_CONTEXT, **overrides}
-    app = cdk.App(context=context, outdir=str(outdir))
+    app = cdk.App(context=context, outdir=str(outdir), builtin_cloud_formation_validation=False)  # as app.py
     config = parse({k: v for k, v in context.items() if k in KNOWN_KEYS})
     stacks = build(app, config, now=FIXED_NOW)
     assembly = app.synth()

@@ -56,7 +56,7 @@ def test_cdk_nag_fails_synth_on_an_unacknowledged_finding(tmp_path):
 
     from stacks import nag
 
-    app = cdk.App(outdir=str(tmp_path))
+    app = cdk.App(outdir=str(tmp_path), builtin_cloud_formation_validation=False)
     stack = cdk.Stack(app, "Bad", env=cdk.Environment(region="us-east-1"))
     vpc = ec2.Vpc(stack, "Vpc", nat_gateways=0, restrict_default_security_group=False)
     ec2.SecurityGroup(stack, "Open", vpc=vpc).add_ingress_rule(ec2.Peer.any_ipv4(), ec2.Port.tcp(22))
