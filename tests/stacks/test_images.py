@@ -233,9 +233,12 @@ def test_unknown_neuron_type_is_one_clear_error():
         images.neuron_tp_degree("inf2.2xlarge", "inf2_instance_type")
 
 
-def test_g6_prebuilt_image_and_backend_selection(tmp_path):
-    s = synth(tmp_path, backends="g6,inf2", g6_image="prebuilt")
+def test_g6_prebuilt_image_neuron_parent_override_and_backend_selection(tmp_path):
+    s = synth(tmp_path, backends="g6,inf2", g6_image="prebuilt", neuron_parent_image="ami-0123456789abcdef0")
     assert "VllmCudaImageStack" in s.templates and "NeuronImageStack" in s.templates
+    recipes = {v["Properties"]["Name"]: v["Properties"]
+               for v in s.resources("NeuronImageStack", "AWS::ImageBuilder::ImageRecipe").values()}
+    assert recipes["inference-kit-neuron-build"]["ParentImage"] == "ami-0123456789abcdef0"
     assert "VllmSm75ImageStack" not in s.templates  # no g5g selected: no sm_75 pipelines
     params = s.templates["G6Stack"]["Parameters"]
     assert [p["Default"] for p in params.values()
