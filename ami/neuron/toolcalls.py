@@ -5,8 +5,9 @@ syntax, with strings fenced by the ``<|"|>`` token and keys left bare::
 
     <|tool_call>call:count_ids{ids:[3,12,15],filter:<|"|>id >= 10<|"|>}<tool_call|>
 
-Several calls are concatenated without a separator. This is the format vLLM's ``gemma4`` tool
-parser reads and the format Gemma 4's chat template writes back for past calls (see README,
+Several calls are concatenated without a separator. Variants seen in the wild are accepted: a
+stray colon after the start marker, and a call closed by the end of the turn instead of its end
+marker. This is the format vLLM's ``gemma4`` tool parser reads and the format Gemma 4's chat template writes back for past calls (see README,
 "Tool calling"). Streaming is exact: whatever way the text is cut into chunks (inside a marker,
 inside a string fence, between a key and its colon) the events add up to the same result as
 parsing the whole text at once; a test checks every split point.
@@ -148,6 +149,8 @@ def _scalar(raw: str):
 def parse_call(body: str) -> tuple[str, dict]:
     """``call:NAME{ARGS}`` (the text between the markers) -> (name, arguments)."""
     r = _Reader(body.strip())
+    if r.peek(":call:"):  # a stray colon after the start marker, seen in Gemma 4 output
+        r.i += 1
     r.expect("call:")
     name = r.bare("{").strip()
     if not name:
@@ -244,10 +247,17 @@ class ToolCallStream:
             events.append(self._call_or_text(body))
 
     def finish(self) -> list[Event]:
-        """End of generation: whatever is held back is content (an unfinished call included)."""
-        rest = (CALL_START + self._buf) if self._in_call else self._buf
+        """End of generation. A call the model ended with its end-of-turn token instead of the
+        end marker (Gemma 4 does this) still counts if it is complete; anything else held back,
+        an unfinished call included, is content."""
+        body, in_call = self._buf, self._in_call
         self._buf, self._in_call = "", False
-        return [ContentDelta(rest)] if rest else []
+        if in_call:
+            event = self._call_or_text(body)
+            if isinstance(event, ToolCall):
+                return [event]
+            return [ContentDelta(CALL_START + body)]
+        return [ContentDelta(body)] if body else []
 
     def _call_or_text(self, body: str) -> Event:
         try:

@@ -12,7 +12,7 @@ import re
 
 from ami.neuron.chat import ChatFormat
 from ami.neuron.generator import Limits, SamplingParams
-from ami.neuron.toolcalls import STR, format_call
+from ami.neuron.toolcalls import CALL_END, STR, format_call
 
 RESPONSE = re.compile(r"<\|tool_response>response:(\w+)\{value:" + re.escape(STR) + r"(.*?)"
                       + re.escape(STR) + r"\}<tool_response\|>", re.S)
@@ -21,11 +21,12 @@ RESPONSE = re.compile(r"<\|tool_response>response:(\w+)\{value:" + re.escape(STR
 class ScriptedGenerator:
     model_id = "scripted-gemma4"
 
-    def __init__(self, tokenizer, call_name: str, call_args: dict, preamble: str = "") -> None:
+    def __init__(self, tokenizer, call_name: str, call_args: dict, preamble: str = "",
+                 end: str = CALL_END + "<|tool_response>") -> None:
         self.chat = ChatFormat.for_tokenizer(tokenizer)
         self.limits = Limits(max_prompt_tokens=8192, max_total_tokens=16384, max_batch_size=4)
         self.tok = tokenizer
-        self.call_name, self.call_args, self.preamble = call_name, call_args, preamble
+        self.call_name, self.call_args, self.preamble, self.end = call_name, call_args, preamble, end
         self.prompts: list[str] = []
 
     async def start(self) -> None:
@@ -42,7 +43,7 @@ class ScriptedGenerator:
         if results:
             name, value = results[-1]
             return f"The {name} tool says {value}, so the answer is {value}.<turn|>"
-        return self.preamble + format_call(self.call_name, self.call_args) + "<|tool_response>"
+        return self.preamble + format_call(self.call_name, self.call_args)[:-len(CALL_END)] + self.end
 
     async def generate(self, prompt_ids: list[int], params: SamplingParams):
         prompt = self.tok.decode(prompt_ids, skip_special_tokens=False)

@@ -108,3 +108,16 @@ def test_format_then_parse_round_trips(args):
     text = format_call("fn", args)
     assert text.startswith(CALL_START) and text.endswith(CALL_END)
     assert parse_call(text[len(CALL_START):-len(CALL_END)]) == ("fn", args)
+
+
+def test_call_closed_by_the_end_of_turn_still_counts():
+    """Gemma 4 sometimes ends a call with its end-of-turn token instead of <tool_call|>; the
+    server drops the stop token and the complete call is kept."""
+    content, calls = run_chunks(["ok ", AGENT_CALL[:-len(CALL_END)]])
+    assert content == "ok " and [c[1] for c in calls] == ["count_ids"]
+    assert calls[0][2]["filter"] == "id >= 10"
+
+
+def test_stray_colon_after_the_start_marker():
+    _, calls = run_chunks([f"{CALL_START}:call:bash{{command:{Q}ls -la{Q}}}{CALL_END}"])
+    assert calls == [(0, "bash", {"command": "ls -la"})]

@@ -123,3 +123,14 @@ def test_strands_agent_calls_the_tool_and_finishes(server):
     assert len(server.generator.prompts) == 2
     assert "<|tool_response>response:count_ids{value:" in server.generator.prompts[1]
     assert result.metrics.accumulated_usage["outputTokens"] > 0
+
+
+def test_call_ended_by_end_of_turn_instead_of_its_marker(tiny_tokenizer):
+    gen = ScriptedGenerator(tiny_tokenizer, "count_ids", CALL_ARGS, end="<turn|>")
+    with InProcessServer(gen) as srv:
+        chunks = list(client(srv).chat.completions.create(
+            model="scripted-gemma4", tools=TOOLS, stream=True, messages=[{"role": "user", "content": QUESTION}]))
+    deltas = [tc for ch in chunks for tc in (ch.choices[0].delta.tool_calls or [])]
+    assert [json.loads(d.function.arguments) for d in deltas] == [CALL_ARGS]
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
+    assert "".join(ch.choices[0].delta.content or "" for ch in chunks) == ""
