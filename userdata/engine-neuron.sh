@@ -1,8 +1,8 @@
 # shellcheck shell=bash
 # Engine for inf2 and trn1: the kit's Neuron engine (ami/neuron) with Neuron SDK 2.28, baked
 # into the neuron image by the image pipeline (stacks/images.py, docs/images.md). Contract: see
-# engine-vllm-gpu.sh. Safe to run again after a reboot or a stop/start: the checkpoint download
-# skips files already there and compiled graphs are reused from the persistent cache on EBS.
+# engine-vllm-gpu.sh. Safe to run again after a reboot or a stop/start: the checkpoint is
+# downloaded once and compiled graphs are reused from the persistent cache on EBS.
 #
 # KIT_TP_DEGREE comes from the stack: the NeuronCore count of the instance type in
 # harness/catalog.py, rounded down to a degree the Neuron runtime supports.
@@ -22,9 +22,13 @@ engine_install() {
 
 engine_exec() {
   export HF_HOME=/opt/inference-kit/hf
-  # The engine takes a checkpoint directory; fetch it here, where HF_TOKEN is set (kit-boot serve).
-  install -d -m 0755 "$KIT_MODEL_DIR"
-  "$KIT_NEURON_VENV/bin/hf" download "$KIT_MODEL" --local-dir "$KIT_MODEL_DIR" >/dev/null
+  # The engine takes a checkpoint directory; fetch it here, where HF_TOKEN is set (kit-boot
+  # serve), once: later starts (reboot, stop/start) use the local copy without the network.
+  if [ ! -e "$KIT_MODEL_DIR/.kit-complete" ]; then
+    install -d -m 0755 "$KIT_MODEL_DIR"
+    "$KIT_NEURON_VENV/bin/hf" download "$KIT_MODEL" --local-dir "$KIT_MODEL_DIR" >/dev/null
+    touch "$KIT_MODEL_DIR/.kit-complete"
+  fi
   exec "$KIT_NEURON_SERVE" --model "$KIT_MODEL_DIR" --served-model-name "$KIT_SERVED_MODEL" \
     --host 127.0.0.1 --port "$KIT_PORT" --tp-degree "$KIT_TP_DEGREE"
 }
