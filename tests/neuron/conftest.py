@@ -77,7 +77,7 @@ class InProcessServer:
     def _run(self) -> None:
         from aiohttp import web
         asyncio.set_event_loop(self._loop)
-        self._runner = web.AppRunner(self.app, access_log=None)
+        self._runner = web.AppRunner(self.app, access_log=None, shutdown_timeout=0.5)
         self._loop.run_until_complete(self._runner.setup())
         self._loop.run_until_complete(web.TCPSite(self._runner, "127.0.0.1", self.port).start())
         self._ready.set()
