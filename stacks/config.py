@@ -206,6 +206,10 @@ def parse(context: Mapping[str, Any]) -> KitConfig:
     tags = context.get("tags", {})
     if not isinstance(tags, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in tags.items()):
         raise ConfigError(f"tags={tags!r} must be an object of string keys and values")
+    for k in tags:  # EC2 backends expose instance tags through IMDS, which restricts the keys
+        if not re.fullmatch(r"[A-Za-z0-9+\-=._:@]{1,128}", k) or k.startswith("aws:"):
+            raise ConfigError(f"tags: key {k!r} is not allowed; use letters, digits and + - = . _ : @ "
+                              "(no spaces or /, no aws: prefix)")
 
     return KitConfig(
         region=region,

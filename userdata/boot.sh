@@ -8,17 +8,22 @@
 # Safe to run again: every step checks before it acts, and the signal is sent once.
 set -Eeuo pipefail
 export HOME="${HOME:-/root}"  # cloud-init and systemd may start us without one
+# Paths are overridable only so tests can run the whole flow in a scratch directory.
+KIT_ENV_FILE=${KIT_ENV_FILE:-/etc/inference-kit/kit.env}
+KIT_LIB_DIR=${KIT_LIB_DIR:-/usr/local/lib/inference-kit}
+KIT_SYSTEMD_DIR=${KIT_SYSTEMD_DIR:-/etc/systemd/system}
 # shellcheck source=/dev/null
-. /etc/inference-kit/kit.env
+. "$KIT_ENV_FILE"
 # shellcheck source=userdata/lib.sh
-. /usr/local/lib/inference-kit/lib.sh
+. "$KIT_LIB_DIR/lib.sh"
 # shellcheck source=userdata/engine-vllm-gpu.sh
-. /usr/local/lib/inference-kit/engine.sh
+. "$KIT_LIB_DIR/engine.sh"
 
 provision() {
   install -d -m 0755 "$KIT_LOG_DIR"
   install -d -m 0700 "$KIT_STATE_DIR"
-  exec >>"$KIT_BOOT_LOG" 2>&1
+  # Also to the console (cloud-init log, `aws ec2 get-console-output`); nothing secret is printed.
+  exec > >(tee -a "$KIT_BOOT_LOG") 2>&1
   kit_log "provisioning $KIT_BACKEND: $KIT_MODEL on port $KIT_PORT"
   local deadline=$(($(date +%s) + KIT_READY_TIMEOUT_S))
   trap 'kit_signal 1 "$(kit_failure_reason)" || true' ERR
@@ -26,7 +31,7 @@ provision() {
   kit_ensure_tools
   engine_install
 
-  cat >/etc/systemd/system/kit-engine.service <<UNIT
+  cat >"$KIT_SYSTEMD_DIR/kit-engine.service" <<UNIT
 [Unit]
 Description=Inference kit model server ($KIT_BACKEND)
 Wants=network-online.target
@@ -43,7 +48,7 @@ StandardError=append:$KIT_ENGINE_LOG
 [Install]
 WantedBy=multi-user.target
 UNIT
-  cat >/etc/systemd/system/kit-guard.service <<UNIT
+  cat >"$KIT_SYSTEMD_DIR/kit-guard.service" <<UNIT
 [Unit]
 Description=Inference kit guardrails (TTL and idle stop)
 
@@ -53,7 +58,7 @@ ExecStart=/usr/local/bin/kit-boot guard
 StandardOutput=append:$KIT_LOG_DIR/guard.log
 StandardError=append:$KIT_LOG_DIR/guard.log
 UNIT
-  cat >/etc/systemd/system/kit-guard.timer <<UNIT
+  cat >"$KIT_SYSTEMD_DIR/kit-guard.timer" <<UNIT
 [Unit]
 Description=Inference kit guardrails every minute
 

@@ -37,8 +37,9 @@ kit_ensure_tools() {
   command -v unzip >/dev/null || missing+=(unzip)
   python3 -c 'import ensurepip' 2>/dev/null || missing+=(python3-venv)
   if ((${#missing[@]})); then
-    kit_retry 5 apt-get update -q
-    DEBIAN_FRONTEND=noninteractive kit_retry 5 apt-get install -y -q "${missing[@]}"
+    # First boot: unattended-upgrades may hold the dpkg lock for minutes; wait for it.
+    kit_retry 5 apt-get -o DPkg::Lock::Timeout=600 update -q
+    DEBIAN_FRONTEND=noninteractive kit_retry 5 apt-get -o DPkg::Lock::Timeout=600 install -y -q "${missing[@]}"
   fi
   if ! command -v aws >/dev/null; then
     kit_log "installing AWS CLI v2"

@@ -59,6 +59,8 @@ def test_malformed_numbers(key, value):
     ({"g6_az": "us-east-1b"}, "valid: none until azs lists it"),
     ({"azs": "us-east-1a", "trn1_az": "us-east-1b"}, "valid: us-east-1a"),
     ({"sagemaker_instance_types": "ml.g6.xlarge,g6.xlarge"}, "needs an ml.* SageMaker type"),
+    ({"tags": {"cost center": "x"}}, "key 'cost center' is not allowed"),
+    ({"tags": {"team/a": "x"}}, "no spaces or /"),
 ])
 def test_other_bad_values(context, want):
     assert want in error(**context)

@@ -217,3 +217,91 @@ def test_token_fetch_is_silent_on_failure(stand, tmp_path):
     assert r.stdout.strip() == "[]" and r.stderr == ""
     aws.write_text('#!/bin/bash\n[ "$5" = "--secret-id" ] && [ "$6" = inference-kit/hf-token ] && echo hf_secret\n')
     assert run_lib(stand, tmp_path, "kit_hf_token").stdout.strip() == "hf_secret"
+
+
+TEST_ENGINE = """# shellcheck shell=bash
+engine_install() { echo "engine_install ran" ; [ -z "${FAIL_INSTALL:-}" ] || { echo "pip: no matching distribution"; return 1; }; }
+engine_exec() { echo "token=${HF_TOKEN:+set} model=$KIT_MODEL port=$KIT_PORT" > "$KIT_STATE_DIR/exec"; }
+"""
+
+
+def boot(stand: Stand, tmp_path: Path, command: str, **env: str) -> subprocess.CompletedProcess:
+    """Run userdata/boot.sh for real in a scratch root: systemctl, cfn-signal, aws and apt-get are
+    recording stand-ins on PATH, the stand-in HTTP server plays the model server and IMDS."""
+    bindir, lib, units = tmp_path / "bin", tmp_path / "lib", tmp_path / "systemd"
+    for d in (bindir, lib, units):
+        d.mkdir(exist_ok=True)
+    stubs = {
+        "systemctl": f'echo "$*" >> {tmp_path}/systemctl.calls; [ "$1" = show ] && echo 0; exit 0',
+        "cfn-signal": f'printf "%s\\n" "$@" > {tmp_path}/cfn-signal.args',
+        "aws": 'echo hf_TESTTOKEN1234567890abcdef',
+        "apt-get": f'echo "$*" >> {tmp_path}/apt.calls',
+        "unzip": "exit 0",
+    }
+    for name, body in stubs.items():
+        (bindir / name).write_text(f"#!/bin/bash\n{body}\n")
+        (bindir / name).chmod(0o755)
+    (lib / "lib.sh").write_text((ROOT / "userdata/lib.sh").read_text())
+    (lib / "engine.sh").write_text(TEST_ENGINE)
+    (tmp_path / "kit.env").write_text(
+        f"KIT_BACKEND=g6\nKIT_MODEL=google/gemma-4-E2B-it\nKIT_SERVED_MODEL=google/gemma-4-E2B-it\n"
+        f"KIT_PORT={stand.port}\nKIT_REGION=us-east-1\nKIT_STACK=G6Stack\nKIT_RESOURCE=ServerInstanceABCD1234\n"
+        f"KIT_HF_SECRET=inference-kit/hf-token\nKIT_READY_TIMEOUT_S=${{KIT_READY_TIMEOUT_S:-30}}\nKIT_IDLE_MINUTES=60\n")
+    variables = {
+        "PATH": f"{bindir}:/usr/bin:/bin", "KIT_ENV_FILE": str(tmp_path / "kit.env"), "KIT_LIB_DIR": str(lib),
+        "KIT_SYSTEMD_DIR": str(units), "KIT_LOG_DIR": str(tmp_path / "log"), "KIT_STATE_DIR": str(tmp_path / "state"),
+        "KIT_IMDS_URL": f"http://127.0.0.1:{stand.port}", "HOME": str(tmp_path), **env,
+    }
+    return subprocess.run(["bash", str(ROOT / "userdata/boot.sh"), command], env=variables,
+                          capture_output=True, text=True, timeout=90)
+
+
+def test_provision_starts_the_unit_waits_for_an_answer_and_signals_success(stand, tmp_path):
+    r = boot(stand, tmp_path, "provision")
+    assert r.returncode == 0, r.stdout + r.stderr
+    unit = (tmp_path / "systemd/kit-engine.service").read_text()
+    assert "ExecStart=/usr/local/bin/kit-boot serve" in unit and "Restart=on-failure" in unit
+    assert f"StandardOutput=append:{tmp_path}/log/engine.log" in unit
+    assert "OnUnitActiveSec=1min" in (tmp_path / "systemd/kit-guard.timer").read_text()
+    calls = (tmp_path / "systemctl.calls").read_text().splitlines()
+    assert ["daemon-reload", "enable --now kit-guard.timer", "enable kit-engine.service",
+            "restart kit-engine.service"] == [c for c in calls if not c.startswith("show")]
+    assert "POST /v1/chat/completions google/gemma-4-E2B-it" in stand.requests
+    assert (tmp_path / "state/ready").exists()
+    args = (tmp_path / "cfn-signal.args").read_text().splitlines()
+    assert args[:2] == ["--exit-code", "0"] and args[4:] == [
+        "--stack", "G6Stack", "--resource", "ServerInstanceABCD1234", "--region", "us-east-1"]
+    log = (tmp_path / "log/boot.log").read_text()
+    assert "engine_install ran" in log and "ready: /health and one chat completion answered" in log
+    # Run again (as after a reboot): no second signal, same result.
+    (tmp_path / "cfn-signal.args").unlink()
+    assert boot(stand, tmp_path, "provision").returncode == 0
+    assert not (tmp_path / "cfn-signal.args").exists()
+
+
+def test_provision_failure_signals_the_log_tail(stand, tmp_path):
+    r = boot(stand, tmp_path, "provision", FAIL_INSTALL="1")
+    assert r.returncode != 0
+    args = (tmp_path / "cfn-signal.args").read_text().splitlines()
+    assert args[:3] == ["--exit-code", "1", "--reason"]
+    assert "pip: no matching distribution" in args[3]
+    assert not (tmp_path / "state/ready").exists()
+    calls = tmp_path / "systemctl.calls"
+    assert not calls.exists() or "restart kit-engine.service" not in calls.read_text()
+
+
+def test_provision_signals_failure_when_the_model_never_answers(stand, tmp_path):
+    stand.chat_status = 500
+    r = boot(stand, tmp_path, "provision", KIT_READY_TIMEOUT_S="0")
+    assert r.returncode != 0
+    args = (tmp_path / "cfn-signal.args").read_text().splitlines()
+    assert args[:2] == ["--exit-code", "1"] and "not ready before the deadline" in args[3]
+
+
+def test_serve_exports_the_token_without_logging_it(stand, tmp_path):
+    (tmp_path / "state").mkdir()
+    r = boot(stand, tmp_path, "serve")
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "state/exec").read_text().strip() == \
+        f"token=set model=google/gemma-4-E2B-it port={stand.port}"
+    assert "hf_TEST" not in r.stdout + r.stderr
