@@ -207,7 +207,7 @@ def neuron_spec(config: KitConfig, parent_ami: str | None = None) -> ImageSpec:
     def pipelines(assets: str) -> tuple[PipelineSpec, ...]:
         return (PipelineSpec(
             key="build", parent_image=parent_ami or "ssm:" + NEURON_DLAMI,
-            instance_types=("inf2.xlarge",), volume_gib=150, tests_enabled=True,
+            instance_types=("inf2.xlarge",), volume_gib=200, tests_enabled=True,
             publish_parameter=IMAGE_PARAMETERS["neuron"],
             description=f"Neuron SDK {pins.NEURON_SDK} pins and the kit's Neuron engine for inf2/trn1",
             components=(_uv(), ComponentUse("neuron-engine.yaml", {

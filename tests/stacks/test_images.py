@@ -275,3 +275,14 @@ def test_old_builds_are_deleted_by_a_lifecycle_policy(kit, image):
         assert detail["ExclusionRules"]["Amis"]["LastLaunched"] == {
             "Unit": "DAYS", "Value": images.LIFECYCLE_KEEP_LAUNCHED_DAYS}
     assert len({p["ImageTags"]["kit-lifecycle"] for p in pipelines.values()}) == len(pipelines)
+
+
+def test_image_root_volume_fits_the_backend_root_volume(kit):
+    """An instance's root volume cannot be smaller than its AMI's snapshot."""
+    from stacks.image_families import IMAGE_FAMILIES
+
+    for family, image in images.FAMILY_IMAGE.items():
+        stack = IMAGE_STACKS[image]
+        for recipe in kit.resources(stack, "AWS::ImageBuilder::ImageRecipe").values():
+            size = recipe["Properties"]["BlockDeviceMappings"][0]["Ebs"]["VolumeSize"]
+            assert size <= IMAGE_FAMILIES[family].root_volume_gib, (family, size)
