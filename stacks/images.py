@@ -81,6 +81,13 @@ def semantic_version(*parts: str) -> str:
     return f"1.0.{int(_digest(*parts)[:6], 16)}"
 
 
+def component_name(image: str, doc_name: str) -> str:
+    """Image Builder component names are unique per account and region: a document shared by
+    several images (python-uv) gets the image in its name; image-specific ones keep theirs."""
+    short = doc_name.removeprefix("inference-kit-")
+    return doc_name if short.startswith(image) else f"inference-kit-{image}-{short}"
+
+
 def load_component(file_name: str) -> tuple[str, dict]:
     """The component document's text and its parsed form."""
     text = (COMPONENTS_DIR / file_name).read_text()
@@ -313,7 +320,8 @@ class ImagePipelineStack(cdk.Stack):
             if comp is None:
                 comp = imagebuilder.CfnComponent(
                     self, "Component" + "".join(w.capitalize() for w in use.file[:-5].split("-")),
-                    name=doc["name"], platform="Linux", version=semantic_version(text), data=text,
+                    name=component_name(self.spec.image, doc["name"]), platform="Linux",
+                    version=semantic_version(text), data=text,
                     description=" ".join(doc.get("description", "").split())[:1024],
                 )
                 self.components[use.file] = comp

@@ -89,7 +89,7 @@ def test_sm75_compiles_without_a_gpu_and_is_promoted_on_a_g5g(kit):
 def test_components_attached_to_each_recipe_with_the_pinned_values(kit):
     sm75 = _by_name(kit, IMAGE_STACKS["vllm-sm75"], "AWS::ImageBuilder::ImageRecipe")
     build = _recipe_components(kit, IMAGE_STACKS["vllm-sm75"], sm75["inference-kit-vllm-sm75-build"])
-    assert list(build) == [COMPONENT_NAMES["python-uv.yaml"], COMPONENT_NAMES["vllm-sm75-build.yaml"]]
+    assert list(build) == ["inference-kit-vllm-sm75-python-uv", COMPONENT_NAMES["vllm-sm75-build.yaml"]]
     b = build[COMPONENT_NAMES["vllm-sm75-build.yaml"]]
     assert (b["TorchVersion"], b["VllmVersion"], b["ArchList"], b["PatchFile"]) == \
         (pins.TORCH_VERSION, pins.VLLM_VERSION, "7.5", pins.SM75_PATCH)
@@ -114,13 +114,17 @@ def test_components_attached_to_each_recipe_with_the_pinned_values(kit):
 
 
 def test_component_data_is_the_document_file_and_versions_follow_content(kit):
-    for stack in IMAGE_STACKS.values():
+    names = []
+    for image, stack in IMAGE_STACKS.items():
         for comp in kit.resources(stack, "AWS::ImageBuilder::Component").values():
             p = comp["Properties"]
-            file = next(f for f, name in COMPONENT_NAMES.items() if name == p["Name"])
+            names.append(p["Name"])
+            file = next(f for f, name in COMPONENT_NAMES.items() if images.component_name(image, name) == p["Name"])
             text = (images.COMPONENTS_DIR / file).read_text()
             assert p["Data"] == text and p["Platform"] == "Linux"
             assert p["Version"] == images.semantic_version(text)
+    # Component names are unique per account and region: the shared python-uv document too.
+    assert len(names) == len(set(names)) and sum("python-uv" in n for n in names) == 3
     assert images.semantic_version("a") != images.semantic_version("b")
 
 
