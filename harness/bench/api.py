@@ -28,6 +28,7 @@ message) for bad input; a failing backend never raises, its requests are recorde
 from __future__ import annotations
 
 import asyncio
+import gc
 import platform
 import resource
 import time
@@ -169,6 +170,10 @@ async def run_bench_async(
         level_run = uuid.uuid4().hex[:8]
         started = time.time()
         total = spec.warmup_count() + spec.requests if spec.requests else None
+        # Objects alive now (earlier levels, imports) move out of the collector's reach, so a
+        # full collection during the level is short and cannot stall every stream for ms.
+        gc.collect()
+        gc.freeze()
         ru0 = resource.getrusage(resource.RUSAGE_SELF)
         res = await run_level(backend, prof, spec, level_run=level_run, meta=meta,
                               emit=writer.put, request_timeout=request_timeout,

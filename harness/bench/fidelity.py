@@ -42,8 +42,12 @@ REQUESTS = {1: 12, 16: 64, 64: 256}  # measured, after one warm-up request per s
 CAPACITY = {"ttft_ms": 5.0, "itl_ms": 1.0, "output_tokens": 500, "role_chunk": True}
 
 
+NICE = 0  # --nice: priority of server and clients against whatever else the machine runs
+
+
 def pin(core: int) -> list[str]:
-    return ["taskset", "-c", str(core)] if shutil.which("taskset") and (os.cpu_count() or 1) > 1 else []
+    cmd = ["taskset", "-c", str(core)] if shutil.which("taskset") and (os.cpu_count() or 1) > 1 else []
+    return cmd + (["nice", "-n", str(NICE)] if NICE else [])
 
 
 # -- GuideLLM -------------------------------------------------------------------------------------
@@ -202,7 +206,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m harness.bench.fidelity", description=__doc__.split("\n")[0])
     ap.add_argument("--skip-guidellm", action="store_true", help="measure only our client")
     ap.add_argument("--markdown", type=Path, help="also write the table to this file")
+    ap.add_argument("--nice", type=int, default=0,
+                    help="run server and clients at this nice level (negative needs root): on a "
+                         "shared machine, keeps other work from preempting the measurement")
     args = ap.parse_args(argv)
+    global NICE
+    NICE = args.nice
     t_start = time.time()
     load0 = os.getloadavg()
     exe = None if args.skip_guidellm else ensure_guidellm()
@@ -264,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     load1 = os.getloadavg()
     header = (
         f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(t_start))} with "
-        f"`python -m harness.bench.fidelity`; server on core 1, clients on core 0; "
+        f"`python -m harness.bench.fidelity{f' --nice {NICE}' if NICE else ''}`; server on core 1, clients on core 0; "
         f"{os.cpu_count()} cores, load average {load0[0]:.2f} at start, {load1[0]:.2f} at end; "
         f"took {time.time() - t_start:.0f} s.\n\n"
         f"Scenario: TTFT {SCENARIO['ttft_ms']:g} ms, {SCENARIO['itl_ms']:g} ms per token, "
