@@ -16,6 +16,7 @@ import os
 import shutil
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 from .chat import ChatFormat
@@ -60,6 +61,19 @@ class NeuronRunner:
                 tracker(ids)
 
 
+def transformers5_shim() -> None:
+    """NxD (Neuron SDK 2.28) imports ``transformers.utils.fx.HFTracer``, which transformers 5
+    removed; Gemma 4 needs transformers 5. NxD only names the class, so an empty stand-in
+    module is enough (the upstream Gemma 4 ports document the same stub as a file in the venv)."""
+    try:
+        importlib.import_module("transformers.utils.fx")
+    except ImportError:
+        fx = types.ModuleType("transformers.utils.fx")
+        fx.HFTracer = type("HFTracer", (), {})
+        fx.symbolic_trace = None
+        sys.modules["transformers.utils.fx"] = fx
+
+
 def detect_neuron_cores() -> int:
     """NeuronCores visible to this process: NEURON_RT_NUM_CORES if set, else neuron-ls."""
     if os.environ.get("NEURON_RT_NUM_CORES"):
@@ -93,6 +107,7 @@ def engine_config(model_dir: str, shapes, dtype: str, tp_degree: int | None, cac
                   served_name: str) -> NeuronEngineConfig:
     with open(os.path.join(model_dir, "config.json")) as f:
         model_config = json.load(f)
+    transformers5_shim()
     try:
         sdk = importlib.import_module("neuronx_distributed_inference").__dict__.get("__version__", "unknown")
     except ImportError:
@@ -113,6 +128,7 @@ def build_model(model_dir: str, cfg: NeuronEngineConfig, model_src: str | None, 
     NeuronCores. Returns the NxDI application model."""
     import torch
 
+    transformers5_shim()
     if model_src:
         sys.path.insert(0, model_src)
         if os.path.exists(os.path.join(model_src, "ndxi_patch.py")):

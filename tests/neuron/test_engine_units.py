@@ -140,3 +140,15 @@ def test_bundled_template_renders_every_role(tiny_tokenizer):
     text = tiny_tokenizer.decode(chat.render(msgs, None), skip_special_tokens=False)
     assert text == ("<bos><|turn>system\nBe brief.<turn|>\n<|turn>user\nQ1<turn|>\n<|turn>model\nA1<turn|>\n"
                     "<|turn>system\nNow in French.<turn|>\n<|turn>user\nQ2<turn|>\n<|turn>model\n")
+
+
+def test_transformers5_shim_gives_nxd_the_name_it_imports(monkeypatch):
+    import sys
+
+    from ami.neuron.neuron_backend import transformers5_shim
+
+    # As with transformers 5 (no transformers.utils.fx); undone after the test.
+    monkeypatch.setitem(sys.modules, "transformers.utils.fx", None)
+    transformers5_shim()
+    from transformers.utils.fx import HFTracer  # what NxD does at import time
+    assert isinstance(HFTracer, type)
