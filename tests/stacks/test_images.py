@@ -290,3 +290,18 @@ def test_image_root_volume_fits_the_backend_root_volume(kit):
         for recipe in kit.resources(stack, "AWS::ImageBuilder::ImageRecipe").values():
             size = recipe["Properties"]["BlockDeviceMappings"][0]["Ebs"]["VolumeSize"]
             assert size <= IMAGE_FAMILIES[family].root_volume_gib, (family, size)
+
+
+def test_build_subnets_do_not_overlap_the_kit_vpc_subnets(kit):
+    import ipaddress
+
+    def cidrs(stack):
+        return [ipaddress.ip_network(v["Properties"]["CidrBlock"])
+                for v in kit.resources(stack, "AWS::EC2::Subnet").values()]
+
+    vpc = [ipaddress.ip_network(v["Properties"]["CidrBlock"])
+           for v in kit.resources("NetworkStack", "AWS::EC2::VPC").values()]
+    network = cidrs("NetworkStack")
+    build = [c for stack in IMAGE_STACKS.values() for c in cidrs(stack)]
+    assert len(build) == 3 and all(any(c.subnet_of(v) for v in vpc) for c in build)
+    assert not any(a.overlaps(b) for a in build for b in network + [x for x in build if x is not a])
