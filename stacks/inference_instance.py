@@ -133,7 +133,9 @@ class InferenceInstance(Construct):
         # The logical id is fixed from a digest of everything but itself (user data names it).
         base_env = {**env, "KIT_REGION": stack.region, "KIT_STACK": stack.stack_name,
                     "KIT_HF_SECRET": hf_token_secret_name, "KIT_PORT": str(port),
-                    "KIT_READY_TIMEOUT_S": str(int(readiness_timeout.to_seconds()) - 120)}
+                    # CloudFormation's clock starts at launch, the script's after boot: give up
+                    # 5 minutes early so the failure signal (with its reason) beats the timeout.
+                    "KIT_READY_TIMEOUT_S": str(int(readiness_timeout.to_seconds()) - 300)}
         digest = hashlib.sha256(
             (render_user_data(engine_script, base_env) + image_parameter + instance_type).encode()).hexdigest()
         self.logical_id = f"{construct_id}Instance{digest[:8].upper()}"
