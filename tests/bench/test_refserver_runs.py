@@ -42,11 +42,16 @@ def test_ttft_itl_and_throughput_match_the_servers_record(ref, tmp_path):
     errs = [r["ttft_ms"] - truth_ttft(srv, r["id"]) for r in recs]
     assert statistics.median(errs) < 5.0 and max(errs) < 40.0 and min(errs) > -0.5
     # per-token ITL: the client's gaps against the server's send times, request by request
+    # (loose: a loaded test machine delays single chunks) and pooled over all (tight)
+    client_all, true_all = [], []
     for r in recs:
         s = srv[r["id"]]
-        true_itl = statistics.fmean((b - a) / 1e6 for a, b in zip(s["chunk_ns"], s["chunk_ns"][1:]))
-        assert statistics.fmean(metrics.itls_ms(r)) == pytest.approx(true_itl, rel=0.03)
+        true = [(b - a) / 1e6 for a, b in zip(s["chunk_ns"], s["chunk_ns"][1:])]
+        assert statistics.fmean(metrics.itls_ms(r)) == pytest.approx(statistics.fmean(true), rel=0.1)
         assert r["output_tokens"] == 24 and r["chunk_tokens_source"] == "usage_delta"
+        client_all += metrics.itls_ms(r)
+        true_all += true
+    assert statistics.fmean(client_all) == pytest.approx(statistics.fmean(true_all), rel=0.02)
     for lv in levels:
         ids = {r["id"] for r in recs if r["concurrency"] == lv["concurrency"]}
         t0 = min(srv[i]["t_recv_ns"] for i in ids)
