@@ -94,8 +94,12 @@ class BatchScheduler:
                 pass
             self._task = None
 
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
     def stats(self) -> dict:
-        return {"queued": len(self._pending), "busy": self.busy,
+        return {"running": self.running, "queued": len(self._pending), "busy": self.busy,
                 "batches": sum(self._batch_sizes.values()),
                 "batch_sizes": dict(sorted(self._batch_sizes.items())),
                 "max_batch_size_seen": max(self._batch_sizes, default=0)}

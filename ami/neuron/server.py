@@ -152,11 +152,13 @@ async def models(request: web.Request) -> web.Response:
 async def health(request: web.Request) -> web.Response:
     gen: Generator = request.app[GENERATOR]
     lim = gen.limits
+    stats = gen.stats()
+    ok = stats.get("running", True)  # a dead scheduler would queue requests forever: say so
     return web.json_response({
-        "status": "ok", "model": gen.model_id, "backend": request.app[BACKEND],
+        "status": "ok" if ok else "error", "model": gen.model_id, "backend": request.app[BACKEND],
         "limits": {"max_prompt_tokens": lim.max_prompt_tokens, "max_total_tokens": lim.max_total_tokens,
                    "max_batch_size": lim.max_batch_size},
-        "scheduler": gen.stats()})
+        "scheduler": stats}, status=200 if ok else 503)
 
 
 def build_app(generator: Generator, backend: str) -> web.Application:

@@ -45,3 +45,16 @@ def test_disconnected_stream_stops_its_row(tiny_tokenizer):
         # The connection is closed; the server notices on its next write and cancels the row.
         assert runner.stopped.wait(5), "row still decoding after the client left"
         assert runner.steps < 2000
+
+
+def test_health_is_503_when_the_scheduler_is_gone(tiny_tokenizer):
+    import asyncio
+
+    gen = BatchedGenerator("x", ChatFormat.for_tokenizer(tiny_tokenizer), Limits(64, 128, 2), EndlessRunner())
+    with InProcessServer(gen) as srv:
+        with httpx.Client(timeout=10) as c:
+            ok = c.get(srv.url + "/health")
+            assert ok.status_code == 200 and ok.json()["scheduler"]["running"] is True
+            asyncio.run_coroutine_threadsafe(gen.close(), srv._loop).result(5)
+            dead = c.get(srv.url + "/health")
+        assert dead.status_code == 503 and dead.json()["status"] == "error"
