@@ -12,6 +12,11 @@ credentials. The resolved value does end up in the SageMaker model definition, r
 anyone allowed ``sagemaker:DescribeModel`` in the account: use a read-only, fine-grained HF
 token. (Alternatives weighed in docs/stacks.md.) The execution role therefore needs no access to
 the secret and gets none.
+
+No VPC for the model: the container downloads the weights from Hugging Face at start-up and the
+kit has no NAT gateway; the endpoint is reached only through the SageMaker API (IAM). No KMS key
+on the endpoint config: ml.g5/g6/g6e carry local NVMe, for which SageMaker rejects a volume key
+(the instance store is encrypted by the platform).
 """
 from __future__ import annotations
 
@@ -126,14 +131,6 @@ class SageMakerStack(cdk.Stack):
             if ttl_expires_at is not None:
                 ttl = EndpointTtl(self, f"Ttl{sid}", endpoint_name=name, ttl_expires_at=ttl_expires_at)
                 ttl.node.add_dependency(endpoint)
-            nag.acknowledge(model, "AwsSolutions-SM1",
-                            "No VPC: the container downloads weights from Hugging Face at start-up and the kit "
-                            "has no NAT gateway; the endpoint is reached only through the SageMaker API (IAM)")
-            nag.acknowledge(model, "AwsSolutions-SM3",
-                            "Network isolation would block the Hugging Face download the container needs")
-            nag.acknowledge(endpoint_config, "AwsSolutions-SM2",
-                            "GPU types with local NVMe (ml.g5/g6/g6e) reject a KMS key for the storage volume; "
-                            "the instance store is encrypted by the platform")
         self.role.add_to_policy(iam.PolicyStatement(
             sid="EndpointLogs", actions=["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents",
                                          "logs:DescribeLogStreams"],
