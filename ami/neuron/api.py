@@ -187,9 +187,11 @@ class Completion:
         return out
 
     def full(self, content: str, tool_calls: list[dict], finish_reason: str,
-             prompt_tokens: int, completion_tokens: int) -> dict:
+             prompt_tokens: int, completion_tokens: int, reasoning: str = "") -> dict:
         out = self._head("chat.completion")
         message: dict = {"role": "assistant", "content": content or (None if tool_calls else "")}
+        if reasoning:
+            message["reasoning_content"] = reasoning
         if tool_calls:
             message["tool_calls"] = tool_calls
         out["choices"] = [{"index": 0, "message": message, "logprobs": None,

@@ -19,6 +19,7 @@ from aiohttp import web
 
 from . import api
 from .generator import Generator, LimitError, SamplingParams
+from .reasoning import ThoughtStream
 from .toolcalls import ContentDelta, ToolCall, ToolCallStream
 
 log = logging.getLogger("ami.neuron.server")
@@ -32,16 +33,24 @@ def _json_error(status: int, message: str, param=None, code=None, kind="invalid_
 
 async def _events(gen: Generator, prompt_ids: list[int], params: SamplingParams, tools: bool,
                   counter: list[int]) -> AsyncIterator[tuple]:
-    """Token ids -> ('content', text) | ('tool', ToolCall) | ('finish', reason)."""
+    """Token ids -> ('content', text) | ('reasoning', text) | ('tool', ToolCall) | ('finish', reason).
+
+    Text goes through two exact streaming filters: the thought channel (to reasoning), then,
+    when the request has tools, the tool-call parser."""
     decoder = gen.chat.decoder()
+    thoughts = ThoughtStream()
     parser = ToolCallStream() if tools else None
     stop_ids = set() if params.ignore_eos else gen.chat.stop_ids
     reason = "length"
 
-    def parsed(text: str):
+    def route(content: str, reasoning: str, final: bool = False) -> list:
+        out: list = [("reasoning", reasoning)] if reasoning else []
         if parser is None:
-            return [ContentDelta(text)] if text else []
-        return parser.feed(text) if text else []
+            out += [ContentDelta(content)] if content else []
+        else:
+            out += parser.feed(content) if content else []
+            out += parser.finish() if final else []
+        return out
 
     async with contextlib.aclosing(gen.generate(prompt_ids, params)) as tokens:
         async for token in tokens:
@@ -49,10 +58,11 @@ async def _events(gen: Generator, prompt_ids: list[int], params: SamplingParams,
             if token in stop_ids:
                 reason = "stop"
                 break
-            for ev in parsed(decoder.push(token)):
-                yield ev
-    tail = parsed(decoder.flush()) + (parser.finish() if parser else [])
-    for ev in tail:
+            text = decoder.push(token)
+            if text:
+                for ev in route(*thoughts.feed(text)):
+                    yield ev
+    for ev in route(*thoughts.feed(decoder.flush())) + route(*thoughts.finish(), final=True):
         yield ev
     if parser is not None and parser.calls and reason == "stop":
         reason = "tool_calls"
@@ -93,20 +103,23 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     if req.stream:
         return await _stream(request, completion, events, req.include_usage, len(prompt_ids), counter)
 
-    content, calls, reason = [], [], "stop"
+    content, reasoning, calls, reason = [], [], [], "stop"
     try:
         async with contextlib.aclosing(events):
             async for ev in events:
                 kind, value = _as_tuple(ev)
                 if kind == "content":
                     content.append(value)
+                elif kind == "reasoning":
+                    reasoning.append(value)
                 elif kind == "tool":
                     calls.append(api.tool_call_json(value, with_index=False))
                 else:
                     reason = value
     except RuntimeError as exc:
         return _json_error(500, str(exc), kind="server_error")
-    return web.json_response(completion.full("".join(content), calls, reason, len(prompt_ids), counter[0]))
+    return web.json_response(completion.full("".join(content), calls, reason, len(prompt_ids), counter[0],
+                                             reasoning="".join(reasoning)))
 
 
 async def _stream(request, completion: api.Completion, events, include_usage: bool,
@@ -126,6 +139,8 @@ async def _stream(request, completion: api.Completion, events, include_usage: bo
                 kind, value = _as_tuple(ev)
                 if kind == "content":
                     delta = {"content": value}
+                elif kind == "reasoning":
+                    delta = {"reasoning_content": value}
                 elif kind == "tool":
                     delta = {"tool_calls": [api.tool_call_json(value, with_index=True)]}
                 else:
