@@ -10,6 +10,7 @@ here, lazily, and nowhere else: the rest of the engine runs without them.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import logging
 import os
@@ -107,12 +108,11 @@ def engine_config(model_dir: str, shapes, dtype: str, tp_degree: int | None, cac
                   served_name: str) -> NeuronEngineConfig:
     with open(os.path.join(model_dir, "config.json")) as f:
         model_config = json.load(f)
-    transformers5_shim()
-    try:
-        sdk = importlib.import_module("neuronx_distributed_inference").__dict__.get("__version__", "unknown")
-    except ImportError:
+    if importlib.util.find_spec("neuronx_distributed_inference") is None:
         raise ConfigError("neuronx_distributed_inference is not installed; the neuron backend "
-                          "runs on the Neuron image (use --backend cpu elsewhere)") from None
+                          "runs on the Neuron image (use --backend cpu elsewhere)")
+    transformers5_shim()
+    sdk = importlib.import_module("neuronx_distributed_inference").__dict__.get("__version__", "unknown")
     cores = detect_neuron_cores()
     # On-disk weights (vision and audio towers included, which the text port does not load):
     # an upper bound for the memory check.
