@@ -212,8 +212,10 @@ async def run_bench_async(
         await backend.close()
         writer.flush()
         writer.close()
-        write_json(out / store.CONFIG, {**config, "levels_done": [_key(x) for x in levels
-                                                                   if x.get("complete")],
+        done = {_key(x) for x in levels if x.get("complete")}
+        write_json(out / store.CONFIG, {**config, "levels_done": sorted(done),
+                                        "levels_not_run": [s.label for s in plan
+                                                           if _key(s.key()) not in done],
                                         "python": platform.python_version(),
                                         "updated": time.time()})
     return levels

@@ -119,7 +119,7 @@ def _endpoint(args, ap) -> Endpoint:
         return Endpoint(name=args.name or "openai", kind="openai", model_id=model, base_url=url)
     if args.sagemaker_endpoint:
         return Endpoint(name=args.name or args.sagemaker_endpoint, kind="sagemaker",
-                        model_id=args.model or args.sagemaker_endpoint, region=args.region,
+                        model_id=args.model or "", region=args.region,
                         endpoint_name=args.sagemaker_endpoint)
     return Endpoint(name=args.name or "bedrock", kind="bedrock", model_id=args.bedrock_model,
                     region=args.region)
@@ -150,7 +150,12 @@ def main(argv: list[str] | None = None) -> int:
     if not args.quiet:
         print_table(levels)
     print(f"results: {args.out}/summary.json, summary.csv, requests.jsonl")
-    return 0 if all(lv.get("complete") for lv in levels) else 1
+    import json
+    not_run = json.loads((args.out / "bench.json").read_text()).get("levels_not_run") or []
+    if not_run:
+        print(f"harness.bench: --time-limit reached; not complete: {', '.join(not_run)} "
+              "(--resume continues)", file=sys.stderr)
+    return 1 if not_run else 0
 
 
 def print_table(levels: list[dict]) -> None:

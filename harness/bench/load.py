@@ -103,7 +103,8 @@ async def run_level(backend: Any, profile: Profile, spec: LevelSpec, *, level_ru
                     gate.release()
         except asyncio.CancelledError:
             state["interrupted"] = True
-            rec.fail("timeout", "cancelled: run interrupted")
+            if not rec.ok:  # a request that had already completed stays completed
+                rec.fail("timeout", "cancelled: run interrupted")
             raise
         finally:
             rec.finish()

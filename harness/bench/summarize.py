@@ -25,8 +25,16 @@ def summarize_dir(out_dir: Path, slo: dict[str, float] | None = None) -> list[di
             key = ("concurrency", r["concurrency"]) if r.get("concurrency") is not None \
                 else ("rate", r.get("rate"))
             groups[(r.get("level_run"), key)].append(r)
+    # a level run again after an interruption (--resume) has a newer level_run: keep the latest
+    latest: dict[tuple, tuple] = {}
+    for (level_run, key), recs in groups.items():
+        t = max((r.get("t_sent_ns") or 0) for r in recs)
+        if key not in latest or t > latest[key][0]:
+            latest[key] = (t, level_run)
     levels = []
     for (level_run, (kind, value)), recs in groups.items():
+        if latest[(kind, value)][1] != level_run:
+            continue
         lv = {kind: value, **metrics.summarize_level(recs, slo=slo), "level_run": level_run,
               "profile": recs[0].get("profile"), "complete": True}
         levels.append(lv)

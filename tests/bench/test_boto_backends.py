@@ -106,3 +106,10 @@ def test_bedrock_through_the_whole_benchmark(tmp_path):
     assert [lv["completed"] for lv in levels] == [3, 3]
     assert levels[1]["ttft_ms"]["p50"] == pytest.approx(20, abs=15)
     assert all(lv["token_sources"] == {"usage": 3} for lv in levels)
+
+
+def test_sagemaker_without_a_model_name_lets_the_container_pick_its_own():
+    parts = [sse(ch(" a", finish="stop")) + b"data: [DONE]\n\n"]
+    fake = FakeSageMaker(parts)
+    d = stream(SageMakerBackend("ep", "", client=fake))
+    assert d["ok"] and "model" not in json.loads(fake.calls[0]["Body"])

@@ -57,3 +57,10 @@ def test_unreachable_server_fails_requests_as_connect_errors_not_the_run(tmp_pat
     assert p.returncode == 0, p.stderr
     lv = json.loads((tmp_path / "o" / "summary.json").read_text())[0]
     assert lv["errors"] == {"connect": 2} and lv["completed"] == 0
+
+
+def test_time_limit_reached_exits_1_and_says_what_is_missing(ref, tmp_path):
+    ref.configure(ttft_ms=10, itl_ms=1, fault="hang", fault_every=1)
+    p = cli("--base-url", ref.url, "--model", "ref-model", "--concurrency", "1,2", "--requests", "2",
+            "--time-limit", "1", "--out", str(tmp_path / "o"), "--quiet")
+    assert p.returncode == 1 and "concurrency=1, concurrency=2" in p.stderr and "--resume" in p.stderr

@@ -161,3 +161,20 @@ def test_summary_level_has_the_documented_fields(ref, tmp_path):
     for k in ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms"):
         assert set(lv[k]) == {"p50", "p90", "p95", "p99", "mean", "n"}
     assert lv["goodput_request_s"] == lv["request_s"] and lv["slo_met"] is True
+
+
+def test_a_level_cut_by_the_time_limit_is_rerun_on_resume_and_summarize_keeps_the_rerun(ref, tmp_path):
+    from harness.bench.summarize import summarize_dir
+    ref.configure(ttft_ms=10, itl_ms=1, fault="hang", fault_every=1)
+    cut = run(ref, tmp_path, concurrency=(2,), requests=4, warmup=0, time_limit=0.5)
+    assert not cut[0]["complete"]
+    cfg = json.loads((tmp_path / "bench.json").read_text())
+    assert cfg["levels_not_run"] == ["concurrency=2"]
+    ref.configure(ttft_ms=10, itl_ms=1)
+    levels = run(ref, tmp_path, concurrency=(2,), requests=4, warmup=0, resume=True)
+    assert levels[0]["complete"] and levels[0]["completed"] == 4
+    assert levels[0]["level_run"] != cut[0]["level_run"]
+    again = summarize_dir(tmp_path)
+    assert len(again) == 1 and again[0]["level_run"] == levels[0]["level_run"]
+    for k in ("completed", "failed", "ttft_ms", "itl_ms", "output_tok_s", "goodput_request_s"):
+        assert again[0][k] == levels[0][k]  # the offline recomputation gives the same numbers

@@ -59,9 +59,11 @@ def chat_body(req: BenchRequest, model: str, *, vllm_extras: bool) -> dict[str, 
     if req.system:
         messages.append({"role": "system", "content": req.system})
     messages.append({"role": "user", "content": req.prompt})
-    body: dict[str, Any] = {"model": model, "messages": messages, "max_tokens": req.max_tokens,
+    body: dict[str, Any] = {"messages": messages, "max_tokens": req.max_tokens,
                             "temperature": 0, "stream": True,
                             "stream_options": {"include_usage": True}}
+    if model:  # a SageMaker container serves one model; without a name it uses that one
+        body["model"] = model
     if vllm_extras:
         # usage on every chunk gives exact tokens per chunk; ignore_eos/min_tokens fix the length
         body["stream_options"]["continuous_usage_stats"] = True
