@@ -40,6 +40,52 @@ class _StampedBody(aiohttp.BytesPayload):
         await super().write_with_length(writer, content_length)
 
 
+class _ArrivalStamp(asyncio.Protocol):
+    """Sits between the socket transport and aiohttp's protocol and notes when bytes arrive.
+
+    Our coroutine reads a chunk only when the event loop gets to it; with dozens of streams
+    receiving in the same loop iteration, the last one would be stamped a millisecond or more
+    late. ``data_received`` runs as the loop polls the socket, before any of that work.
+    """
+
+    __slots__ = ("inner", "t")
+
+    def __init__(self, inner: asyncio.Protocol) -> None:
+        self.inner = inner
+        self.t = 0
+
+    def data_received(self, data: bytes) -> None:
+        self.t = now_ns()
+        self.inner.data_received(data)
+
+    def eof_received(self):
+        return self.inner.eof_received()
+
+    def connection_made(self, transport) -> None:
+        self.inner.connection_made(transport)
+
+    def connection_lost(self, exc) -> None:
+        self.inner.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        self.inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.inner.resume_writing()
+
+
+def _stamp(resp: aiohttp.ClientResponse) -> _ArrivalStamp | None:
+    conn = resp.connection
+    transport = conn.transport if conn is not None else None
+    if transport is None or not hasattr(transport, "set_protocol"):
+        return None
+    cur = transport.get_protocol()
+    if not isinstance(cur, _ArrivalStamp):
+        cur = _ArrivalStamp(cur)
+        transport.set_protocol(cur)
+    return cur
+
+
 class OpenAIBackend:
     kind = "openai"
 
@@ -81,8 +127,14 @@ class OpenAIBackend:
                     record.fail(http_error_class(resp.status), detail, resp.status)
                     record.finish()
                     return record
+                stamp = _stamp(resp)
+                seen = stamp.t if stamp is not None else 0
                 async for data in resp.content.iter_any():
-                    feed(data, now_ns())
+                    # the socket's arrival time when bytes arrived since the last read (the
+                    # first read on a new connection may predate the stamp: then "now")
+                    t = stamp.t if stamp is not None else 0
+                    feed(data, t if t > seen else now_ns())
+                    seen = t
                 parser.close(now_ns())
         except asyncio.CancelledError:
             record.finish()
