@@ -51,7 +51,3 @@ class BenchProgress:
                         tok_s=f"{st['tokens'] / el:,.0f}" if el > 0 else "-")
 
         return on_record
-
-    def note(self, text: str) -> None:
-        if self.progress is not None:
-            self.progress.console.print(text)

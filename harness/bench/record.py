@@ -25,7 +25,7 @@ class Record:
     __slots__ = ("id", "meta", "warmup", "t_scheduled_ns", "t_sent_ns", "wall_sent", "t_end_ns",
                  "chunk_t", "chunk_usage", "chunk_text", "usage_prompt",
                  "usage_completion", "finish_reason", "ok", "error", "error_detail",
-                 "http_status", "retries", "retry_wait_ms", "closed", "done_marker")
+                 "http_status", "retries", "retry_wait_ms", "closed")
 
     def __init__(self, rid: str, meta: dict[str, Any], *, warmup: bool = False,
                  t_scheduled_ns: int | None = None) -> None:
@@ -49,7 +49,6 @@ class Record:
         self.retries = 0
         self.retry_wait_ms = 0.0
         self.closed = False  # set when the driver gave up (timeout): late chunks are ignored
-        self.done_marker = False  # the stream ended properly ([DONE], messageStop, …)
 
     # -- filled by backends -------------------------------------------------------------------
     def mark_sent(self) -> None:

@@ -32,7 +32,7 @@ import time
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from aiohttp import web, web_protocol, web_server
+from aiohttp import web, web_protocol
 
 MODEL = "ref-model"
 VOCAB = tuple(f"w{i}" for i in range(512))

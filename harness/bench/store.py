@@ -20,7 +20,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-from harness.results import read_jsonl, write_json
+from harness.results import write_json
 
 REQUESTS = "requests.jsonl"
 SUMMARY = "summary.json"
@@ -82,10 +82,6 @@ class RecordWriter:
     def close(self) -> None:
         self._stop = True
         self.thread.join(timeout=30)
-
-
-def read_records(out_dir: Path) -> list[dict]:
-    return list(read_jsonl(out_dir / REQUESTS))
 
 
 def _flat(level: dict) -> dict[str, Any]:
