@@ -22,11 +22,12 @@ KIT_SYSTEMD_DIR=${KIT_SYSTEMD_DIR:-/etc/systemd/system}
 provision() {
   install -d -m 0755 "$KIT_LOG_DIR"
   install -d -m 0700 "$KIT_STATE_DIR"
-  # Also to the console (cloud-init log, `aws ec2 get-console-output`); nothing secret is printed.
-  exec > >(tee -a "$KIT_BOOT_LOG") 2>&1
+  # Everything to boot.log, written synchronously (the failure reason is read back from it);
+  # fd 3 keeps cloud-init's output (console, `aws ec2 get-console-output`) for the outcome line.
+  exec 3>&1 >>"$KIT_BOOT_LOG" 2>&1
   kit_log "provisioning $KIT_BACKEND: $KIT_MODEL on port $KIT_PORT"
   local deadline=$(($(date +%s) + KIT_READY_TIMEOUT_S))
-  trap 'kit_signal 1 "$(kit_failure_reason)" || true' ERR
+  trap 'trap - ERR; failed "$(kit_failure_reason)"' ERR
 
   kit_ensure_tools
   engine_install
@@ -76,12 +77,18 @@ UNIT
 
   if kit_wait_ready "$deadline"; then
     touch "$KIT_STATE_DIR/ready"
-    kit_log "ready: /health and one chat completion answered"
+    kit_log "ready: /health and one chat completion answered" | tee /dev/fd/3
     kit_signal 0 "model answered a chat completion"
   else
-    kit_signal 1 "$(kit_failure_reason)"
+    trap - ERR
+    failed "$(kit_failure_reason)"
     return 1
   fi
+}
+
+failed() {  # signal failure once, with the reason, and say it on the console too
+  kit_log "FAILED: $1" >&3 || true
+  kit_signal 1 "$1" || true
 }
 
 serve() {

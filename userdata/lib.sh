@@ -64,7 +64,7 @@ kit_hf_token() {
 # One line from the end of the logs, with anything shaped like a token removed.
 kit_failure_reason() {
   { tail -n 12 "$KIT_BOOT_LOG" 2>/dev/null; tail -n 20 "$KIT_ENGINE_LOG" 2>/dev/null; } |
-    sed -E 's/hf_[A-Za-z0-9]{8,}/hf_***/g' | tr -s '\n\t' '  ' | tail -c 900
+    sed -E 's/hf_[A-Za-z0-9]{8,}/hf_***/g' | tr -s '\n\t' '  ' | tail -c 900 || true
 }
 
 kit_signal() {  # kit_signal 0|1 [reason]
