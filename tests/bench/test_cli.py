@@ -64,3 +64,14 @@ def test_time_limit_reached_exits_1_and_says_what_is_missing(ref, tmp_path):
     p = cli("--base-url", ref.url, "--model", "ref-model", "--concurrency", "1,2", "--requests", "2",
             "--time-limit", "1", "--out", str(tmp_path / "o"), "--quiet")
     assert p.returncode == 1 and "concurrency=1, concurrency=2" in p.stderr and "--resume" in p.stderr
+
+
+def test_the_benchmark_never_imports_torch_or_transformers():
+    code = ("import sys, harness.bench.cli, harness.bench.api, harness.bench.backends.openai, "
+            "harness.bench.backends.sagemaker, harness.bench.backends.bedrock, harness.bench.summarize\n"
+            "from harness.bench.profiles import get_profile\n"
+            "get_profile('agent').request(0); get_profile('2k-512').request(1)\n"
+            "bad = [m for m in ('torch', 'transformers', 'tokenizers') if m in sys.modules]\n"
+            "assert not bad, bad\n")
+    p = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
