@@ -127,6 +127,14 @@ class HostKeyPins:
         return self._pins.get(host)
 
 
+def _nodelay(sock: Any) -> None:
+    """Streamed tokens are small writes: without TCP_NODELAY, Nagle's algorithm meets delayed
+    ACKs and holds a chunk back ~40 ms, which would show up as inter-token latency."""
+    if isinstance(sock, socket.socket) and sock.family in (socket.AF_INET, socket.AF_INET6):
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
 # --------------------------------------------------------------------------- websocket bridge
 class WebsocketBridge:
     """A socket for paramiko whose bytes travel as binary frames over a websocket.
@@ -144,6 +152,7 @@ class WebsocketBridge:
                                max_size=None, user_agent_header=user_agent or "inference-kit")
         except Exception as exc:  # noqa: BLE001 - one line naming the step
             raise AccessError(f"could not open the EIC websocket: {type(exc).__name__}: {exc}") from exc
+        _nodelay(getattr(self._ws, "socket", None))
         self.sock, self._peer = socket.socketpair()
         self.error: str | None = None
         self._threads = [threading.Thread(target=self._ws_to_sock, daemon=True),
@@ -202,6 +211,7 @@ class SshForward:
                  host_id: str, pins: HostKeyPins, remote_host: str = "127.0.0.1",
                  timeout: float = 20.0, keepalive: int = 30) -> None:
         self.remote = (remote_host, remote_port)
+        _nodelay(sock)
         self.transport = paramiko.Transport(sock)
         self._closing = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -239,6 +249,7 @@ class SshForward:
                 conn, addr = self._listener.accept()
             except OSError:
                 return
+            _nodelay(conn)
             try:
                 chan = self.transport.open_channel("direct-tcpip", self.remote, addr, timeout=15)
             except Exception as exc:  # noqa: BLE001 - the client sees a closed connection
