@@ -23,6 +23,7 @@ def build_model(endpoint: Endpoint, *, timeout: float = 60.0, max_tokens: int = 
     ``client``: for kind ``sagemaker`` a ``sagemaker-runtime`` client, for ``bedrock`` a
     ``bedrock-runtime`` client; replaces the one Strands builds (the seam the tests use).
     """
+    boto_session = _session_for(endpoint, boto_session)
     if endpoint.kind == "openai":
         from strands.models.openai import OpenAIModel
 
@@ -68,6 +69,16 @@ def build_model(endpoint: Endpoint, *, timeout: float = 60.0, max_tokens: int = 
             model.client = client
         return model
     raise ValueError(f"unknown endpoint kind {endpoint.kind!r}; valid: openai, sagemaker, bedrock")
+
+
+def _session_for(endpoint: Endpoint, session: Any) -> Any:
+    """Strands builds its boto3 client from the session's region, not the endpoint's. For a
+    backend in another region than the run's session, return None: Strands then makes a session
+    of the endpoint's region from the same default credential chain (a boto3 Session built on the
+    run's botocore session would move that session's region too)."""
+    if session is None or not endpoint.region or session.region_name == endpoint.region:
+        return session
+    return None
 
 
 def _boto_config(timeout: float) -> BotocoreConfig:

@@ -169,3 +169,13 @@ def test_no_credentials_prints_plan_and_exits_0(tmp_path):
     needs = [ln for ln in lines if ln.startswith("harness.run: nothing measured: needs AWS credentials")]
     assert len(needs) == 1
     assert lines[-1] == "HEAVY []"
+
+
+def test_models_follow_the_endpoint_region(fake_aws):
+    s = boto3.Session(region_name="us-east-1")
+    sm = build_model(Endpoint("sagemaker", "sagemaker", "m", region="us-west-2", endpoint_name="e"), boto_session=s)
+    br = build_model(Endpoint("bedrock", "bedrock", "us.amazon.nova-micro-v1:0", region="eu-west-1"), boto_session=s)
+    same = build_model(Endpoint("bedrock", "bedrock", "us.amazon.nova-micro-v1:0", region="us-east-1"), boto_session=s)
+    assert (sm.client.meta.region_name, br.client.meta.region_name, same.client.meta.region_name) == \
+        ("us-west-2", "eu-west-1", "us-east-1")
+    assert s.region_name == "us-east-1"  # the run's session is left alone
