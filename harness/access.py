@@ -14,6 +14,7 @@ Chain, all pure Python (no AWS CLI, no session-manager-plugin, no open port):
 4. paramiko runs SSH over that websocket (a socketpair bridge), authenticates with the key and
    opens one ``direct-tcpip`` channel per local connection to 127.0.0.1:<port> on the instance.
 5. A forwarder listening on 127.0.0.1:<ephemeral> exposes the server as ``http://127.0.0.1:N/v1``.
+   If the tunnel drops (EIC's 3600 s cap), the next connection redials steps 2-4.
 
 Host keys: EIC gives no known_hosts entry to check against, and the websocket itself is TLS to an
 AWS endpoint authenticated by SigV4, which connects only to the private IP inside the VPC. The
@@ -203,35 +204,66 @@ class WebsocketBridge:
 
 
 # --------------------------------------------------------------------------- SSH + forwarder
-class SshForward:
-    """SSH over ``sock``, then a local 127.0.0.1 listener whose connections become direct-tcpip
-    channels to ``remote_host:remote_port`` on the far side."""
+# What the forwarder dials, again after a tunnel drops: (socket carrying SSH, the key to
+# authenticate with, a function closing what carries the socket).
+Dial = Callable[[], "tuple[Any, paramiko.PKey, Callable[[], None]]"]
 
-    def __init__(self, sock: Any, *, username: str, pkey: paramiko.PKey, remote_port: int,
-                 host_id: str, pins: HostKeyPins, remote_host: str = "127.0.0.1",
-                 timeout: float = 20.0, keepalive: int = 30) -> None:
+
+class SshForward:
+    """SSH over what ``dial`` returns, then a local 127.0.0.1 listener whose connections become
+    direct-tcpip channels to ``remote_host:remote_port`` on the far side.
+
+    When the SSH transport has died (EIC ends a tunnel after ``maxTunnelDuration``, a network
+    blip), the next local connection dials again: a new key, a new websocket, the same pinned
+    host key. Connections already open on the dead transport fail and are recorded by their user.
+    """
+
+    def __init__(self, dial: Dial, *, username: str, remote_port: int, host_id: str,
+                 pins: HostKeyPins, remote_host: str = "127.0.0.1", timeout: float = 20.0,
+                 keepalive: int = 30) -> None:
         self.remote = (remote_host, remote_port)
-        _nodelay(sock)
-        self.transport = paramiko.Transport(sock)
+        self._dial, self._username, self._host_id, self._pins = dial, username, host_id, pins
+        self._timeout, self._keepalive = timeout, keepalive
         self._closing = threading.Event()
+        self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
         self._listener: socket.socket | None = None
-        try:
-            self.transport.start_client(timeout=timeout)
-            pins.check(host_id, self.transport.get_remote_server_key())
-            self.transport.auth_publickey(username, pkey)
-            self.transport.set_keepalive(keepalive)
-        except HostKeyMismatch:
-            self.transport.close()
-            raise
-        except Exception as exc:  # noqa: BLE001
-            self.transport.close()
-            raise AccessError(f"SSH to {host_id} failed: {type(exc).__name__}: {exc}") from exc
+        self.reconnects = 0
+        self.transport, self._close_carrier = self._connect()
         self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._listener.bind(("127.0.0.1", 0))
         self._listener.listen(128)
         self.local_port = self._listener.getsockname()[1]
         self._spawn(self._accept_loop)
+
+    def _connect(self) -> tuple[paramiko.Transport, Callable[[], None]]:
+        sock, pkey, close_carrier = self._dial()
+        _nodelay(sock)
+        transport = paramiko.Transport(sock)
+        try:
+            transport.start_client(timeout=self._timeout)
+            self._pins.check(self._host_id, transport.get_remote_server_key())
+            transport.auth_publickey(self._username, pkey)
+            transport.set_keepalive(self._keepalive)
+        except HostKeyMismatch:
+            transport.close()
+            close_carrier()
+            raise
+        except Exception as exc:  # noqa: BLE001
+            transport.close()
+            close_carrier()
+            raise AccessError(f"SSH to {self._host_id} failed: {type(exc).__name__}: {exc}") from exc
+        return transport, close_carrier
+
+    def _live_transport(self) -> paramiko.Transport:
+        with self._lock:
+            if not self.transport.is_active() and not self._closing.is_set():
+                log.warning("tunnel to %s dropped; reconnecting", self._host_id)
+                self.transport.close()
+                self._close_carrier()
+                self.transport, self._close_carrier = self._connect()
+                self.reconnects += 1
+            return self.transport
 
     @property
     def base_url(self) -> str:
@@ -251,7 +283,7 @@ class SshForward:
                 return
             _nodelay(conn)
             try:
-                chan = self.transport.open_channel("direct-tcpip", self.remote, addr, timeout=15)
+                chan = self._live_transport().open_channel("direct-tcpip", self.remote, addr, timeout=15)
             except Exception as exc:  # noqa: BLE001 - the client sees a closed connection
                 log.warning("direct-tcpip to %s:%s refused: %s", *self.remote, exc)
                 conn.close()
@@ -286,7 +318,9 @@ class SshForward:
                 self._listener.shutdown(socket.SHUT_RDWR)
             with contextlib.suppress(OSError):
                 self._listener.close()
-        self.transport.close()
+        with self._lock:
+            self.transport.close()
+            self._close_carrier()
         for t in self._threads:
             t.join(2)
 
@@ -321,15 +355,21 @@ def eic_tunnel(endpoint: Endpoint, *, botocore_session: Any, region: str, pins: 
         raise AccessError(f"{endpoint.name}: instance {endpoint.instance_id} is {state} "
                           "(idle stop? start it with aws ec2 start-instances)")
     eice = find_eice(ec2, inst["VpcId"], inst.get("SubnetId"))
-    key = new_ephemeral_key()
-    try:
-        eic.send_ssh_public_key(InstanceId=endpoint.instance_id, InstanceOSUser=os_user,
-                                SSHPublicKey=public_key_line(key))
-    except Exception as exc:  # noqa: BLE001
-        raise AccessError(f"{endpoint.name}: send_ssh_public_key: {exc}") from exc
-    url = presign_open_tunnel(botocore_session, region, eice["DnsName"], eice["InstanceConnectEndpointId"],
-                              inst["PrivateIpAddress"], 22, max_tunnel_duration)
-    with WebsocketBridge(rewrite_url(url) if rewrite_url else url) as bridge, \
-            SshForward(bridge.sock, username=os_user, pkey=key, remote_port=endpoint.port,
-                       host_id=endpoint.instance_id, pins=pins) as fwd:
+
+    def dial() -> tuple[Any, paramiko.PKey, Callable[[], None]]:
+        # A fresh key each time: a pushed key is valid for 60 s only.
+        key = new_ephemeral_key()
+        try:
+            eic.send_ssh_public_key(InstanceId=endpoint.instance_id, InstanceOSUser=os_user,
+                                    SSHPublicKey=public_key_line(key))
+        except Exception as exc:  # noqa: BLE001
+            raise AccessError(f"{endpoint.name}: send_ssh_public_key: {exc}") from exc
+        url = presign_open_tunnel(botocore_session, region, eice["DnsName"],
+                                  eice["InstanceConnectEndpointId"], inst["PrivateIpAddress"], 22,
+                                  max_tunnel_duration)
+        bridge = WebsocketBridge(rewrite_url(url) if rewrite_url else url)
+        return bridge.sock, key, bridge.close
+
+    with SshForward(dial, username=os_user, remote_port=endpoint.port, host_id=endpoint.instance_id,
+                    pins=pins) as fwd:
         yield endpoint.with_base_url(fwd.base_url)

@@ -38,8 +38,8 @@ def main() -> None:
         port = int(ref.stdout.readline().strip().rsplit(":", 1)[1])
         key = access.new_ephemeral_key()
         with tempfile.TemporaryDirectory() as tmp, sshd("/usr/sbin/sshd", Path(tmp), access.public_key_line(key)) as s:
-            sock = socket.create_connection(("127.0.0.1", s["port"]))
-            with access.SshForward(sock, username=s["user"], pkey=key, remote_port=port, host_id="loopback",
+            dial = lambda: (socket.create_connection(("127.0.0.1", s["port"])), key, lambda: None)  # noqa: E731
+            with access.SshForward(dial, username=s["user"], remote_port=port, host_id="loopback",
                                    pins=access.HostKeyPins()) as fwd:
                 paths = {"direct": f"http://127.0.0.1:{port}/v1", "tunnel": fwd.base_url}
                 print(f"reference server: TTFT {a.ttft_ms:g} ms, ITL {a.itl_ms:g} ms, 64 tokens; "

@@ -39,6 +39,10 @@ def ssh_server(tmp_path, key):
         yield info
 
 
+def _dial(port, key):
+    return lambda: (socket.create_connection(("127.0.0.1", port)), key, lambda: None)
+
+
 def _bc_session():
     s = botocore.session.get_session()
     s.set_credentials("AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY")
@@ -49,9 +53,8 @@ def _bc_session():
 def test_ssh_forward_reaches_http_server_through_real_sshd(ssh_server, key):
     with http_server() as http_port:
         pins = access.HostKeyPins()
-        sock = socket.create_connection(("127.0.0.1", ssh_server["port"]))
-        with access.SshForward(sock, username=ssh_server["user"], pkey=key, remote_port=http_port,
-                               host_id="i-test", pins=pins) as fwd:
+        with access.SshForward(_dial(ssh_server["port"], key), username=ssh_server["user"],
+                               remote_port=http_port, host_id="i-test", pins=pins) as fwd:
             assert fwd.base_url.startswith("http://127.0.0.1:")
             # Several connections, each its own direct-tcpip channel over one transport.
             for i in range(3):
@@ -66,17 +69,31 @@ def test_ssh_forward_reaches_http_server_through_real_sshd(ssh_server, key):
 def test_host_key_pinned_within_run(ssh_server, key):
     pins = access.HostKeyPins()
     pins._pins["i-test"] = ("ssh-ed25519", "AAAAsomeotherkey")
-    sock = socket.create_connection(("127.0.0.1", ssh_server["port"]))
     with pytest.raises(access.HostKeyMismatch, match="changed during the run"):
-        access.SshForward(sock, username=ssh_server["user"], pkey=key, remote_port=1,
+        access.SshForward(_dial(ssh_server["port"], key), username=ssh_server["user"], remote_port=1,
                           host_id="i-test", pins=pins)
 
 
 def test_wrong_key_is_rejected(ssh_server):
-    sock = socket.create_connection(("127.0.0.1", ssh_server["port"]))
     with pytest.raises(access.AccessError, match="SSH to i-test failed"):
-        access.SshForward(sock, username=ssh_server["user"], pkey=access.new_ephemeral_key(),
+        access.SshForward(_dial(ssh_server["port"], access.new_ephemeral_key()), username=ssh_server["user"],
                           remote_port=1, host_id="i-test", pins=access.HostKeyPins())
+
+
+def test_dropped_tunnel_redials_with_the_same_pinned_host_key(ssh_server, key):
+    dials = []
+
+    def dial():
+        dials.append(1)
+        return socket.create_connection(("127.0.0.1", ssh_server["port"])), key, lambda: None
+
+    with http_server() as http_port:
+        with access.SshForward(dial, username=ssh_server["user"], remote_port=http_port,
+                               host_id="i-test", pins=access.HostKeyPins()) as fwd:
+            assert _get(fwd.base_url + "/models") == {"path": "/v1/models"}
+            fwd.transport.close()  # as when EIC ends the tunnel
+            assert _get(fwd.base_url + "/models") == {"path": "/v1/models"}
+            assert fwd.reconnects == 1 and len(dials) == 2
 
 
 def test_presigned_url_matches_botocore_signer(monkeypatch):
