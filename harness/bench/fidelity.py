@@ -255,10 +255,10 @@ def main(argv: list[str] | None = None) -> int:
                 server.set(**CAPACITY, tokens_per_chunk=tpc, usage="vllm", fault="none", fault_every=0)
                 out = work / f"cap-{tool}-{tpc}"
                 if tool == "ours":
-                    client = run_ours(server.url, 64, 128, out, None, f"20-{CAPACITY['output_tokens']}")
+                    client = run_ours(server.url, 64, 256, out, None, f"20-{CAPACITY['output_tokens']}")
                 else:
                     out.mkdir(parents=True)
-                    client = run_guidellm(gexe, server.url, 64, 128, out / "g.json", tokdir,
+                    client = run_guidellm(gexe, server.url, 64, 256, out / "g.json", tokdir,
                                           CAPACITY["output_tokens"])
                 t = truth(server.records(), client["keep"])
                 res[tool] = {**errors(client, t), "tok_s": client["tok_s"], "truth": t["tok_s"],
@@ -285,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     cap_header = (
         f"\nCapacity: 64 streams, TTFT {CAPACITY['ttft_ms']:g} ms, {CAPACITY['itl_ms']:g} ms per token, "
-        f"{CAPACITY['output_tokens']} tokens per request, 128 requests.\n\n"
+        f"{CAPACITY['output_tokens']} tokens per request, 256 requests.\n\n"
         "| client | tokens/chunk | server sent tok/s | client tok/s | error % | client CPU µs/chunk |\n"
         "| --- | --- | --- | --- | --- | --- |")
     text = "\n".join([header, *rows, cap_header, *cap_rows]) + "\n"

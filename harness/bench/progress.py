@@ -1,6 +1,6 @@
 """A rich progress bar per load level: requests done, failures, live output tok/s.
 
-Rendering runs on rich's own refresh thread at 4 Hz; the per-record callback only bumps
+Rendering runs on rich's own refresh thread at 2 Hz (it holds the GIL while it renders); the per-record callback only bumps
 counters, so the bar costs the measurement next to nothing. Off when not on a terminal.
 """
 from __future__ import annotations
@@ -25,7 +25,7 @@ class BenchProgress:
             self.progress = Progress(
                 TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                 TextColumn("failed {task.fields[failed]}"), TextColumn("{task.fields[tok_s]} tok/s"),
-                TimeElapsedColumn(), console=Console(stderr=True), refresh_per_second=4)
+                TimeElapsedColumn(), console=Console(stderr=True), refresh_per_second=2)
             self.progress.__enter__()
         return self
 
