@@ -34,7 +34,6 @@ class Ec2BackendStack(cdk.Stack):
             "KIT_MODEL": backend.model_id,
             "KIT_SERVED_MODEL": backend.model_id,
             "KIT_MAX_MODEL_LEN": str(config.max_model_len),
-            "KIT_IDLE_MINUTES": str(config.idle_stop_minutes),
             **family.env,
         }
         if spec.engine.startswith("vLLM"):

@@ -2,7 +2,7 @@
 
 EC2 backends (three independent layers, so one failing does not leave an instance running):
 1. On the instance, every minute (``kit-boot guard``, userdata/lib.sh): stop after
-   ``idle_stop_minutes`` without a request (vLLM's Prometheus request counters, or an open
+   ``idle_stop_minutes`` (the ``kit-idle-stop-minutes`` tag) without a request (vLLM's Prometheus request counters, or an open
    connection to the model port), and stop once the ``kit-ttl-expires-epoch`` tag is in the
    past. It sees requests, which CPU metrics cannot, so it is the primary idle check.
 2. A CloudWatch alarm with the EC2 *stop* action: CPU below 5 % (per-minute maximum, detailed
@@ -31,6 +31,7 @@ from aws_cdk import aws_scheduler as scheduler
 from constructs import Construct
 
 TTL_TAG = "kit-ttl-expires-epoch"  # read by the instance through IMDS instance tags
+IDLE_TAG = "kit-idle-stop-minutes"  # likewise: a tag, so changing it does not replace the instance
 IDLE_ALARM_CPU_PERCENT = 5
 IDLE_ALARM_MARGIN_MINUTES = 30
 _MAX_ALARM_PERIODS = 1440  # CloudWatch: evaluation periods x period <= one day
@@ -86,6 +87,7 @@ class Ec2Guardrails(Construct):
         super().__init__(scope, construct_id)
         self.alarm: cloudwatch.Alarm | None = None
         self.schedule: scheduler.CfnSchedule | None = None
+        cdk.Tags.of(instance).add(IDLE_TAG, str(idle_stop_minutes), include_resource_types=["AWS::EC2::Instance"])
         if idle_stop_minutes > 0:
             periods = min(idle_stop_minutes + IDLE_ALARM_MARGIN_MINUTES, _MAX_ALARM_PERIODS)
             self.alarm = cloudwatch.Alarm(
@@ -129,4 +131,4 @@ class EndpointTtl(Construct):
             f"Delete SageMaker endpoint {endpoint_name} at its TTL ({iso(ttl_expires_at)})")
 
 
-__all__ = ["Ec2Guardrails", "EndpointTtl", "TTL_TAG", "ttl_expiry", "iso"]
+__all__ = ["Ec2Guardrails", "EndpointTtl", "IDLE_TAG", "TTL_TAG", "ttl_expiry", "iso"]

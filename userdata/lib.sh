@@ -121,7 +121,7 @@ kit_activity_counter() {
 # Run every minute by kit-guard.timer: hard TTL first, then idle stop.
 # shutdown halts the OS; InstanceInitiatedShutdownBehavior=stop turns that into a stop.
 kit_guard() {
-  local now ttl boot counter conns last_boot last_counter last_active
+  local now ttl idle boot counter conns last_boot last_counter last_active
   now=$(date +%s)
   ttl=$(kit_imds meta-data/tags/instance/kit-ttl-expires-epoch 2>/dev/null || true)
   if [[ "$ttl" =~ ^[0-9]+$ ]] && [ "$now" -ge "$ttl" ]; then
@@ -129,7 +129,10 @@ kit_guard() {
     shutdown -h now
     return 0
   fi
-  [ "${KIT_IDLE_MINUTES:-0}" -gt 0 ] || return 0
+  # Idle minutes from the instance tag (changed by a redeploy without replacing the instance).
+  idle=$(kit_imds meta-data/tags/instance/kit-idle-stop-minutes 2>/dev/null || true)
+  [[ "$idle" =~ ^[0-9]+$ ]] || idle=${KIT_IDLE_MINUTES:-0}
+  [ "$idle" -gt 0 ] || return 0
   [ -e "$KIT_STATE_DIR/ready" ] || return 0  # never count provisioning as idle time
   boot=$(cat /proc/sys/kernel/random/boot_id)
   counter=$(kit_activity_counter || true)
@@ -139,8 +142,8 @@ kit_guard() {
     last_active=$now
   fi
   echo "$boot $counter $last_active" >"$KIT_STATE_DIR/idle"
-  if [ $((now - last_active)) -ge $((KIT_IDLE_MINUTES * 60)) ]; then
-    kit_log "no requests for $KIT_IDLE_MINUTES minutes; stopping"
+  if [ $((now - last_active)) -ge $((idle * 60)) ]; then
+    kit_log "no requests for $idle minutes; stopping"
     shutdown -h now
   fi
 }

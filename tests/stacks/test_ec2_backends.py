@@ -7,7 +7,7 @@ import subprocess
 import pytest
 
 from harness.catalog import BACKENDS
-from stacks.guardrails import TTL_TAG
+from stacks.guardrails import IDLE_TAG, TTL_TAG
 from stacks.image_families import IMAGE_FAMILIES
 from stacks.inference_instance import USER_DATA_LIMIT, render_user_data
 from tests.conftest import require_binary
@@ -172,9 +172,10 @@ def test_guardrails_idle_alarm_and_ttl_schedule(kit, backend, stack):
     assert a["EvaluationPeriods"] == 60 + 30 and a["TreatMissingData"] == "notBreaching"
     assert a["Dimensions"] == [{"Name": "InstanceId", "Value": {"Ref": logical_id}}]
     assert "ec2:stop" in str(a["AlarmActions"])
-    assert kit_env(user_data(instance))["KIT_IDLE_MINUTES"] == "60"  # the on-instance idle check
-    # TTL: the instance tag read by the on-instance guard, and a Scheduler stop at the same time.
+    # The on-instance check reads its limits from instance tags (no replacement when they change).
     tags = {t["Key"]: t["Value"] for t in instance["Properties"]["Tags"]}
+    assert tags[IDLE_TAG] == "60" and "KIT_IDLE_MINUTES" not in kit_env(user_data(instance))
+    # TTL: the instance tag read by the on-instance guard, and a Scheduler stop at the same time.
     assert tags[TTL_TAG] == "1772395260"  # 2026-03-01T20:01:00Z
     _, schedule = kit.one(stack, "AWS::Scheduler::Schedule")
     s = schedule["Properties"]
@@ -197,6 +198,7 @@ def test_guardrails_can_be_disabled_and_clamped(tmp_path):
     assert not off.resources("G6Stack", "AWS::Scheduler::Schedule")
     _, instance = off.one("G6Stack", "AWS::EC2::Instance")
     assert TTL_TAG not in str(instance["Properties"]["Tags"])
+    assert {"Key": IDLE_TAG, "Value": "0"} in instance["Properties"]["Tags"]
     assert off.templates["G6Stack"]["Outputs"]["TtlExpiresAt"]["Value"] == "disabled"
     long = synth(tmp_path / "long", backends="g6", idle_stop_minutes=1440)
     _, alarm = long.one("G6Stack", "AWS::CloudWatch::Alarm")

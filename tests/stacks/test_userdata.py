@@ -3,6 +3,8 @@ local stand-ins for the instance metadata service, the model server, cfn-signal 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import threading
 import time
@@ -17,6 +19,25 @@ from tests.stacks.conftest import ROOT
 SCRIPTS = sorted((ROOT / "userdata").glob("*.sh")) + sorted((ROOT / "ami").rglob("*.sh"))
 
 
+def run_bash(args: list[str], env: dict | None = None, timeout: float = 90) -> subprocess.CompletedProcess:
+    """Run bash in its own process group and kill the whole group on timeout, so a script that
+    hangs or forks cannot outlive the test."""
+    proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+    finally:
+        try:  # nothing the script started may survive it (e.g. a stray background job)
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return subprocess.CompletedProcess(args, proc.returncode, out, err)
+
+
 def test_every_script_is_shellcheck_clean():
     shellcheck = require_binary(str(ROOT / ".venv/bin/shellcheck"))
     assert any(p.name == "boot.sh" for p in SCRIPTS)
@@ -29,6 +50,7 @@ class Stand:
 
     def __init__(self):
         self.ttl: str | None = None
+        self.idle: str | None = "1"  # the kit-idle-stop-minutes instance tag
         self.metrics = ""
         self.chat_status = 200
         self.chat_body: dict = {"choices": [{"message": {"role": "assistant", "content": "ready"}}]}
@@ -63,6 +85,8 @@ def stand():
                     return self._send(401, "IMDSv2 token required")
                 if self.path == "/latest/meta-data/tags/instance/kit-ttl-expires-epoch" and state.ttl:
                     return self._send(200, state.ttl)
+                if self.path == "/latest/meta-data/tags/instance/kit-idle-stop-minutes" and state.idle:
+                    return self._send(200, state.idle)
                 return self._send(404, "not found")
             if self.path == "/health":
                 return self._send(200, "")
@@ -96,7 +120,7 @@ def run_lib(stand: Stand, tmp_path: Path, script: str, **env: str) -> subprocess
     variables = {
         "KIT_LOG_DIR": str(tmp_path / "log"), "KIT_STATE_DIR": str(tmp_path / "state"),
         "KIT_IMDS_URL": f"http://127.0.0.1:{stand.port}", "KIT_PORT": str(stand.port),
-        "KIT_SERVED_MODEL": "google/gemma-4-E2B-it", "KIT_IDLE_MINUTES": "1", "KIT_REGION": "us-east-1",
+        "KIT_SERVED_MODEL": "google/gemma-4-E2B-it", "KIT_REGION": "us-east-1",
         "KIT_STACK": "G6Stack", "KIT_RESOURCE": "ServerInstanceABCD1234", "KIT_HF_SECRET": "inference-kit/hf-token",
         **env,
     }
@@ -110,7 +134,7 @@ systemctl() {{ echo "${{RESTARTS:-0}}"; }}
 ss() {{ cat {tmp_path}/conns 2>/dev/null || true; }}
 {script}
 """
-    return subprocess.run(["bash", "-c", text], capture_output=True, text=True, timeout=60)
+    return run_bash(["bash", "-c", text], timeout=60)
 
 
 def test_chat_completion_must_really_answer(stand, tmp_path):
@@ -167,7 +191,7 @@ def test_guard_stops_after_idle_minutes_and_not_while_busy(stand, tmp_path):
     boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
     stand.metrics = "vllm:request_success_total 4.0\n"
     two_minutes_ago = int(time.time()) - 120
-    # Same boot, same counter, no connection for two minutes: idle (KIT_IDLE_MINUTES=1).
+    # Same boot, same counter, no connection for two minutes: idle (tag: 1 minute).
     (state / "idle").write_text(f"{boot} 4 {two_minutes_ago}\n")
     r = run_lib(stand, tmp_path, "kit_guard")
     assert "no requests for 1 minutes; stopping" in r.stdout
@@ -187,6 +211,11 @@ def test_guard_stops_after_idle_minutes_and_not_while_busy(stand, tmp_path):
     # After a stop/start (new boot id) the idle clock restarts instead of stopping at once.
     (tmp_path / "conns").unlink()
     (state / "idle").write_text(f"previous-boot 5 {two_minutes_ago}\n")
+    run_lib(stand, tmp_path, "kit_guard")
+    assert not (tmp_path / "shutdown").exists()
+    # Idle stop turned off by the tag (a redeploy with idle_stop_minutes=0): never stops.
+    stand.idle = "0"
+    (state / "idle").write_text(f"{boot} 5 {two_minutes_ago}\n")
     run_lib(stand, tmp_path, "kit_guard")
     assert not (tmp_path / "shutdown").exists()
 
@@ -246,14 +275,13 @@ def boot(stand: Stand, tmp_path: Path, command: str, **env: str) -> subprocess.C
     (tmp_path / "kit.env").write_text(
         f"KIT_BACKEND=g6\nKIT_MODEL=google/gemma-4-E2B-it\nKIT_SERVED_MODEL=google/gemma-4-E2B-it\n"
         f"KIT_PORT={stand.port}\nKIT_REGION=us-east-1\nKIT_STACK=G6Stack\nKIT_RESOURCE=ServerInstanceABCD1234\n"
-        f"KIT_HF_SECRET=inference-kit/hf-token\nKIT_READY_TIMEOUT_S=${{KIT_READY_TIMEOUT_S:-30}}\nKIT_IDLE_MINUTES=60\n")
+        f"KIT_HF_SECRET=inference-kit/hf-token\nKIT_READY_TIMEOUT_S=${{KIT_READY_TIMEOUT_S:-30}}\n")
     variables = {
         "PATH": f"{bindir}:/usr/bin:/bin", "KIT_ENV_FILE": str(tmp_path / "kit.env"), "KIT_LIB_DIR": str(lib),
         "KIT_SYSTEMD_DIR": str(units), "KIT_LOG_DIR": str(tmp_path / "log"), "KIT_STATE_DIR": str(tmp_path / "state"),
         "KIT_IMDS_URL": f"http://127.0.0.1:{stand.port}", "HOME": str(tmp_path), **env,
     }
-    return subprocess.run(["bash", str(ROOT / "userdata/boot.sh"), command], env=variables,
-                          capture_output=True, text=True, timeout=90)
+    return run_bash(["bash", str(ROOT / "userdata/boot.sh"), command], env=variables, timeout=90)
 
 
 def test_provision_starts_the_unit_waits_for_an_answer_and_signals_success(stand, tmp_path):
