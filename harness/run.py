@@ -285,7 +285,11 @@ def main(argv: list[str] | None = None, *, session: Any = None,
     rc = 0
     with contextlib.ExitStack() as stack:
         try:
-            live = _open_access(endpoints, stack, session, region, args, run_dir, records, echo, open_access)
+            if any(st in args.stages for st in ("agent", "scoreboard", "bench")):
+                live = _open_access(endpoints, stack, session, region, args, run_dir, records, meta,
+                                    echo, open_access)
+            else:  # cost and report read saved results only: no tunnel needed
+                live = endpoints
             if model_factory is None:
                 from harness.agent.models import build_model
 
@@ -337,10 +341,11 @@ def main(argv: list[str] | None = None, *, session: Any = None,
 
 
 def _open_access(endpoints: list[Endpoint], stack: contextlib.ExitStack, session: Any, region: str | None,
-                 args: argparse.Namespace, run_dir: Path, records: list[Any],
+                 args: argparse.Namespace, run_dir: Path, records: list[Any], meta: dict[str, Any],
                  echo: Callable[[str], None], open_access: Callable[..., Any] | None) -> list[Endpoint]:
     """EC2 backends get a tunnel (closed by ``stack``); one that cannot be reached is recorded
-    as a failed run in agent_runs.jsonl and left out of every stage."""
+    in meta.json ``access`` (and, when the agent trial runs, as a failed run in
+    agent_runs.jsonl) and left out of every stage."""
     from harness.access import DEFAULT_OS_USER, HostKeyPins, eic_tunnel
     from harness.agent.trial import RunRecord
 
@@ -355,12 +360,16 @@ def _open_access(endpoints: list[Endpoint], stack: contextlib.ExitStack, session
             os_user=args.os_user or e.ssh_user or DEFAULT_OS_USER))
         try:
             live.append(stack.enter_context(opener(ep)))
+            meta.setdefault("access", {})[ep.name] = f"{ep.instance_id}:{ep.port} via EC2 Instance Connect"
             echo(f"access     {ep.name}: {ep.instance_id}:{ep.port} -> {live[-1].base_url}")
         except KeyboardInterrupt:
             raise
         except Exception as exc:  # noqa: BLE001
             msg = f"access failed: {str(exc)[:300]}"
+            meta.setdefault("access", {})[ep.name] = msg
             echo(f"access     {ep.name}: {msg}")
+            if "agent" not in args.stages:
+                continue
             rec = RunRecord(ep.name, 1, args.runs, ok=False, mode="tools" if ep.tool_calls else "plain",
                             kind=ep.kind, model_id=ep.model_id, started_at=time.time(), error=msg,
                             unreachable=True)

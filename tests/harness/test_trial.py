@@ -173,6 +173,8 @@ def test_access_failure_recorded_and_next_backend_runs(tmp_path, fake_aws):
     assert rc == 0
     assert "access failed: instance i-0aaaaaaaaaaaaaaaa is stopped" in runs["g6"][0]["error"]
     assert runs["inf2"][0]["ok"]
+    meta = json.loads((next((tmp_path / "results").iterdir()) / "meta.json").read_text())
+    assert meta["access"]["g6"].startswith("access failed") and "Instance Connect" in meta["access"]["inf2"]
 
 
 def test_count_ids_grammar_never_evaluates():
