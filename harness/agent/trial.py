@@ -15,6 +15,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from strands import Agent, ModelRetryStrategy, tool
+
 from harness.agent import count_ids as cid
 from harness.endpoint import Endpoint
 from harness.results import append_jsonl
@@ -73,27 +75,21 @@ def score(mode: str, quoted: int | None, filters: list[str] | None) -> bool:
     return mode == "plain" or cid.is_expected_filters(filters)
 
 
-class _CountingRetry:
-    """Strands' ModelRetryStrategy (exponential backoff on throttling) that counts its retries."""
+class CountingRetry(ModelRetryStrategy):
+    """Strands' retry strategy (exponential backoff on throttling) that counts the throttling
+    responses it saw, so a record shows how hard the backend pushed back."""
 
-    def __new__(cls, attempts: int, initial_delay: float, max_delay: float):
-        from strands import ModelRetryStrategy
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.throttled = 0
 
-        class Counting(ModelRetryStrategy):
-            retries = 0
-
-            def is_retryable(self, exception: Exception) -> bool:
-                yes = super().is_retryable(exception)
-                if yes:
-                    self.retries += 1
-                return yes
-
-        return Counting(max_attempts=attempts, initial_delay=initial_delay, max_delay=max_delay)
+    def is_retryable(self, exception: Exception) -> bool:
+        yes = super().is_retryable(exception)
+        self.throttled += int(yes)
+        return yes
 
 
 def _make_tool(results: list[dict[str, Any]]):
-    from strands import tool
-
     @tool
     def count_ids(filters: list[str]) -> dict:
         """Count the records of the inventory table (11 rows) that match every filter.
@@ -146,13 +142,12 @@ def run_once(endpoint: Endpoint, run: int, runs: int, *, model: Any, timeout: fl
              retry_max_delay: float = 60.0) -> RunRecord:
     """One agent run against ``model`` (a Strands Model for ``endpoint``); never raises
     except KeyboardInterrupt."""
-    from strands import Agent
-
     mode = "tools" if endpoint.tool_calls else "plain"
     rec = RunRecord(endpoint.name, run, runs, ok=False, mode=mode, kind=endpoint.kind,
                     model_id=endpoint.model_id, started_at=time.time())
     results: list[dict[str, Any]] = []
-    retry = _CountingRetry(retry_attempts, retry_initial_delay, retry_max_delay)
+    retry = CountingRetry(max_attempts=retry_attempts, initial_delay=retry_initial_delay,
+                          max_delay=retry_max_delay)
     if mode == "tools":
         agent = Agent(model=model, tools=[_make_tool(results)], system_prompt=SYSTEM_PROMPT,
                       callback_handler=None, retry_strategy=retry)
@@ -171,7 +166,7 @@ def run_once(endpoint: Endpoint, run: int, runs: int, *, model: Any, timeout: fl
         rec.unreachable = _unreachable(exc)
         result = None
     rec.seconds = round(time.perf_counter() - t0, 3)
-    rec.throttled = retry.retries
+    rec.throttled = retry.throttled
     rec.tool_calls = _tool_calls(agent.messages)
     rec.tool_results = results
     if result is not None:
