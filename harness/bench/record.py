@@ -12,7 +12,8 @@ import time
 from typing import Any, Callable
 
 # Error classes a failed request can carry (plus ``http_<status>`` for any other HTTP status).
-ERROR_CLASSES = ("throttled", "timeout", "dropped", "connect", "stream_error", "protocol", "client")
+ERROR_CLASSES = ("throttled", "timeout", "dropped", "connect", "stream_error", "protocol", "empty",
+                 "client")
 
 now_ns = time.perf_counter_ns
 
@@ -73,8 +74,16 @@ class Record:
     def finish(self, ok: bool | None = None) -> None:
         if self.t_end_ns is None:
             self.t_end_ns = now_ns()
+        if ok and self.error is None and not self.chunk_t and not self.closed:
+            # a "complete" answer without a single token (e.g. a server that ignored stream:
+            # true) has no TTFT or ITL to give: count it as failed, not as a fast success
+            self.fail("empty", "the response completed without any token")
+            return self._close()
         if ok is not None and self.error is None:
             self.ok = ok
+        self._close()
+
+    def _close(self) -> None:
         self.closed = True
 
     # -- frozen form ---------------------------------------------------------------------------

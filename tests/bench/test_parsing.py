@@ -153,3 +153,12 @@ def test_knee_is_the_level_before_latency_outgrows_throughput():
     metrics.mark_knee(levels)
     assert [x["knee"] for x in levels] == [False, True, False]
     assert levels[2]["latency_growth"] == pytest.approx(3.333, abs=1e-3)
+
+
+def test_a_completed_response_without_any_token_is_failed_as_empty():
+    # e.g. a server that ignored stream: true and answered with one JSON body
+    body = json.dumps({"choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"},
+                                    "finish_reason": "stop"}]}).encode() + b"\n"
+    rec, p = parse([(body, 5)])
+    assert p.complete() and not rec.ok and rec.error == "empty"
+    assert rec.to_dict()["ttft_ms"] is None

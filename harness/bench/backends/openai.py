@@ -95,7 +95,9 @@ class OpenAIBackend:
         self.url = self.base_url + "/chat/completions"
         self.model = model
         self.vllm_extras = vllm_extras
-        self.headers = {"Content-Type": "application/json"}
+        # SSE is small and streamed: ask for it uncompressed (aiohttp still decompresses if a
+        # proxy compresses anyway)
+        self.headers = {"Content-Type": "application/json", "Accept-Encoding": "identity"}
         if api_key:
             self.headers["Authorization"] = f"Bearer {api_key}"
         self.session: aiohttp.ClientSession | None = None
@@ -104,7 +106,7 @@ class OpenAIBackend:
         if self.session is None:
             conn = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, keepalive_timeout=60)
             self.session = aiohttp.ClientSession(
-                connector=conn, headers=self.headers, auto_decompress=False,
+                connector=conn, headers=self.headers,
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=15))
 
     async def close(self) -> None:
