@@ -78,5 +78,10 @@ run: setup-run
 patch-check: setup-run
 	$(PY) -m ami.check_patch
 
+# Load-benchmark fidelity and capacity vs GuideLLM (docs/bench.md); installs GuideLLM into
+# .venv-guidellm on first use; a script that prints numbers, not a test (~4-5 min).
+bench-fidelity: setup
+	$(PY) -m harness.bench.fidelity $(ARGS)
+
 clean:
 	rm -rf $(VENV) node_modules cdk.out .pytest_cache
