@@ -265,6 +265,11 @@ def main(argv: list[str] | None = None, *, session: Any = None,
     if aws_eps and not creds:
         d.notes += [f"{e.name}: skipped, needs AWS credentials" for e in aws_eps]
         aws_eps = []
+    clash = sorted({e.name for e in aws_eps} & {e.name for e in local})
+    if clash:
+        print(f"harness.run: --endpoint name {clash[0]!r} is also a deployed backend; "
+              "choose another NAME", file=sys.stderr)
+        return 2
     endpoints = aws_eps + local
     for n in d.notes:
         echo(f"discovery  {n}")

@@ -175,6 +175,10 @@ def test_access_failure_recorded_and_next_backend_runs(tmp_path, fake_aws):
     assert runs["inf2"][0]["ok"]
     meta = json.loads((next((tmp_path / "results").iterdir()) / "meta.json").read_text())
     assert meta["access"]["g6"].startswith("access failed") and "Instance Connect" in meta["access"]["inf2"]
+    # an --endpoint may not reuse a deployed backend's name (results would collide)
+    rc = run.main(["--outputs-file", str(outputs), "--endpoint", "g6=http://127.0.0.1:9/v1", "--model", "m"],
+                  session=boto3.Session(region_name="us-east-1"), echo=lambda s: None)
+    assert rc == 2
 
 
 def test_count_ids_grammar_never_evaluates():
