@@ -225,3 +225,14 @@ def test_instance_type_and_az_overrides(tmp_path):
     assert trn1["Properties"]["AvailabilityZone"] == "us-east-1d"
     subnets = s.resources("NetworkStack", "AWS::EC2::Subnet")
     assert sorted({v["Properties"]["AvailabilityZone"] for v in subnets.values()}) == ["us-east-1a", "us-east-1d"]
+
+
+@pytest.mark.parametrize("backend,stack", STACKS)
+def test_every_variable_the_scripts_read_is_defined(kit, backend, stack):
+    """Under `set -u` an undefined KIT_* variable would kill provisioning on the instance."""
+    text = kit.stacks[stack].server.user_data_text
+    used = set(re.findall(r"\$\{?(KIT_[A-Z0-9_]+)", text))
+    assigned = set(re.findall(r"^\s*(?:local\s+|export\s+)?(KIT_[A-Z0-9_]+)=", text, re.M))
+    defaulted = set(re.findall(r"\$\{(KIT_[A-Z0-9_]+):-", text))
+    missing = used - assigned - defaulted
+    assert not missing, f"{stack}: read but never set: {sorted(missing)}"
