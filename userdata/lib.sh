@@ -36,6 +36,8 @@ kit_ensure_tools() {
   command -v curl >/dev/null || missing+=(curl)
   command -v unzip >/dev/null || missing+=(unzip)
   python3 -c 'import ensurepip' 2>/dev/null || missing+=(python3-venv)
+  # The harness logs in with a key pushed by ec2-instance-connect send-ssh-public-key.
+  [ -e /usr/share/ec2-instance-connect/eic_run_authorized_keys ] || missing+=(ec2-instance-connect)
   if ((${#missing[@]})); then
     # First boot: unattended-upgrades may hold the dpkg lock for minutes; wait for it.
     kit_retry 5 apt-get -o DPkg::Lock::Timeout=600 update -q

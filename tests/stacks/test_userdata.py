@@ -299,6 +299,10 @@ def test_provision_starts_the_unit_waits_for_an_answer_and_signals_success(stand
     args = (tmp_path / "cfn-signal.args").read_text().splitlines()
     assert args[:2] == ["--exit-code", "0"] and args[4:] == [
         "--stack", "G6Stack", "--resource", "ServerInstanceABCD1234", "--region", "us-east-1"]
+    # Missing tools come from apt, waiting for the first-boot dpkg lock (this machine lacks the
+    # EC2 Instance Connect package the harness logs in through).
+    apt = (tmp_path / "apt.calls").read_text()
+    assert "-o DPkg::Lock::Timeout=600 install -y -q" in apt and "ec2-instance-connect" in apt
     log = (tmp_path / "log/boot.log").read_text()
     assert "engine_install ran" in log and "ready: /health and one chat completion answered" in log
     # Run again (as after a reboot): no second signal, same result.
