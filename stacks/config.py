@@ -127,7 +127,9 @@ DEFAULTS: dict[str, Any] = {
     "idle_stop_minutes": 60,
     "ttl_hours": 8,
     "max_model_len": 4096,
-    "sagemaker_vllm_tag": "0.31.0-gpu-py312-cu130-ubuntu22.04-sagemaker",
+    # The seed's container; tag as published by AWS (DLC docs data 0.31.0-gpu-sagemaker.yml:
+    # Ubuntu 24.04 base since 0.28, CUDA 13.0, hence the al2023 GPU 4-1 inference AMI below).
+    "sagemaker_vllm_tag": "0.31.0-gpu-py312-cu130-ubuntu24.04-sagemaker",
     "sagemaker_ami_version": "al2023-ami-sagemaker-inference-gpu-4-1",  # CUDA 13 images (cfn-lint schema enum)
 }
 

@@ -14,7 +14,7 @@ from tests.stacks.conftest import synth
 def test_model_image_and_vllm_environment(kit):
     _, model = kit.one("SageMakerStack", "AWS::SageMaker::Model")
     c = model["Properties"]["PrimaryContainer"]
-    assert c["Image"] == "763104351884.dkr.ecr.us-east-1.amazonaws.com/vllm:0.31.0-gpu-py312-cu130-ubuntu22.04-sagemaker"
+    assert c["Image"] == "763104351884.dkr.ecr.us-east-1.amazonaws.com/vllm:0.31.0-gpu-py312-cu130-ubuntu24.04-sagemaker"
     env = c["Environment"]
     assert env["SM_VLLM_MODEL"] == "google/gemma-4-E2B-it-qat-w4a16-ct"
     assert env["SM_VLLM_MAX_MODEL_LEN"] == "4096"
