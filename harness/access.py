@@ -168,9 +168,11 @@ class WebsocketBridge:
                     self.error = f"unexpected text frame: {message[:200]}"
                     break
                 self._peer.sendall(message)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - e.g. EIC closing with a reason (tunnel expired)
             self.error = self.error or f"{type(exc).__name__}: {exc}"
         finally:
+            if self.error:
+                log.warning("EIC websocket closed: %s", self.error)
             with contextlib.suppress(OSError):
                 self._peer.shutdown(socket.SHUT_WR)
 

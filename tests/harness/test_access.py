@@ -163,3 +163,30 @@ def test_eic_tunnel_refuses_stopped_instance():
             with access.eic_tunnel(ep, botocore_session=s, region="us-east-1",
                                    pins=access.HostKeyPins(), ec2=ec2, eic=object()):
                 pass
+
+
+def test_eic_refusal_surfaces_as_access_error(ssh_server, key):
+    """An endpoint that closes the websocket with a reason (as EIC does for a bad signature or
+    an expired tunnel): SSH fails with one AccessError and the reason is kept on the bridge."""
+    with fake_eic(ssh_server["port"]) as eice:
+        bridges = []
+
+        def dial():
+            b = access.WebsocketBridge(f"ws://127.0.0.1:{eice['port']}/openTunnel?instanceConnectEndpointId=x")
+            bridges.append(b)
+            return b.sock, key, b.close
+
+        with pytest.raises(access.AccessError, match="SSH to i-test failed"):
+            access.SshForward(dial, username=ssh_server["user"], remote_port=1, host_id="i-test",
+                              pins=access.HostKeyPins(), timeout=5)
+    assert "not a presigned openTunnel request" in (bridges[0].error or "")
+
+
+def test_websocket_that_cannot_open_is_one_access_error():
+    with pytest.raises(access.AccessError, match="could not open the EIC websocket"):
+        access.WebsocketBridge(f"ws://127.0.0.1:{_free()}/openTunnel", open_timeout=2)
+
+
+def _free():
+    from tests.harness.servers import free_port
+    return free_port()
