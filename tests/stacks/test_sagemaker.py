@@ -66,8 +66,8 @@ def test_endpoint_is_deleted_at_the_ttl(kit):
     (ttl,) = [pol for pol in policies.values() if "Ttl" in pol["Properties"]["PolicyName"]]
     (stmt,) = ttl["Properties"]["PolicyDocument"]["Statement"]
     assert stmt["Action"] == "sagemaker:DeleteEndpoint"
-    assert str(stmt["Resource"]).endswith(":endpoint/sagemakerstack-ml-g6-xlarge']]}") or \
-        ":endpoint/sagemakerstack-ml-g6-xlarge" in str(stmt["Resource"])
+    resource = "".join(p if isinstance(p, str) else "{}" for p in stmt["Resource"]["Fn::Join"][1])
+    assert resource == "arn:aws:sagemaker:us-east-1:{}:endpoint/sagemakerstack-ml-g6-xlarge"
 
 
 def test_sagemaker_outputs(kit):
