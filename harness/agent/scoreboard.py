@@ -67,6 +67,7 @@ def run_scoreboard(endpoints: list[Endpoint], *, orchestrator: Any,
                    retry_initial_delay: float = 2.0) -> dict[str, Any]:
     """Run the orchestrating agent (``orchestrator``: a Strands model, Bedrock in a real run)."""
     from strands import Agent, ModelRetryStrategy, tool
+    from strands.tools.executors import SequentialToolExecutor
 
     scores = {ep.name: Score(ep.name, ep.label or ep.name) for ep in endpoints}
     lock = threading.Lock()
@@ -85,8 +86,10 @@ def run_scoreboard(endpoints: list[Endpoint], *, orchestrator: Any,
         return tool(name=tool_name(ep.name),
                     description=f"Ask the {ep.label or ep.name} backend a short question.")(ask_backend)
 
+    # Sequential: Strands runs a turn's tool calls concurrently by default, and backends asked
+    # at the same time would share this process's CPU and skew each other's seconds.
     agent = Agent(model=orchestrator, tools=[make(ep) for ep in endpoints], system_prompt=SYSTEM_PROMPT,
-                  callback_handler=None,
+                  callback_handler=None, tool_executor=SequentialToolExecutor(),
                   retry_strategy=ModelRetryStrategy(max_attempts=retry_attempts,
                                                     initial_delay=retry_initial_delay))
     error = None
