@@ -53,7 +53,8 @@ class Ec2BackendStack(cdk.Stack):
             extra_statements=extra_statements, availability_zone=backend.az,
         )
         self.guardrails = Ec2Guardrails(self, "Guardrails", instance=self.server.instance,
-                                        idle_stop_minutes=config.idle_stop_minutes, ttl_expires_at=ttl_expires_at)
+                                        idle_stop_minutes=config.idle_stop_minutes, ttl_expires_at=ttl_expires_at,
+                                        provisioning_minutes=family.readiness_timeout_minutes)
         add_outputs(self, backend_id=backend.id, service="ec2", model_id=backend.model_id,
                     instance_type=backend.instance_type, ttl_expires_at=ttl_expires_at,
                     idle_stop_minutes=config.idle_stop_minutes,

@@ -6,7 +6,8 @@ EC2 backends (three independent layers, so one failing does not leave an instanc
    connection to the model port), and stop once the ``kit-ttl-expires-epoch`` tag is in the
    past. It sees requests, which CPU metrics cannot, so it is the primary idle check.
 2. A CloudWatch alarm with the EC2 *stop* action: CPU below 5 % (per-minute maximum, detailed
-   monitoring) for ``idle_stop_minutes + 30`` minutes. A backstop for a hung instance or a dead
+   monitoring) for ``idle_stop_minutes + 30`` minutes, and never less than the provisioning
+   window + 15 minutes. A backstop for a hung instance or a dead
    timer: an idle vLLM sits near 0 % CPU, one decoding stream keeps a core busy.
 3. An EventBridge Scheduler one-time schedule calling ``ec2:StopInstances`` at the TTL: works
    even if the instance is wedged. Its role may stop only this instance.
@@ -83,13 +84,15 @@ class Ec2Guardrails(Construct):
     """Idle-stop alarm and TTL stop schedule for one instance (the on-instance check is in user data)."""
 
     def __init__(self, scope: Construct, construct_id: str, *, instance: ec2.Instance,
-                 idle_stop_minutes: int, ttl_expires_at: datetime | None) -> None:
+                 idle_stop_minutes: int, ttl_expires_at: datetime | None, provisioning_minutes: int = 0) -> None:
         super().__init__(scope, construct_id)
         self.alarm: cloudwatch.Alarm | None = None
         self.schedule: scheduler.CfnSchedule | None = None
         cdk.Tags.of(instance).add(IDLE_TAG, str(idle_stop_minutes), include_resource_types=["AWS::EC2::Instance"])
         if idle_stop_minutes > 0:
-            periods = min(idle_stop_minutes + IDLE_ALARM_MARGIN_MINUTES, _MAX_ALARM_PERIODS)
+            # Never shorter than provisioning (a slow download can sit at low CPU for a while).
+            periods = min(max(idle_stop_minutes + IDLE_ALARM_MARGIN_MINUTES, provisioning_minutes + 15),
+                          _MAX_ALARM_PERIODS)
             self.alarm = cloudwatch.Alarm(
                 self, "IdleStopAlarm",
                 alarm_description=(f"Backstop idle stop: CPU max < {IDLE_ALARM_CPU_PERCENT}% for {periods} min "

@@ -170,6 +170,7 @@ def test_guardrails_idle_alarm_and_ttl_schedule(kit, backend, stack):
     assert a["MetricName"] == "CPUUtilization" and a["Statistic"] == "Maximum" and a["Period"] == 60
     assert a["ComparisonOperator"] == "LessThanThreshold" and a["Threshold"] == 5
     assert a["EvaluationPeriods"] == 60 + 30 and a["TreatMissingData"] == "notBreaching"
+    assert a["DatapointsToAlarm"] == a["EvaluationPeriods"]
     assert a["Dimensions"] == [{"Name": "InstanceId", "Value": {"Ref": logical_id}}]
     assert "ec2:stop" in str(a["AlarmActions"])
     # The on-instance check reads its limits from instance tags (no replacement when they change).
@@ -203,6 +204,9 @@ def test_guardrails_can_be_disabled_and_clamped(tmp_path):
     long = synth(tmp_path / "long", backends="g6", idle_stop_minutes=1440)
     _, alarm = long.one("G6Stack", "AWS::CloudWatch::Alarm")
     assert alarm["Properties"]["EvaluationPeriods"] == 1440  # CloudWatch: at most one day
+    short = synth(tmp_path / "short", backends="g6", idle_stop_minutes=5)
+    _, alarm = short.one("G6Stack", "AWS::CloudWatch::Alarm")
+    assert alarm["Properties"]["EvaluationPeriods"] == 45 + 15  # not before provisioning could end
 
 
 @pytest.mark.parametrize("backend,stack", STACKS)
