@@ -32,8 +32,10 @@ class OpenAIStreamParser:
             data = self.buf + data
         lines = data.split(b"\n")
         self.buf = lines.pop()
+        line_ = self._line
         for line in lines:
-            self._line(line, t_ns)
+            if line and line != b"\r":  # blank lines separate events; skip the call
+                line_(line, t_ns)
 
     def close(self, t_ns: int) -> None:
         """End of body: a last line without its newline still counts."""
@@ -92,10 +94,8 @@ class OpenAIStreamParser:
         if fr:
             self.finished = True
             rec.finish_reason = fr
-        if comp is not None:
-            grew = comp > self.last_comp
-            self.last_comp = max(self.last_comp, comp)
-        else:
-            grew = False
+        grew = comp is not None and comp > self.last_comp
+        if grew:
+            self.last_comp = comp
         if text or grew:
             rec.add_chunk(t_ns, text, comp)
