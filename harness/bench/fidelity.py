@@ -198,6 +198,16 @@ def errors(client: dict, t: dict) -> dict[str, Any]:
 
 
 # -- the table ------------------------------------------------------------------------------------
+def cpu_ticks() -> tuple[int, int]:
+    """(busy, total) jiffies of all cores since boot, from /proc/stat (0, 0 elsewhere)."""
+    try:
+        f = [int(x) for x in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
+    except (OSError, ValueError):
+        return 0, 0
+    idle = f[3] + (f[4] if len(f) > 4 else 0)
+    return sum(f) - idle, sum(f)
+
+
 def fmt(v: Any, spec: str = "+.2f") -> str:
     return "n/a" if v is None else format(v, spec)
 
@@ -214,6 +224,8 @@ def main(argv: list[str] | None = None) -> int:
     NICE = args.nice
     t_start = time.time()
     load0 = os.getloadavg()
+    busy0, total0 = cpu_ticks()
+    ours0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     exe = None if args.skip_guidellm else ensure_guidellm()
     work = Path(tempfile.mkdtemp(prefix="bench-fidelity-"))
     tokdir = build_tokenizer(work / "tokenizer")
@@ -271,11 +283,18 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         server.stop()
     load1 = os.getloadavg()
+    busy1, total1 = cpu_ticks()
+    ours1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    wall = time.time() - t_start
+    ncpu = os.cpu_count() or 1
+    busy_pct = 100.0 * (busy1 - busy0) / (total1 - total0) if total1 > total0 else float("nan")
+    ours_pct = 100.0 * (ours1.ru_utime - ours0.ru_utime + ours1.ru_stime - ours0.ru_stime) / (wall * ncpu)
     header = (
         f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(t_start))} with "
         f"`python -m harness.bench.fidelity{f' --nice {NICE}' if NICE else ''}`; server on core 1, clients on core 0; "
-        f"{os.cpu_count()} cores, load average {load0[0]:.2f} at start, {load1[0]:.2f} at end; "
-        f"took {time.time() - t_start:.0f} s.\n\n"
+        f"{ncpu} cores busy {busy_pct:.0f}% of the time, {ours_pct:.0f}% by this script's processes and "
+        f"{busy_pct - ours_pct:.0f}% by everything else; load average {load0[0]:.2f} at start, "
+        f"{load1[0]:.2f} at end; took {wall:.0f} s.\n\n"
         f"Scenario: TTFT {SCENARIO['ttft_ms']:g} ms, {SCENARIO['itl_ms']:g} ms per token, "
         f"{SCENARIO['tokens_per_chunk']} tokens per chunk, {SCENARIO['output_tokens']} tokens, "
         "role-only first chunk. Truth = the server's record. TTFT error = client − truth per "
