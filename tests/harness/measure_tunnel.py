@@ -29,7 +29,15 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=64)
     ap.add_argument("--itl-ms", type=float, default=10.0)
     ap.add_argument("--ttft-ms", type=float, default=100.0)
+    ap.add_argument("--switch-interval", type=float, default=None,
+                    help="sys.setswitchinterval for this process (Python's default is 0.005 s)")
+    ap.add_argument("--no-pty-session", action="store_true",
+                    help="skip the pty session that makes sshd set TCP_NODELAY (to see what it buys)")
     a = ap.parse_args()
+    if a.no_pty_session:
+        access._mark_interactive = lambda transport, host_id: None
+    if a.switch_interval:
+        sys.setswitchinterval(a.switch_interval)
     levels = [int(x) for x in a.levels.split(",")]
     ref = subprocess.Popen([sys.executable, "-m", "harness.bench.refserver", "--ttft-ms", str(a.ttft_ms),
                             "--itl-ms", str(a.itl_ms), "--tokens-per-chunk", "1", "--usage", "vllm",

@@ -56,6 +56,8 @@ def test_ssh_forward_reaches_http_server_through_real_sshd(ssh_server, key):
         with access.SshForward(_dial(ssh_server["port"], key), username=ssh_server["user"],
                                remote_port=http_port, host_id="i-test", pins=pins) as fwd:
             assert fwd.base_url.startswith("http://127.0.0.1:")
+            # the pty session that makes sshd set TCP_NODELAY is open and its `cat` still runs
+            assert fwd.session is not None and not fwd.session.exit_status_ready()
             # Several connections, each its own direct-tcpip channel over one transport.
             for i in range(3):
                 assert _get(f"http://127.0.0.1:{fwd.local_port}/v1/models?n={i}") == {"path": f"/v1/models?n={i}"}
