@@ -270,13 +270,11 @@ class SshForward:
             transport.auth_publickey(self._username, pkey)
             transport.set_keepalive(self._keepalive)
             self.session = _mark_interactive(transport, self._host_id)
-        except HostKeyMismatch:
+        except BaseException as exc:  # close what was opened, also on Ctrl-C, then say why
             transport.close()
             close_carrier()
-            raise
-        except Exception as exc:  # noqa: BLE001
-            transport.close()
-            close_carrier()
+            if isinstance(exc, HostKeyMismatch) or not isinstance(exc, Exception):
+                raise
             raise AccessError(f"SSH to {self._host_id} failed: {type(exc).__name__}: {exc}") from exc
         return transport, close_carrier
 
