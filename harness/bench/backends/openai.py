@@ -131,7 +131,8 @@ class OpenAIBackend:
                     return record
                 stamp = _stamp(resp)
                 seen = stamp.t if stamp is not None else 0
-                async for data in resp.content.iter_any():
+                readany = resp.content.readany  # no async-iterator layer: this runs per read
+                while data := await readany():
                     # the socket's arrival time when bytes arrived since the last read (the
                     # first read on a new connection may predate the stamp: then "now")
                     t = stamp.t if stamp is not None else 0
