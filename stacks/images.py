@@ -353,7 +353,7 @@ class ImagePipelineStack(cdk.Stack):
                 value=ssm.StringParameter.value_for_string_parameter(self, GPU_DLAMI.format(arch="arm64")),
                 description="vllm-sm75 build candidate (overwritten by the build pipeline)",
             )
-            recipe.add_dependency(self.candidate_seed)
+            recipe.node.add_dependency(self.candidate_seed)
         infra = imagebuilder.CfnInfrastructureConfiguration(
             self, f"{key}Infrastructure", name=pname, instance_profile_name=profile.ref,
             instance_types=list(p.instance_types), subnet_id=self.subnet.subnet_id,
