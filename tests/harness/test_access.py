@@ -192,3 +192,16 @@ def test_websocket_that_cannot_open_is_one_access_error():
 def _free():
     from tests.harness.servers import free_port
     return free_port()
+
+
+def test_many_concurrent_connections_through_one_relay(ssh_server, key):
+    from concurrent.futures import ThreadPoolExecutor
+
+    with http_server() as http_port, \
+            access.SshForward(_dial(ssh_server["port"], key), username=ssh_server["user"],
+                              remote_port=http_port, host_id="i-test", pins=access.HostKeyPins()) as fwd:
+        # A client that connects and leaves without a word must not disturb the others.
+        socket.create_connection(("127.0.0.1", fwd.local_port)).close()
+        with ThreadPoolExecutor(24) as pool:
+            got = list(pool.map(lambda i: _get(f"{fwd.base_url}/models?i={i}"), range(48)))
+    assert got == [{"path": f"/v1/models?i={i}"} for i in range(48)]
