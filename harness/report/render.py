@@ -4,6 +4,7 @@ from __future__ import annotations
 import base64
 import html
 import json
+from datetime import datetime, timezone
 from typing import Any, Callable
 
 from harness.report import plots
@@ -101,14 +102,28 @@ def scoreboard_table(run: RunData) -> Table:
                   for r in run.scoreboard]
 
 
+def when(value: Any) -> str:
+    """A run timestamp as UTC text: meta.json holds epoch seconds (or already a string)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return datetime.fromtimestamp(value, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return str(value) if value is not None else ""
+
+
+def finished(meta: dict) -> Any:
+    return meta.get("finished_at", meta.get("ended_at"))
+
+
 def config_table(run: RunData) -> Table:
     rows = []
     for section in ("versions", "config"):
         for k, v in (run.meta.get(section) or {}).items():
             rows.append([section, k, v if isinstance(v, str) else json.dumps(v)])
-    for k in ("run_id", "started_at", "finished_at", "region"):
+    for k in ("run_id", "region"):
         if k in run.meta:
             rows.append(["run", k, str(run.meta[k])])
+    for k, v in (("started", run.meta.get("started_at")), ("finished", finished(run.meta))):
+        if v is not None:
+            rows.append(["run", k, when(v)])
     for name, ep in endpoints_from_meta(run.meta).items():
         desc = " · ".join(str(ep[k]) for k in ("kind", "instance_type", "model_id", "region") if ep.get(k))
         rows.append(["endpoint", name, desc])
@@ -231,7 +246,7 @@ def _html_table(t: Table) -> str:
 def html_page(run: RunData) -> str:
     e = html.escape
     sub = [f"region {e(str(run.meta.get('region', '—')))}",
-           f"{e(str(run.meta.get('started_at', '')))} → {e(str(run.meta.get('finished_at', '')))}"]
+           f"{e(when(run.meta.get('started_at')))} → {e(when(finished(run.meta)))}"]
     parts = [f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>Run {e(run.run_id)}</title>"
              f"<style>{CSS}</style></head><body><header><h1>Inference on AWS: run {e(run.run_id)}</h1>"
              f"<p>{' · '.join(sub)}</p>" + "".join(f"<p>{e(line)}</p>" for line in price_provenance(run))

@@ -123,3 +123,15 @@ def test_html_renders_in_headless_chromium(tmp_path, full_report):
     assert len(colours) > 200  # text, tables and plots, not a blank page
     # the plot colours (e.g. g6 green, Bedrock orange) reached the screen
     assert any(abs(int(r) - 0x2C) < 8 and abs(int(g) - 0xA0) < 8 and abs(int(b) - 0x2C) < 8 for r, g, b in colours)
+
+
+def test_epoch_timestamps_from_harness_run_render_as_utc(tmp_path):
+    run = make_results(tmp_path / "run")
+    meta = json.loads((run / "meta.json").read_text())
+    meta.pop("finished_at")
+    meta.update(started_at=1795976044.6, ended_at=1795976104.0)  # what harness.run writes
+    (run / "meta.json").write_text(json.dumps(meta))
+    _, html_path = render(run)
+    page = html_path.read_text()
+    assert "2026-11-29 18:14:04 UTC → 2026-11-29 18:15:04 UTC" in page
+    assert "1795976044" not in page
