@@ -96,19 +96,21 @@ _ANSWER_LINE = re.compile(r"answer\s*[:=]\s*\**\s*(-?\d+)", re.IGNORECASE)
 _NUMBER = re.compile(r"(?<![\w.])(-?\d+)(?![\w.]\d)|\b(" + "|".join(_WORDS) + r")\b", re.IGNORECASE)
 # Numbers the question itself contains; an answer echoing them is not quoting a count.
 _ECHO = {10, 11}
+_IDS = {r["id"] for r in RECORDS}
 
 
 def quoted_number(answer: str) -> int | None:
     """The count a final answer quotes, or None when it quotes none or is ambiguous.
 
     An explicit ``Answer: N`` wins (the last one). Otherwise the numbers in the text, minus those
-    that only echo the question (10, 11), must reduce to exactly one distinct value.
+    that only echo the question (10, 11), must reduce to exactly one distinct value. An answer
+    that lists the matching ids ("8: ids 11, 12, 15, …", three ids or more) has them set aside
+    too; a hedge between two values ("7 or 8") stays ambiguous.
     """
     explicit = _ANSWER_LINE.findall(answer or "")
     if explicit:
         return int(explicit[-1])
-    values = []
-    for digits, word in _NUMBER.findall(answer or ""):
-        values.append(int(digits) if digits else _WORDS[word.lower()])
-    distinct = {v for v in values if v not in _ECHO}
-    return distinct.pop() if len(distinct) == 1 else None
+    values = {int(d) if d else _WORDS[w.lower()] for d, w in _NUMBER.findall(answer or "")} - _ECHO
+    if len(values & _IDS) >= 3:
+        values -= _IDS
+    return values.pop() if len(values) == 1 else None

@@ -192,6 +192,10 @@ def test_count_ids_grammar_never_evaluates():
     assert cid.quoted_number("eight of them") == 8
     assert cid.quoted_number("Either 7 or 8.") is None
     assert cid.quoted_number("I think 7.\nAnswer: 8") == 8
+    assert cid.quoted_number("There are **8**: ids 11, 12, 15, 18, 21, 24, 27 and 30.") == 8
+    assert cid.quoted_number("There are 7: ids 11, 12, 15, 18, 21, 24 and 27.") is None
+    assert cid.quoted_number("No idea.") is None
+    assert cid.EXPECTED_COUNT not in {r["id"] for r in cid.RECORDS}
 
 
 def test_full_run_every_stage_from_saved_results(tmp_path, no_aws):
