@@ -429,6 +429,10 @@ def eic_tunnel(endpoint: Endpoint, *, botocore_session: Any, region: str, pins: 
         raise AccessError(f"{endpoint.name}: instance {endpoint.instance_id} is {state} "
                           "(idle stop? start it with aws ec2 start-instances)")
     eice = find_eice(ec2, inst["VpcId"], inst.get("SubnetId"))
+    # As the AWS CLI does: the FIPS name when the session asks for FIPS endpoints.
+    dns = eice.get("FipsDnsName") if botocore_session.get_config_variable("use_fips_endpoint") else eice["DnsName"]
+    if not dns:
+        raise AccessError(f"{endpoint.name}: FIPS endpoints requested but the EIC endpoint has no FipsDnsName")
 
     def dial() -> tuple[Any, paramiko.PKey, Callable[[], None]]:
         # A fresh key each time: a pushed key is valid for 60 s only.
@@ -438,9 +442,8 @@ def eic_tunnel(endpoint: Endpoint, *, botocore_session: Any, region: str, pins: 
                                     SSHPublicKey=public_key_line(key))
         except Exception as exc:  # noqa: BLE001
             raise AccessError(f"{endpoint.name}: send_ssh_public_key: {exc}") from exc
-        url = presign_open_tunnel(botocore_session, region, eice["DnsName"],
-                                  eice["InstanceConnectEndpointId"], inst["PrivateIpAddress"], 22,
-                                  max_tunnel_duration)
+        url = presign_open_tunnel(botocore_session, region, dns, eice["InstanceConnectEndpointId"],
+                                  inst["PrivateIpAddress"], 22, max_tunnel_duration)
         bridge = WebsocketBridge(rewrite_url(url) if rewrite_url else url)
         return bridge.sock, key, bridge.close
 

@@ -17,9 +17,11 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -101,6 +103,24 @@ def endpoint_from_outputs(stack_name: str, outputs: Mapping[str, str],
     raise DiscoveryError(f"stack {stack_name}: Service output {service!r} is not one of bedrock, sagemaker, ec2")
 
 
+def ttl_note(backend_id: str, outputs: Mapping[str, str], now: float | None = None) -> str | None:
+    """A warning when the stack's hard time limit (output ``TtlExpiresAt``, ISO UTC) has passed or
+    is less than an hour away: the guardrails stop or delete the backend then, mid-run."""
+    raw = outputs.get("TtlExpiresAt")
+    if not raw or raw == "disabled":
+        return None
+    try:
+        at = datetime.strptime(raw, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc).timestamp()
+    except ValueError:
+        return None
+    left = at - (time.time() if now is None else now)
+    if left <= 0:
+        return f"{backend_id}: its time limit passed at {raw}; the guardrails may have stopped it"
+    if left < 3600:
+        return f"{backend_id}: its time limit ends at {raw} (in {int(left // 60)} min); a long run may be cut off"
+    return None
+
+
 def from_outputs(all_outputs: Mapping[str, Mapping[str, str]], default_region: str | None = None,
                  backends: Iterable[str] | None = None) -> Discovery:
     """``{StackName: {OutputKey: value}}`` -> endpoints for the kit's backend stacks in it.
@@ -117,6 +137,7 @@ def from_outputs(all_outputs: Mapping[str, Mapping[str, str]], default_region: s
             d.notes.append(f"{b.id}: {b.stack_name} not deployed")
             continue
         d.endpoints.append(endpoint_from_outputs(b.stack_name, outputs, default_region))
+        d.notes += [n for n in [ttl_note(b.id, outputs)] if n]
     return d
 
 
@@ -156,6 +177,7 @@ def from_cloudformation(cfn: Any, default_region: str | None = None,
             continue
         outputs = {o["OutputKey"]: o["OutputValue"] for o in stack.get("Outputs", [])}
         d.endpoints.append(endpoint_from_outputs(b.stack_name, outputs, default_region))
+        d.notes += [n for n in [ttl_note(b.id, outputs)] if n]
     return d
 
 

@@ -88,3 +88,11 @@ def test_region_resolution(tmp_path):
     assert disc.resolve_region(None, {"AWS_DEFAULT_REGION": "us-east-2"}, cdk) == "us-east-2"
     assert disc.resolve_region(None, {}, cdk) == "eu-west-1"
     assert disc.resolve_region(None, {}, tmp_path / "missing.json") is None
+
+
+def test_ttl_notes():
+    now = 1_800_000_000  # 2027-01-15T08:00:00Z
+    assert disc.ttl_note("g6", {"TtlExpiresAt": "disabled"}, now) is None
+    assert disc.ttl_note("g6", {"TtlExpiresAt": "2027-01-15T12:00:00Z"}, now) is None
+    assert "in 20 min" in disc.ttl_note("g6", {"TtlExpiresAt": "2027-01-15T08:20:00Z"}, now)
+    assert "passed" in disc.ttl_note("g6", {"TtlExpiresAt": "2027-01-15T07:00:00Z"}, now)
