@@ -258,7 +258,10 @@ class _Relay(threading.Thread):
         for obj in (conn, chan):
             with contextlib.suppress(KeyError, ValueError, OSError):
                 self._sel.unregister(obj)
-        chan.close()
+        # A transport that died under us makes paramiko raise EOFError from close(): the pair is
+        # gone either way, and the relay must keep serving the other pairs.
+        with contextlib.suppress(OSError, EOFError, paramiko.SSHException):
+            chan.close()
         conn.close()
 
     def run(self) -> None:
@@ -284,7 +287,7 @@ class _Relay(threading.Thread):
                             chan.sendall(data)
                         else:
                             conn.sendall(data)
-                    except OSError:
+                    except (OSError, EOFError, paramiko.SSHException):
                         self._drop(conn, chan)
         finally:
             for conn, chan in pairs:
