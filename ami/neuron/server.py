@@ -200,6 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.compile_only:
         log.info("compiled model ready in %s", compile_only(args))
         return 0
+    _check_port_free(args.host, args.port)  # before a load that can take minutes on Neuron
     try:
         generator = build_generator(args)
     except (OSError, ValueError, KeyError) as exc:  # unreadable checkpoint: say which, in one line
@@ -207,9 +208,33 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"python -m ami.neuron.server: error: cannot load --model {args.model!r}: "
                          f"{type(exc).__name__}: {first}") from None
     log.info("serving %s (%s) on http://%s:%d", generator.model_id, args.backend, args.host, args.port)
-    web.run_app(build_app(generator, args.backend), host=args.host, port=args.port,
-                print=None, access_log=None, handle_signals=True)
+    try:
+        web.run_app(build_app(generator, args.backend), host=args.host, port=args.port,
+                    print=None, access_log=None, handle_signals=True)
+    except OSError as exc:  # taken between the check and the bind
+        raise SystemExit(_bind_error(args.host, args.port, exc)) from None
     return 0
+
+
+def _bind_error(host: str, port: int, exc: OSError) -> str:
+    return (f"python -m ami.neuron.server: error: cannot listen on {host}:{port} "
+            f"({exc.strerror or exc}); choose another --port or --host")
+
+
+def _check_port_free(host: str, port: int) -> None:
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as exc:
+        raise SystemExit(_bind_error(host, port, exc)) from None
+    family, kind, proto, _, addr = infos[0]
+    with socket.socket(family, kind, proto) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as aiohttp binds
+        try:
+            s.bind(addr)
+        except OSError as exc:
+            raise SystemExit(_bind_error(host, port, exc)) from None
 
 
 if __name__ == "__main__":

@@ -125,3 +125,16 @@ def test_measure_script_says_so_when_no_server_listens():
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1
     assert r.stderr.startswith("python -m ami.neuron.measure: cannot reach http://127.0.0.1:")
+
+
+def test_port_in_use_is_one_line_before_the_model_loads():
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        r = run_cli(["--backend", "cpu", "--tiny-random", "--port", str(port)])
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"cannot listen on 127.0.0.1:{port}" in lines[0]
