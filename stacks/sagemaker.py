@@ -131,17 +131,21 @@ class SageMakerStack(cdk.Stack):
             if ttl_expires_at is not None:
                 ttl = EndpointTtl(self, f"Ttl{sid}", endpoint_name=name, ttl_expires_at=ttl_expires_at)
                 ttl.node.add_dependency(endpoint)
+        # IAM matches log-group actions (CreateLogGroup, DescribeLogStreams) against the group's
+        # ARN with a trailing ":*" (CloudWatch Logs API reference, LogGroup.arn); the bare ARN
+        # would allow only the stream actions. "<group>:*" covers the group and its streams.
         self.role.add_to_policy(iam.PolicyStatement(
             sid="EndpointLogs", actions=["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents",
                                          "logs:DescribeLogStreams"],
-            resources=log_groups + [f"{g}:log-stream:*" for g in log_groups]))
+            resources=[f"{g}:*" for g in log_groups]))
         reason = ("ecr:GetAuthorizationToken and cloudwatch:PutMetricData support no resource ARN "
                   "(PutMetricData is pinned to the SageMaker namespace by a condition)")
         nag.acknowledge(self.role, "AwsSolutions-IAM5[Resource::*]", reason)
         for g in log_groups:  # cdk-nag names each wildcard resource, the account as a placeholder
             shown = g.replace(self.account, "<AWS::AccountId>")
-            nag.acknowledge(self.role, f"AwsSolutions-IAM5[Resource::{shown}:log-stream:*]",
-                            "SageMaker names the log streams inside the endpoint's own log group")
+            nag.acknowledge(self.role, f"AwsSolutions-IAM5[Resource::{shown}:*]",
+                            "The endpoint's own log group in the form IAM needs for log-group actions; "
+                            "SageMaker names the log streams inside it")
 
         first = backend.instance_types[0]
         add_outputs(self, backend_id=backend.id, service="sagemaker", model_id=backend.model_id,

@@ -48,7 +48,12 @@ def test_execution_role_is_scoped(kit):
     assert st["PullVllmImage"]["Resource"] == "arn:aws:ecr:us-east-1:763104351884:repository/vllm"
     assert st["EcrLogin"]["Action"] == "ecr:GetAuthorizationToken"
     assert st["EndpointMetrics"]["Condition"] == {"StringEquals": {"cloudwatch:namespace": "/aws/sagemaker/Endpoints"}}
-    assert all("/aws/sagemaker/Endpoints/SageMakerStack-ml-g6-xlarge" in str(r) for r in st["EndpointLogs"]["Resource"])
+    # The log-group form with ":*": what IAM matches for CreateLogGroup/DescribeLogStreams, and
+    # it covers the group's streams (a bare group ARN would leave CreateLogGroup denied).
+    assert st["EndpointLogs"]["Resource"] == {"Fn::Join": ["", [
+        "arn:aws:logs:us-east-1:", {"Ref": "AWS::AccountId"},
+        ":log-group:/aws/sagemaker/Endpoints/SageMakerStack-ml-g6-xlarge:*"]]}
+    assert "logs:CreateLogGroup" in st["EndpointLogs"]["Action"]
     assert "secretsmanager" not in json.dumps(execution)  # CloudFormation resolves the token, not the role
     actions = {a for s in st.values() for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])}
     assert not any(a.endswith("*") for a in actions)
