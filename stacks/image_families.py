@@ -8,15 +8,16 @@ to; everything else in the EC2 construct stays as is.
 Public SSM parameters, resolved by CloudFormation at deploy time (never looked up at synth):
 - GPU DLAMI "Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04)", per architecture; the arm64 family
   is the one that supports g5g (AWS DLAMI release notes).
-- Neuron multi-framework DLAMI (Ubuntu 22.04); note the parameter ends in ``image_id``, not
-  ``ami-id`` (Neuron DLAMI user guide, "SSM parameter prefix" table).
+- g5g and Neuron boot only the image pipelines' AMIs (stacks/images.py says which DLAMI each
+  pipeline starts from).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from stacks.images import IMAGE_PARAMETERS
+from ami import pins
+from stacks.images import GPU_DLAMI, IMAGE_PARAMETERS
 
 
 @dataclass(frozen=True)
@@ -31,12 +32,12 @@ class ImageFamily:
     env: Mapping[str, str] = field(default_factory=dict)  # extra KIT_* variables for the engine
 
 
-GPU_DLAMI = "/aws/service/deeplearning/ami/{arch}/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id"
-NEURON_DLAMI = "/aws/service/neuron/dlami/multi-framework/ubuntu-22.04/latest/image_id"
-
 # vLLM on g6: the seed ran vLLM 0.30 on the L4; gemma4 tool-call parser and Gemma 4 support
 # are in that line. uv provides a standalone CPython so the DLAMI's Python does not matter.
-VLLM_GPU_ENV = {"KIT_VLLM_VERSION": "0.30.0", "KIT_UV_VERSION": "0.13.8", "KIT_PYTHON_VERSION": "3.12"}
+# The same pins as the vllm-cuda image (ami/pins.py): a g6 booted from the plain DLAMI installs
+# exactly what the prebuilt image carries.
+VLLM_GPU_ENV = {"KIT_VLLM_VERSION": pins.VLLM_VERSION, "KIT_UV_VERSION": pins.UV_VERSION,
+                "KIT_PYTHON_VERSION": pins.PYTHON_VERSION}
 
 IMAGE_FAMILIES: dict[str, ImageFamily] = {
     f.name: f

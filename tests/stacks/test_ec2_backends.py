@@ -120,6 +120,10 @@ def test_g6_user_data_starts_vllm_with_gemma4_tool_calling(kit):
     assert env["KIT_VLLM_ARGS"] == "'--enable-auto-tool-choice --tool-call-parser gemma4'"
     assert env["KIT_PORT"] == "8000" and env["KIT_MODEL"] == BACKENDS["g6"].model_id
     assert env["KIT_VLLM_VERSION"] == "0.30.0"
+    # Installing at boot gives the same stack as the vllm-cuda image (one set of pins).
+    from ami import pins
+    assert (env["KIT_UV_VERSION"], env["KIT_PYTHON_VERSION"]) == (pins.UV_VERSION, pins.PYTHON_VERSION)
+    assert env["KIT_VLLM_VERSION"] == pins.VLLM_VERSION
     # The engine binds to loopback only and passes the flags through.
     assert '--host 127.0.0.1 --port "$KIT_PORT"' in text
     assert "$KIT_VLLM_ARGS" in text
