@@ -85,14 +85,16 @@ kit_signal() {  # kit_signal 0|1 [reason]
   touch "$KIT_STATE_DIR/signalled"
 }
 
-# The model answers one real chat completion (not just /health).
+# The model answers one real chat completion (not just /health): the reply must carry text,
+# reasoning or a tool call; an empty message (a broken chat template, say) is not an answer.
 kit_chat_ok() {
   local body
   body=$(printf '{"model":"%s","messages":[{"role":"user","content":"Reply with the word ready."}],"max_tokens":16}' \
     "$KIT_SERVED_MODEL")
   curl -sf -m 120 -H 'Content-Type: application/json' -d "$body" \
     "http://127.0.0.1:$KIT_PORT/v1/chat/completions" |
-    python3 -c 'import json,sys; m=json.load(sys.stdin)["choices"][0]["message"]; sys.exit(0 if m else 1)'
+    python3 -c 'import json,sys; m=json.load(sys.stdin)["choices"][0]["message"] or {}
+sys.exit(0 if any(str(m.get(k) or "").strip() for k in ("content", "reasoning_content", "reasoning", "tool_calls")) else 1)'
 }
 
 kit_wait_ready() {  # kit_wait_ready DEADLINE_EPOCH

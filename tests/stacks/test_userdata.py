@@ -142,6 +142,11 @@ def test_chat_completion_must_really_answer(stand, tmp_path):
     assert "POST /v1/chat/completions google/gemma-4-E2B-it" in stand.requests
     stand.chat_body = {"choices": [{"message": None}]}
     assert run_lib(stand, tmp_path, "kit_chat_ok").returncode != 0
+    stand.chat_body = {"choices": [{"message": {"role": "assistant", "content": " "}}]}
+    assert run_lib(stand, tmp_path, "kit_chat_ok").returncode != 0  # an empty reply is no answer
+    stand.chat_body = {"choices": [{"message": {"role": "assistant", "content": None,
+                                                "tool_calls": [{"id": "1", "type": "function"}]}}]}
+    assert run_lib(stand, tmp_path, "kit_chat_ok").returncode == 0
     stand.chat_status, stand.chat_body = 500, {"error": "model not loaded"}
     assert run_lib(stand, tmp_path, "kit_chat_ok").returncode != 0
 
