@@ -6,8 +6,8 @@ syntax, with strings fenced by the ``<|"|>`` token and keys left bare::
     <|tool_call>call:count_ids{ids:[3,12,15],filter:<|"|>id >= 10<|"|>}<tool_call|>
 
 Several calls are concatenated without a separator. Variants seen in the wild are accepted: a
-stray colon after the start marker, and a call closed by the end of the turn instead of its end
-marker. This is the format vLLM's ``gemma4`` tool parser reads and the format Gemma 4's chat template writes back for past calls (see README,
+stray colon after the start marker, JSON-quoted strings in place of the fence, and a call closed
+by the end of the turn instead of its end marker. This is the format vLLM's ``gemma4`` tool parser reads and the format Gemma 4's chat template writes back for past calls (see README,
 "Tool calling"). Streaming is exact: whatever way the text is cut into chunks (inside a marker,
 inside a string fence, between a key and its colon) the events add up to the same result as
 parsing the whole text at once; a test checks every split point.
@@ -71,6 +71,13 @@ class _Reader:
         value, self.i = self.s[self.i:end], end + len(STR)
         return value
 
+    def json_string(self) -> str:
+        try:
+            value, self.i = json.JSONDecoder().raw_decode(self.s, self.i)
+        except json.JSONDecodeError:
+            raise FormatError(f"bad JSON string at offset {self.i} in {self.s!r}") from None
+        return value
+
     def bare(self, stops: str) -> str:
         start = self.i
         while self.i < len(self.s) and self.s[self.i] not in stops:
@@ -85,6 +92,8 @@ class _Reader:
             return self.mapping()
         if self.peek("["):
             return self.sequence()
+        if self.peek('"'):  # a JSON-quoted string, which Gemma 4 sometimes writes instead of the fence
+            return self.json_string()
         raw = self.bare(",}]")
         if not raw:
             raise FormatError(f"missing value at offset {self.i} in {self.s!r}")
@@ -99,7 +108,8 @@ class _Reader:
             return out
         while True:
             self.skip_ws()
-            key = self.string() if self.peek(STR) else self.bare(":,}")
+            key = (self.string() if self.peek(STR) else self.json_string() if self.peek('"')
+                   else self.bare(":,}"))
             if not key:
                 raise FormatError(f"missing key at offset {self.i} in {self.s!r}")
             self.skip_ws()

@@ -121,3 +121,9 @@ def test_call_closed_by_the_end_of_turn_still_counts():
 def test_stray_colon_after_the_start_marker():
     _, calls = run_chunks([f"{CALL_START}:call:bash{{command:{Q}ls -la{Q}}}{CALL_END}"])
     assert calls == [(0, "bash", {"command": "ls -la"})]
+
+
+def test_json_quoted_strings_are_strings_not_bare_words():
+    # Seen in Gemma 4 output: "..." instead of the <|"|> fence, commas and escapes included.
+    _, calls = run_chunks([f'{CALL_START}call:grep{{"pattern":"a, b \\"c\\"",path:{Q}x.py{Q}}}{CALL_END}'])
+    assert calls == [(0, "grep", {"pattern": 'a, b "c"', "path": "x.py"})]
