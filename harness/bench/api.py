@@ -175,25 +175,38 @@ async def run_bench_async(
         gc.collect()
         gc.freeze()
         ru0 = resource.getrusage(resource.RUSAGE_SELF)
-        res = await run_level(backend, prof, spec, level_run=level_run, meta=meta,
-                              emit=writer.put, request_timeout=request_timeout,
-                              deadline_ns=deadline, seed=seed, max_inflight=max_inflight,
-                              token_counter=counter, on_progress=bar.level(spec.label, total))
-        ru1 = resource.getrusage(resource.RUSAGE_SELF)
-        writer.flush()
-        cpu = ru1.ru_utime - ru0.ru_utime + ru1.ru_stime - ru0.ru_stime
-        chunks = sum(len(r.get("chunk_us") or ()) for r in res.records)
-        lv = {**spec.key(), **metrics.summarize_level(res.records, slo=slo_d),
-              "complete": not res.interrupted, "level_run": level_run, "profile": prof.name,
-              "started": started, "ended": time.time(),
-              # is the client itself a bottleneck? (process CPU while the level ran, per chunk)
-              "client_cpu_s": round(cpu, 3), "chunks": chunks,
-              "client_cpu_us_per_chunk": round(cpu / chunks * 1e6, 2) if chunks else None}
-        levels[:] = [x for x in levels if _key(x) != _key(lv)] + [lv]
-        _order(levels)
-        metrics.mark_knee(levels)
-        store.write_summary(out, levels)
-        return lv
+        got: list[dict] = []
+
+        def emit(d: dict) -> None:
+            got.append(d)
+            writer.put(d)
+
+        def summarize(records: list[dict], complete: bool) -> dict:
+            ru1 = resource.getrusage(resource.RUSAGE_SELF)
+            writer.flush()
+            cpu = ru1.ru_utime - ru0.ru_utime + ru1.ru_stime - ru0.ru_stime
+            chunks = sum(len(r.get("chunk_us") or ()) for r in records)
+            lv = {**spec.key(), **metrics.summarize_level(records, slo=slo_d),
+                  "complete": complete, "level_run": level_run, "profile": prof.name,
+                  "started": started, "ended": time.time(),
+                  # is the client itself a bottleneck? (process CPU while the level ran, per chunk)
+                  "client_cpu_s": round(cpu, 3), "chunks": chunks,
+                  "client_cpu_us_per_chunk": round(cpu / chunks * 1e6, 2) if chunks else None}
+            levels[:] = [x for x in levels if _key(x) != _key(lv)] + [lv]
+            _order(levels)
+            metrics.mark_knee(levels)
+            store.write_summary(out, levels)
+            return lv
+
+        try:
+            res = await run_level(backend, prof, spec, level_run=level_run, meta=meta,
+                                  emit=emit, request_timeout=request_timeout,
+                                  deadline_ns=deadline, seed=seed, max_inflight=max_inflight,
+                                  token_counter=counter, on_progress=bar.level(spec.label, total))
+        except asyncio.CancelledError:  # Ctrl-C: what the cut level measured is summarized too
+            summarize(got, complete=False)
+            raise
+        return summarize(res.records, complete=not res.interrupted)
 
     try:
         with BenchProgress(progress) as bar:
@@ -203,7 +216,10 @@ async def run_bench_async(
                 r, first = rate_start, None
                 while r <= rate_max and now_ns() < deadline:
                     spec = LevelSpec(rate=r, requests=requests, duration=duration, warmup=warmup)
-                    lv = await one(spec, bar) or next(x for x in levels if _key(x) == _key(spec.key()))
+                    lv = await one(spec, bar) or next(
+                        (x for x in levels if _key(x) == _key(spec.key())), None)
+                    if lv is None:  # the time limit came between the check and the level
+                        break
                     first = first or lv
                     if saturated(lv, first if lv is not first else None):
                         break

@@ -122,7 +122,17 @@ async def run_level(backend: Any, profile: Profile, spec: LevelSpec, *, level_ru
         tasks = [asyncio.create_task(_open_loop(spec, warmup, run_one, past_deadline, seed,
                                                 max_inflight, deadline_ns))]
     grace = (deadline_ns - now_ns()) / 1e9 + 5.0
-    done, pending = await asyncio.wait(tasks, timeout=max(grace, 0.1))
+    try:
+        done, pending = await asyncio.wait(tasks, timeout=max(grace, 0.1))
+    except asyncio.CancelledError:
+        # Ctrl-C (asyncio.Runner cancels the main task) or a caller's cancel: asyncio.wait
+        # leaves the workers running, and they would go on sending through a backend that is
+        # about to be closed and emit after the writer stopped. Cancel them and wait for each
+        # to record its request, so every request sent is in requests.jsonl.
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
     for t in pending:  # only if a backend ignored cancellation; never hang the run
         t.cancel()
     if pending:

@@ -178,3 +178,32 @@ def test_a_level_cut_by_the_time_limit_is_rerun_on_resume_and_summarize_keeps_th
     assert len(again) == 1 and again[0]["level_run"] == levels[0]["level_run"]
     for k in ("completed", "failed", "ttft_ms", "itl_ms", "output_tok_s", "goodput_request_s"):
         assert again[0][k] == levels[0][k]  # the offline recomputation gives the same numbers
+
+
+def test_cancelling_the_run_mid_level_records_every_request_sent(ref, tmp_path):
+    """Ctrl-C (asyncio.Runner cancels the main task): requests in flight are recorded as failed,
+    none is sent after the backend closes, and the cut level is in summary.json as incomplete."""
+    import asyncio
+
+    from harness.bench.api import run_bench_async
+
+    ref.configure(ttft_ms=20, itl_ms=5)
+
+    async def cut() -> None:
+        task = asyncio.create_task(run_bench_async(
+            ep(ref), profile="10-40", concurrency=(4,), requests=400, out_dir=tmp_path,
+            progress=False, request_timeout=10, time_limit=60))
+        await asyncio.sleep(0.8)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(cut())
+    recs = records(tmp_path)
+    srv = ref.records()
+    assert len(recs) >= 4 and {r["id"] for r in recs} == set(srv)  # nothing lost, nothing extra
+    failed = [r for r in recs if not r["ok"]]
+    assert len(failed) == 4 and all(r["error"] == "timeout" for r in failed)
+    lv = json.loads((tmp_path / "summary.json").read_text())[0]
+    assert not lv["complete"] and lv["failed"] == 4
+    assert lv["completed"] + lv["warmup"]["completed"] == len(recs) - 4
