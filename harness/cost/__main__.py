@@ -117,7 +117,8 @@ def _payback(argv: list[str]) -> int:
 
 
 def _snapshot(argv: list[str]) -> int:
-    from harness.cost.prices import PriceListClient, has_credentials, load_snapshot, refresh_snapshot
+    from harness.cost.prices import (PriceError, PriceListClient, has_credentials, load_snapshot,
+                                     refresh_snapshot)
 
     p = _Parser(prog="python -m harness.cost snapshot")
     p.add_argument("--out", type=Path, required=True)
@@ -125,7 +126,11 @@ def _snapshot(argv: list[str]) -> int:
     if not has_credentials():
         print("harness.cost: no AWS credentials: the snapshot can only be refreshed live", file=sys.stderr)
         return 2
-    new = refresh_snapshot(PriceListClient(), load_snapshot())
+    try:
+        new = refresh_snapshot(PriceListClient(), load_snapshot())
+    except PriceError as e:
+        print(f"harness.cost: {e}", file=sys.stderr)
+        return 1
     write_json(a.out, new)
     print(f"wrote {a.out} ({len(new['instances'])} instances, {len(new['bedrock'])} Bedrock models, as of {new['as_of']})")
     return 0

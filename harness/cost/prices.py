@@ -314,10 +314,18 @@ def refresh_snapshot(client: PriceListClient, snapshot: dict, as_of: str | None 
     out = {**snapshot, "as_of": as_of or _dt.datetime.now(_dt.timezone.utc).date().isoformat(),
            "instances": [], "bedrock": []}
     for row in snapshot["instances"]:
-        usd = client.instance_hourly(row["instance_type"], row["region"])
+        usd = _named(client.instance_hourly, row["instance_type"], row["region"])
         out["instances"].append({**row, "usd_per_hour": usd, "source": "AWS Price List API"})
     for row in snapshot.get("bedrock", []):
-        usd_in, usd_out = client.bedrock_tokens(row["price_list_model"], row["region"])
+        usd_in, usd_out = _named(client.bedrock_tokens, row["price_list_model"], row["region"])
         out["bedrock"].append({**row, "usd_per_m_input": usd_in, "usd_per_m_output": usd_out,
                                "source": "AWS Price List API"})
     return out
+
+
+def _named(lookup, what: str, region: str):
+    """A refresh is all or nothing: the first entry that cannot be priced stops it, named."""
+    try:
+        return lookup(what, region)
+    except Exception as e:
+        raise PriceError(f"cannot price {what} in {region} live ({_brief(e)}); the snapshot is unchanged") from None

@@ -148,3 +148,16 @@ def test_unreachable_api_stops_live_lookups_after_the_first_failure():
     second = book.instance("inf2.xlarge", "us-east-2")
     assert Dead.calls == 1 and book.client is None
     assert first.source == second.source == "snapshot" and "unreachable" in book.notes[-1]
+
+
+def test_refresh_stops_at_the_first_entry_it_cannot_price_and_names_it():
+    class Partial:
+        def instance_hourly(self, t, r):
+            if t == "inf2.xlarge":
+                raise PriceError(f"{t} in {r}: expected one hourly on-demand price, found none")
+            return 1.0
+
+        def bedrock_tokens(self, m, r):
+            return 0.01, 0.02
+    with pytest.raises(PriceError, match=r"cannot price inf2.xlarge in us-east-2 live .*found none"):
+        prices.refresh_snapshot(Partial(), prices.load_snapshot())
