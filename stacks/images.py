@@ -347,10 +347,12 @@ class ImagePipelineStack(cdk.Stack):
         if p.parent_image == "ssm:" + SM75_CANDIDATE_PARAMETER:
             # The promote recipe's parent parameter must exist before the first build: seed it with
             # the plain arm64 DLAMI; the build pipeline overwrites it with its candidate. Promoting
-            # the seed fails clearly at CheckTuringGpu's vLLM import.
+            # the seed fails clearly at CheckTuringGpu's vLLM import. A dynamic reference, not an
+            # SSM-typed stack parameter: CloudFormation re-resolves the latter on every update and
+            # would put the plain DLAMI back over a built candidate whenever the DLAMI moved.
             self.candidate_seed = ssm.CfnParameter(
                 self, "CandidateSeed", name=SM75_CANDIDATE_PARAMETER, type="String", data_type="aws:ec2:image",
-                value=ssm.StringParameter.value_for_string_parameter(self, GPU_DLAMI.format(arch="arm64")),
+                value=f"{{{{resolve:ssm:{GPU_DLAMI.format(arch='arm64')}}}}}",
                 description="vllm-sm75 build candidate (overwritten by the build pipeline)",
             )
             recipe.node.add_dependency(self.candidate_seed)

@@ -81,6 +81,10 @@ def test_sm75_compiles_without_a_gpu_and_is_promoted_on_a_g5g(kit):
     seed_id, seed = kit.one(stack, "AWS::SSM::Parameter")
     assert seed["Properties"]["Name"] == images.SM75_CANDIDATE_PARAMETER
     assert seed["Properties"]["DataType"] == "aws:ec2:image"
+    # Resolved once, not on every stack update (which would reset a built candidate).
+    assert seed["Properties"]["Value"] == \
+        "{{resolve:ssm:/aws/service/deeplearning/ami/arm64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id}}"
+    assert not kit.templates[stack].get("Parameters", {}).keys() - {"BootstrapVersion"}
     promote_id = next(k for k, v in res.items() if v["Type"] == "AWS::ImageBuilder::ImageRecipe"
                       and v["Properties"]["Name"].endswith("gpu-test"))
     assert seed_id in res[promote_id]["DependsOn"]
