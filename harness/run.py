@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
 import json
 import logging
 import platform
@@ -115,32 +114,25 @@ def _parse_bench_args(a: argparse.Namespace) -> None:
         raise UsageError("harness.run: --concurrency levels must be >= 1 and --rate levels > 0")
     if a.bench_requests < 1:
         raise UsageError(f"harness.run: --bench-requests {a.bench_requests}: must be >= 1")
-    if "bench" in a.stages and importlib.util.find_spec("harness.bench.api") is not None:
+    if "bench" in a.stages:
         from harness.bench.metrics import SLOError, parse_slo
         from harness.bench.profiles import ProfileError, get_profile
 
         try:
             get_profile(a.bench_profile)
             parse_slo(a.slo)
-        except (ProfileError, SLOError) as e:
-            raise UsageError(f"harness.run: {e}") from None
+        except (ProfileError, SLOError) as e:  # named as this command spells the option
+            raise UsageError(f"harness.run: {str(e).replace('--profile', '--bench-profile', 1)}") from None
 
 
 # --------------------------------------------------------------------------- the offline plan
 def offline_plan_text() -> str:
-    """The cost helper's plan when present; otherwise what would be measured, from the catalog."""
-    if importlib.util.find_spec("harness.cost.plan") is not None:
-        from harness.cost.plan import format_plan, offline_plan
-        from harness.cost.prices import PriceBook
+    """What would be measured and what it would cost, from the dated price snapshot."""
+    from harness.cost.plan import format_plan, offline_plan
+    from harness.cost.prices import PriceBook
 
-        book = PriceBook.auto(offline=True)
-        return format_plan(offline_plan(5.0, book), 5.0, book.notes)
-    rows = [("backend", "stack", "service", "instance", "model", "agent trial")]
-    for b in catalog.BACKENDS.values():
-        rows.append((b.id, b.stack_name, b.service, b.instance_type or "managed", b.model_id,
-                     "tool calls" if b.tool_calls else "plain text"))
-    w = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(f"{c:<{w[i]}}" for i, c in enumerate(r)) for r in rows)
+    book = PriceBook.auto(offline=True)
+    return format_plan(offline_plan(5.0, book), 5.0, book.notes)
 
 
 def _has_credentials(session: Any) -> bool:
@@ -163,9 +155,6 @@ def _versions() -> dict[str, str]:
 # --------------------------------------------------------------------------- stages
 def _stage_bench(endpoints: list[Endpoint], run_dir: Path, args: argparse.Namespace,
                  echo: Callable[[str], None]) -> str:
-    if importlib.util.find_spec("harness.bench.api") is None:
-        echo("bench      not available in this build (harness.bench.api missing)")
-        return "not available in this build"
     from harness.bench.api import run_bench
 
     failed = []
@@ -191,9 +180,6 @@ def _stage_bench(endpoints: list[Endpoint], run_dir: Path, args: argparse.Namesp
 
 
 def _stage_cost(run_dir: Path, echo: Callable[[str], None]) -> str:
-    if importlib.util.find_spec("harness.cost.model") is None:
-        echo("cost       not available in this build (harness.cost missing)")
-        return "not available in this build"
     from harness.cost.model import cost_for_run
     from harness.cost.prices import PriceBook
 
@@ -203,9 +189,6 @@ def _stage_cost(run_dir: Path, echo: Callable[[str], None]) -> str:
 
 
 def _stage_report(run_dir: Path, echo: Callable[[str], None]) -> str:
-    if importlib.util.find_spec("harness.report") is None:
-        echo("report     not available in this build (harness.report missing)")
-        return "not available in this build"
     from harness.report import render
 
     md, html = render(run_dir)

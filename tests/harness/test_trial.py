@@ -235,7 +235,7 @@ def test_bad_input_is_one_line_exit_2(capsys):
                          (["--runs", "0"], "--runs 0: must be >= 1"),
                          (["--backends", "g7"], "unknown backend 'g7'"),
                          (["--concurrency", "1,x"], "comma-separated"),
-                         (["--bench-profile", "nope"], ""),
+                         (["--bench-profile", "nope"], "--bench-profile 'nope': use one of agent"),
                          (["--frobnicate"], "unrecognized arguments")]:
         assert run.main(argv) == 2, argv
         err = capsys.readouterr().err.strip().splitlines()
