@@ -92,8 +92,10 @@ def is_expected_filters(filters: list[str] | None) -> bool:
 
 _WORDS = {w: i for i, w in enumerate(
     "zero one two three four five six seven eight nine ten eleven twelve".split())}
-_ANSWER_LINE = re.compile(r"answer\s*[:=]\s*\**\s*(-?\d+)", re.IGNORECASE)
-_NUMBER = re.compile(r"(?<![\w.])(-?\d+)(?![\w.]\d)|\b(" + "|".join(_WORDS) + r")\b", re.IGNORECASE)
+# A number is a whole run of digits: the lookaheads include \d so that backtracking cannot take
+# "8" out of "88.5", and a decimal ("Answer: 8.5") is no whole-number answer at all.
+_ANSWER_LINE = re.compile(r"answer\s*[:=]\s*\**\s*(-?\d+)(?![.,]?\d)", re.IGNORECASE)
+_NUMBER = re.compile(r"(?<![\w.])(-?\d+)(?![\w.]\d|\d)|\b(" + "|".join(_WORDS) + r")\b", re.IGNORECASE)
 # Numbers the question itself contains; an answer echoing them is not quoting a count.
 _ECHO = {10, 11}
 _IDS = {r["id"] for r in RECORDS}

@@ -195,6 +195,10 @@ def test_count_ids_grammar_never_evaluates():
     assert cid.quoted_number("There are **8**: ids 11, 12, 15, 18, 21, 24, 27 and 30.") == 8
     assert cid.quoted_number("There are 7: ids 11, 12, 15, 18, 21, 24 and 27.") is None
     assert cid.quoted_number("No idea.") is None
+    # a number is all of its digits: never the 8 of 88.5 or 18, never 8.5 read as 8
+    assert cid.quoted_number("There are 88.5 records.") is None
+    assert cid.quoted_number("Answer: 8.5") is None and cid.quoted_number("Answer: 18") == 18
+    assert cid.quoted_number("Answer: 8.") == 8
     assert cid.EXPECTED_COUNT not in {r["id"] for r in cid.RECORDS}
 
 
