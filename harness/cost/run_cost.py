@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,9 @@ def read_json(path: Path) -> Any | None:
 def endpoints_from_meta(meta: dict) -> dict[str, dict]:
     eps = meta.get("endpoints") or {}
     if isinstance(eps, list):
-        return {e["name"]: e for e in eps if isinstance(e, dict) and e.get("name")}
+        return {e["name"]: e for e in eps if isinstance(e, dict) and isinstance(e.get("name"), str)}
+    if not isinstance(eps, dict):  # a hand-edited or foreign meta.json: no endpoints, not a crash
+        return {}
     return {k: ({"name": k} | v) for k, v in eps.items() if isinstance(v, dict)}
 
 
@@ -44,8 +47,19 @@ def load_bench(results_dir: Path) -> dict[str, list[dict]]:
         if isinstance(data, dict):  # tolerate {"levels": [...]}
             data = data.get("levels")
         if isinstance(data, list):
-            out[d.name] = [lv for lv in data if isinstance(lv, dict)]
+            out[d.name] = [lv for lv in data if _valid_level(lv)]
     return out
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _valid_level(lv: Any) -> bool:
+    """A level the cost and the report can use: a dict whose load and throughput, when given,
+    are numbers (a hand-edited or foreign summary must not crash the report)."""
+    return isinstance(lv, dict) and all(_number(lv[k]) for k in ("concurrency", "rate", "output_tok_s")
+                                        if lv.get(k) is not None)
 
 
 def _p50(metric: Any) -> float | None:

@@ -38,7 +38,8 @@ class RunData:
 
     def _slo(self) -> tuple[float, str]:
         """P99 TTFT objective and where it came from: the run config, the bench, or seed 004."""
-        slo = (self.meta.get("config") or {}).get("slo")
+        config = self.meta.get("config")
+        slo = config.get("slo") if isinstance(config, dict) else None
         if isinstance(slo, dict) and isinstance(slo.get("ttft_p99_ms"), (int, float)) and slo["ttft_p99_ms"] > 0:
             return float(slo["ttft_p99_ms"]), "from the run's configuration"
         for levels in self.bench.values():
@@ -78,6 +79,8 @@ def load_run(results_dir: str | Path) -> RunData:
     if not any((path / k).exists() for k in known):
         raise NotAResultsDir(f"{path} is not a results directory (none of {', '.join(known)})")
     meta = read_json(path / "meta.json")
+    if not isinstance(meta, dict):
+        meta = None
     missing = []
     if not isinstance(meta, dict):
         missing.append("meta.json (versions and configuration)")
@@ -92,7 +95,7 @@ def load_run(results_dir: str | Path) -> RunData:
     if not bench:
         missing.append("load benchmark (bench/*/summary.json)")
     cost, note = read_json(path / "cost.json"), ""
-    if not isinstance(cost, dict) or "endpoints" not in cost:
+    if not isinstance(cost, dict) or not isinstance(cost.get("endpoints"), dict):
         cost, note = _offline_cost(path)
     return RunData(path, meta, agent, scoreboard, bench, cost, note, missing)
 

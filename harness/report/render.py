@@ -105,7 +105,10 @@ def scoreboard_table(run: RunData) -> Table:
 def when(value: Any) -> str:
     """A run timestamp as UTC text: meta.json holds epoch seconds (or already a string)."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return datetime.fromtimestamp(value, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+        try:
+            return datetime.fromtimestamp(value, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+        except (OverflowError, OSError, ValueError):  # not an epoch time: show it as saved
+            return str(value)
     return str(value) if value is not None else ""
 
 
@@ -116,7 +119,9 @@ def finished(meta: dict) -> Any:
 def config_table(run: RunData) -> Table:
     rows = []
     for section in ("versions", "config"):
-        for k, v in (run.meta.get(section) or {}).items():
+        value = run.meta.get(section)
+        items = value.items() if isinstance(value, dict) else [("", value)] if value is not None else []
+        for k, v in items:
             rows.append([section, k, v if isinstance(v, str) else json.dumps(v)])
     for k in ("run_id", "region"):
         if k in run.meta:

@@ -135,3 +135,20 @@ def test_epoch_timestamps_from_harness_run_render_as_utc(tmp_path):
     page = html_path.read_text()
     assert "2026-11-29 18:14:04 UTC → 2026-11-29 18:15:04 UTC" in page
     assert "1795976044" not in page
+
+
+def test_malformed_files_render_instead_of_crashing(tmp_path):
+    """Hand-edited or foreign files: wrong types where dicts, lists and numbers belong."""
+    run = tmp_path / "odd"
+    (run / "bench" / "g6").mkdir(parents=True)
+    (run / "meta.json").write_text(json.dumps({"endpoints": "oops", "config": ["slo"], "versions": [1, 2],
+                                               "started_at": 1e20}))
+    (run / "bench" / "g6" / "summary.json").write_text(json.dumps(
+        [{"concurrency": "16", "output_tok_s": 100.0}, {"concurrency": 1, "output_tok_s": "NaN"}, 5,
+         {"concurrency": 4, "output_tok_s": 90.0, "e2e_ms": {"p50": 900.0}}]))
+    (run / "cost.json").write_text(json.dumps({"endpoints": []}))
+    md, page = render(run)
+    text = md.read_text()
+    assert "| g6 | c=4 |" in text and "c=16" not in text  # the usable level kept, the others dropped
+    assert "costs computed offline from the price snapshot" in text  # the unusable cost.json replaced
+    assert "| run | started | 1e+20 |" in text  # not an epoch time: shown as saved
