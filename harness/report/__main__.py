@@ -16,6 +16,9 @@ def main(argv: list[str] | None = None) -> int:
     except NotAResultsDir as e:
         print(f"harness.report: {e}", file=sys.stderr)
         return 2
+    except OSError as e:  # e.g. a read-only results directory
+        print(f"harness.report: cannot write the report into {args[0]}: {e.strerror or e}", file=sys.stderr)
+        return 1
     print(f"wrote {md} and {page}")
     return 0
 

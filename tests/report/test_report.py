@@ -152,3 +152,14 @@ def test_malformed_files_render_instead_of_crashing(tmp_path):
     assert "| g6 | c=4 |" in text and "c=16" not in text  # the usable level kept, the others dropped
     assert "costs computed offline from the price snapshot" in text  # the unusable cost.json replaced
     assert "| run | started | 1e+20 |" in text  # not an epoch time: shown as saved
+
+
+def test_unwritable_results_dir_is_one_line(tmp_path, monkeypatch):
+    from harness.report.__main__ import main
+
+    run = make_results(tmp_path, parts=("meta",))
+
+    def refuse(self, *a, **k):
+        raise PermissionError(13, "Permission denied", str(self))
+    monkeypatch.setattr(Path, "write_text", refuse)
+    assert main([str(run)]) == 1
