@@ -29,6 +29,16 @@ QUESTION = ("Of the 11 records in the inventory table, how many have an id >= 10
             "Use the count_ids tool, then answer with the number.")
 EXPECTED_COUNT = 8
 EXPECTED_FILTER = ("id", ">=", 10)
+# The plain-text variant (backends without tool calling; also the bench's "agent" profile, which
+# imports it from here so that the load benchmark does not load the agent framework).
+PLAIN_SYSTEM_PROMPT = "You answer questions about a small table. Finish with a line 'Answer: <number>'."
+
+
+def plain_question() -> str:
+    rows = ", ".join(str(r["id"]) for r in RECORDS)
+    return (f"The inventory table has 11 records with these ids: {rows}. "
+            "How many of the 11 ids are >= 10? Answer with the number.")
+
 
 OPS: dict[str, Callable[[int, int], bool]] = {
     ">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt,

@@ -23,13 +23,8 @@ from harness.results import append_jsonl
 
 SYSTEM_PROMPT = ("You answer questions about the inventory table using the tools you are given. "
                  "Finish with a line 'Answer: <number>'.")
-PLAIN_SYSTEM_PROMPT = "You answer questions about a small table. Finish with a line 'Answer: <number>'."
-
-
-def plain_question() -> str:
-    rows = ", ".join(str(r["id"]) for r in cid.RECORDS)
-    return (f"The inventory table has 11 records with these ids: {rows}. "
-            "How many of the 11 ids are >= 10? Answer with the number.")
+PLAIN_SYSTEM_PROMPT = cid.PLAIN_SYSTEM_PROMPT
+plain_question = cid.plain_question
 
 
 @dataclass

@@ -56,7 +56,7 @@ class Profile:
 
     def request(self, index: int, seed: int = 0) -> BenchRequest:
         if self.input_tokens is None:
-            from harness.agent.trial import PLAIN_SYSTEM_PROMPT, plain_question
+            from harness.agent.count_ids import PLAIN_SYSTEM_PROMPT, plain_question
             return BenchRequest(prompt=plain_question(), max_tokens=self.output_tokens,
                                 system=PLAIN_SYSTEM_PROMPT, fixed_output=False)
         return BenchRequest(prompt=synthetic_prompt(self.input_tokens, seed * 1_000_003 + index),
