@@ -154,7 +154,7 @@ def test_malformed_files_render_instead_of_crashing(tmp_path):
     assert "| run | started | 1e+20 |" in text  # not an epoch time: shown as saved
 
 
-def test_unwritable_results_dir_is_one_line(tmp_path, monkeypatch):
+def test_unwritable_results_dir_is_one_line(tmp_path, monkeypatch, capsys):
     from harness.report.__main__ import main
 
     run = make_results(tmp_path, parts=("meta",))
@@ -163,3 +163,5 @@ def test_unwritable_results_dir_is_one_line(tmp_path, monkeypatch):
         raise PermissionError(13, "Permission denied", str(self))
     monkeypatch.setattr(Path, "write_text", refuse)
     assert main([str(run)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("harness.report: cannot write the report into ")
