@@ -62,7 +62,11 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         from harness.cost.model import cost_for_run
 
-        cost = cost_for_run(a.results_dir, PriceBook.auto(offline=a.offline), a.input_per_output)
+        try:
+            cost = cost_for_run(a.results_dir, PriceBook.auto(offline=a.offline), a.input_per_output)
+        except OSError as e:  # e.g. a read-only results directory
+            print(f"harness.cost: cannot write {a.results_dir / 'cost.json'}: {e.strerror or e}", file=sys.stderr)
+            return 1
         print(f"wrote {a.results_dir / 'cost.json'} ({len(cost['endpoints'])} endpoints)")
         return 0
 

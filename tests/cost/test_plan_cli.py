@@ -84,3 +84,17 @@ def test_payback_command_reproduces_seed_004(tmp_path):
     assert d["monthly_saving_usd"] == 7200 and d["payback_months"] == 12.5
     bad = run("payback", "--before", "20400", "--after", "-3", "--engineering", "1", tmp_path=tmp_path)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_run_into_an_unwritable_results_dir_is_one_line(tmp_path, monkeypatch, capsys):
+    from harness.cost import run_cost
+    from harness.cost.__main__ import main
+
+    (tmp_path / "meta.json").write_text("{}")
+
+    def refuse(path, data):
+        raise PermissionError(13, "Permission denied", str(path))
+    monkeypatch.setattr(run_cost, "write_json", refuse)
+    assert main(["run", str(tmp_path), "--offline"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "cannot write" in err[0] and "Permission denied" in err[0]
