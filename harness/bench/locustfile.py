@@ -9,13 +9,14 @@
 
 Same request bodies (profiles, ``chat_body``), same SSE parser and per-request records as
 ``python -m harness.bench``; only the transport is Locust's (gevent + requests). Each finished
-request is appended to ``<bench-out>/requests-<host>-<pid>.jsonl``; Locust's own statistics get
+request is appended (and flushed) to ``<bench-out>/requests-<host>-<pid>.jsonl``; Locust's own statistics get
 ``TTFT`` and ``E2E`` entries next to the HTTP one. A user is one closed-loop stream, so the
 records carry ``concurrency`` = the number of users.
 """
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import socket
 import time
@@ -29,7 +30,6 @@ from harness.bench.backends import chat_body, http_error_class
 from harness.bench.profiles import get_profile
 from harness.bench.record import Record, now_ns
 from harness.bench.sse import OpenAIStreamParser
-from harness.results import append_jsonl
 
 _counter = itertools.count()
 _state: dict = {}
@@ -52,6 +52,25 @@ def _start(environment, **_kw) -> None:
     _state["users"] = opts.num_users or 1
     _state["extras"] = not opts.bench_no_vllm_extras
     _state["model"] = opts.bench_model or None
+
+
+def _write(record: dict) -> None:
+    """Append and flush, no fsync: an fsync blocks every greenlet of this worker for
+    milliseconds, which its other streams would record as latency. A flushed line survives the
+    process being killed; only an OS crash can lose it."""
+    f = _state.get("file")
+    if f is None:
+        _state["out"].parent.mkdir(parents=True, exist_ok=True)
+        f = _state["file"] = open(_state["out"], "a", encoding="utf-8")  # noqa: SIM115 - closed at test_stop
+    f.write(json.dumps(record, separators=(",", ":"), default=str) + "\n")
+    f.flush()
+
+
+@events.test_stop.add_listener
+def _stop(environment, **_kw) -> None:
+    f = _state.pop("file", None)
+    if f is not None:
+        f.close()
 
 
 def _prefix(host: str) -> str:
@@ -102,9 +121,14 @@ class BenchUser(HttpUser):
             rec.fail("dropped", str(e))
         except requests.exceptions.Timeout as e:
             rec.fail("timeout", str(e))
+        except BaseException:  # GreenletExit when Locust stops mid-request: recorded, not lost
+            rec.fail("timeout", "cancelled: locust stopped the user")
+            rec.finish(ok=False)
+            _write(rec.to_dict())
+            raise
         rec.finish(ok=rec.error is None)
         d = rec.to_dict()
-        append_jsonl(_state["out"], d)
+        _write(d)
         env = self.environment
         if d["ok"]:
             env.events.request.fire(request_type="TTFT", name="ttft", response_time=d["ttft_ms"],

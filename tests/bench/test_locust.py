@@ -33,3 +33,19 @@ def test_locust_headless_writes_records_and_summarizes(ref, tmp_path):
     assert lv["concurrency"] == 3 and lv["completed"] == len(recs)
     assert 15 < lv["ttft_ms"]["p50"] < 150 and abs(lv["itl_ms"]["mean"] - 2.0) < 1.0  # loose: gevent client
     assert "TTFT" in p.stdout + p.stderr  # Locust's own table has our TTFT entries
+
+
+def test_locust_stopping_mid_request_still_records_it(ref, tmp_path):
+    """Without --stop-timeout Locust kills users mid-request (GreenletExit): each request the
+    server saw is still in the records, as failed."""
+    ref.configure(ttft_ms=20, itl_ms=100, tokens_per_chunk=1)  # ~1.2 s per request
+    out = tmp_path / "locust"
+    p = subprocess.run([sys.executable, "-m", "locust", "-f", "harness/bench/locustfile.py", "--headless",
+                        "-u", "2", "-r", "2", "-t", "2s", "--host", ref.url, "--only-summary",
+                        "--bench-profile", "10-12", "--bench-out", str(out)],
+                       cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert p.returncode in (0, 1), p.stderr[-2000:]
+    recs = [json.loads(x) for x in next(out.glob("requests-*.jsonl")).read_text().splitlines()]
+    assert {r["id"] for r in recs} == set(ref.records())
+    cut = [r for r in recs if not r["ok"]]
+    assert cut and all(r["error"] == "timeout" and "locust stopped" in r["error_detail"] for r in cut)
