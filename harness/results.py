@@ -2,7 +2,7 @@
 
 Layout of one run (every report is re-rendered from these files alone):
 
-    results/<run-id>/                 run-id: UTC YYYYmmdd-HHMMSS
+    results/<run-id>/                 run-id: UTC YYYYmmdd-HHMMSS[-N]
       meta.json                       versions, config, region, endpoints, start/end
       agent_runs.jsonl                one line per agent-trial run
       scoreboard.json                 the scoreboard agent's table
@@ -23,9 +23,17 @@ DEFAULT_ROOT = Path("results")
 
 
 def new_run_dir(root: Path = DEFAULT_ROOT) -> Path:
-    path = root / time.strftime("%Y%m%d-%H%M%S", time.gmtime())
-    path.mkdir(parents=True, exist_ok=False)
-    return path
+    """A new, empty run directory; a second run in the same second gets ``-2``, ``-3``, …"""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    root.mkdir(parents=True, exist_ok=True)
+    for n in range(1, 1000):
+        path = root / (stamp if n == 1 else f"{stamp}-{n}")
+        try:
+            path.mkdir()
+            return path
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"{root}: no free run directory for {stamp}")
 
 
 def append_jsonl(path: Path, record: dict[str, Any]) -> None:

@@ -96,3 +96,10 @@ def test_ttl_notes():
     assert disc.ttl_note("g6", {"TtlExpiresAt": "2027-01-15T12:00:00Z"}, now) is None
     assert "in 20 min" in disc.ttl_note("g6", {"TtlExpiresAt": "2027-01-15T08:20:00Z"}, now)
     assert "passed" in disc.ttl_note("g6", {"TtlExpiresAt": "2027-01-15T07:00:00Z"}, now)
+
+
+def test_two_runs_in_the_same_second_get_their_own_directories(tmp_path):
+    from harness.results import new_run_dir
+
+    dirs = [new_run_dir(tmp_path / "results") for _ in range(3)]
+    assert len({d.name for d in dirs}) == 3 and all(d.is_dir() and not any(d.iterdir()) for d in dirs)
