@@ -6,7 +6,7 @@ import sys
 
 import aws_cdk as cdk
 
-from stacks.config import KNOWN_KEYS, ConfigError, parse
+from stacks.config import ConfigError, parse
 
 
 def main() -> None:
@@ -14,8 +14,8 @@ def main() -> None:
     # cfn-lint checks every template instead (make lint, tests/stacks). cdk-nag still runs.
     app = cdk.App(builtin_cloud_formation_validation=False)
     try:
-        config = parse({k: app.node.try_get_context(k) for k in KNOWN_KEYS
-                        if app.node.try_get_context(k) is not None})
+        # All of it: parse refuses a snake_case key it does not know (a typo) and skips CDK's own.
+        config = parse({k: v for k, v in app.node.get_all_context().items() if v is not None})
         # Stacks are wired by stacks.wiring (NetworkStack, backends, image pipelines, cdk-nag);
         # a value only a stack can judge (e.g. an instance type the catalog lacks) is a ConfigError too.
         from stacks.wiring import build

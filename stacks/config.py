@@ -6,6 +6,7 @@ bad input. No aws-cdk-lib import here: the harness and tests can validate config
 """
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
@@ -134,8 +135,26 @@ DEFAULTS: dict[str, Any] = {
 }
 
 
+# The kit's keys are snake_case; CDK's own context keys carry "@", ":" or "-" (feature flags,
+# lookups, cli-telemetry), so a snake_case key the kit does not know is a typo: refusing it keeps
+# `-c backend=g6` from silently synthesizing all six backends, or `-c ttl_hour=1` the default TTL.
+_KIT_SHAPED = re.compile(r"^[a-z][a-z0-9_]*$")
+# InferenceAmiVersion names (SageMaker API enum, e.g. al2-ami-sagemaker-inference-gpu-3-1).
+_AMI_VERSION = re.compile(r"^al2(023)?-ami-sagemaker-inference-(gpu|neuron)-[0-9]+(-[0-9]+)*$")
+
+
+def check_keys(context: Mapping[str, Any]) -> None:
+    unknown = sorted(k for k in context if _KIT_SHAPED.match(k) and k not in KNOWN_KEYS)
+    if unknown:
+        key = unknown[0]
+        near = difflib.get_close_matches(key, sorted(KNOWN_KEYS), n=1)
+        hint = f"did you mean {near[0]!r}?" if near else f"valid: {', '.join(sorted(KNOWN_KEYS))}"
+        raise ConfigError(f"unknown context key {key!r}; {hint}")
+
+
 def parse(context: Mapping[str, Any]) -> KitConfig:
-    """Validate the kit's context keys. Unknown kit-looking keys are ignored (CDK adds its own)."""
+    """Validate the kit's context keys (CDK's own keys, which are not snake_case, pass through)."""
+    check_keys(context)
     get = lambda k: context.get(k, DEFAULTS.get(k))  # noqa: E731
 
     region = get("region")
@@ -190,8 +209,9 @@ def parse(context: Mapping[str, Any]) -> KitConfig:
     if not isinstance(tag, str) or not _VLLM_TAG.match(tag):
         raise ConfigError(f"sagemaker_vllm_tag={tag!r} is not an image tag (e.g. {DEFAULTS['sagemaker_vllm_tag']})")
     ami_version = get("sagemaker_ami_version")
-    if not isinstance(ami_version, str):
-        raise ConfigError(f"sagemaker_ami_version={ami_version!r} must be a string ('' to omit)")
+    if not isinstance(ami_version, str) or (ami_version and not _AMI_VERSION.match(ami_version)):
+        raise ConfigError(f"sagemaker_ami_version={ami_version!r} is not an inference AMI version "
+                          f"(e.g. {DEFAULTS['sagemaker_ami_version']}, or '' to omit)")
 
     g6_image = context.get("g6_image", "dlami")
     if g6_image not in ("dlami", "prebuilt"):

@@ -75,3 +75,18 @@ def test_azs_and_per_backend_az():
     c = parse({"azs": "us-east-1a,us-east-1d", "trn1_az": "us-east-1d", "backends": "trn1,g6"})
     assert c.azs == ("us-east-1a", "us-east-1d")
     assert c.backend("trn1").az == "us-east-1d" and c.backend("g6").az is None
+
+
+def test_a_mistyped_key_is_refused_not_ignored():
+    # `-c backend=g6` would otherwise synthesize all six backends; `ttl_hour` would keep 8 h.
+    assert error(backend="g6") == "unknown context key 'backend'; did you mean 'backends'?"
+    assert "'ttl_hours'" in error(ttl_hour="1")
+    # CDK's own keys (feature flags, lookups, CLI settings) are not the kit's business.
+    parse({"@aws-cdk/core:checkSecretUsage": True, "cli-telemetry": False,
+           "availability-zones:account=1:region=us-east-1": ["us-east-1a"], "aws:cdk:enable-path-metadata": True})
+
+
+def test_sagemaker_ami_version_must_look_like_one():
+    assert "'al2-gpu'" in error(sagemaker_ami_version="al2-gpu")
+    assert parse({"sagemaker_ami_version": "al2-ami-sagemaker-inference-gpu-3-1"}).sagemaker_ami_version
+    assert parse({"sagemaker_ami_version": ""}).sagemaker_ami_version == ""
