@@ -20,7 +20,7 @@ __all__ = ["render", "load_run", "RunData", "NotAResultsDir"]
 
 def render(results_dir: str | Path) -> tuple[Path, Path]:
     """Write report.md and report.html into ``results_dir``; return their paths."""
-    from harness.report.render import html_page, markdown
+    from harness.report.page import html_page, markdown
 
     run = load_run(results_dir)
     md_path, html_path = run.path / "report.md", run.path / "report.html"

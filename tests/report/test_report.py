@@ -165,3 +165,11 @@ def test_unwritable_results_dir_is_one_line(tmp_path, monkeypatch, capsys):
     assert main([str(run)]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("harness.report: cannot write the report into ")
+
+
+def test_render_stays_the_function_after_a_report_was_written(tmp_path):
+    # A submodule named like the function would replace harness.report.render on first use.
+    import harness.report
+
+    render(make_results(tmp_path, parts=("meta",)))
+    assert callable(harness.report.render) and harness.report.render is render
