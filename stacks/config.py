@@ -248,8 +248,3 @@ def parse(context: Mapping[str, Any]) -> KitConfig:
         image_az=image_az,
         neuron_parent_image=neuron_parent,
     )
-
-
-def spec_for(instance_type: str):
-    """The catalog's InstanceSpec, or None for a type the catalog does not list."""
-    return INSTANCES.get(instance_type)
