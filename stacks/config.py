@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from harness.catalog import BACKEND_IDS, BACKENDS, IMAGE_ARCH, INSTANCES, instance_arch
+from harness.catalog import BACKEND_IDS, BACKENDS, IMAGE_ARCH, instance_arch
 
 
 class ConfigError(ValueError):
