@@ -4,7 +4,7 @@
         --bench-profile 2k-512 --bench-out results/locust
     # more machines: one master, N workers (each worker writes its own records file)
     locust -f harness/bench/locustfile.py --master --expect-workers 2 --headless -u 128 -r 128 -t 5m ...
-    locust -f harness/bench/locustfile.py --worker --master-host MASTER_IP --bench-out results/locust
+    locust -f harness/bench/locustfile.py --worker --master-host MASTER_IP   # --bench-* come from the master
     python -m harness.bench.summarize results/locust     # summary.json/csv from every worker's records
 
 Same request bodies (profiles, ``chat_body``), same SSE parser and per-request records as
@@ -25,6 +25,7 @@ from pathlib import Path
 
 import requests
 from locust import HttpUser, events, task
+from locust.runners import WorkerRunner
 
 from harness.bench.backends import chat_body, http_error_class
 from harness.bench.profiles import get_profile
@@ -41,15 +42,23 @@ def _args(parser) -> None:
     parser.add_argument("--bench-model", default="", help="model id (default: first of /v1/models)")
     parser.add_argument("--bench-out", default="locust-bench", help="directory for request records")
     parser.add_argument("--bench-no-vllm-extras", action="store_true", default=False)
+    # Set by the master (or a standalone run) at test start and sent on to every worker with the
+    # other custom options: one level_run and the total user count for all workers' records.
+    parser.add_argument("--bench-run-id", default="", help="(set automatically)")
+    parser.add_argument("--bench-users", type=int, default=0, help="(set automatically)")
 
 
 @events.test_start.add_listener
 def _start(environment, **_kw) -> None:
     opts = environment.parsed_options
+    if not isinstance(environment.runner, WorkerRunner):
+        # a worker's own -u is not the run's: it gets these from the master's spawn message
+        opts.bench_run_id = f"locust-{uuid.uuid4().hex[:8]}"
+        opts.bench_users = opts.num_users or 1
     _state["profile"] = get_profile(opts.bench_profile)
     _state["out"] = Path(opts.bench_out) / f"requests-{socket.gethostname()}-{os.getpid()}.jsonl"
-    _state["level_run"] = f"locust-{uuid.uuid4().hex[:8]}"
-    _state["users"] = opts.num_users or 1
+    _state["level_run"] = opts.bench_run_id or f"locust-{uuid.uuid4().hex[:8]}"
+    _state["users"] = opts.bench_users or opts.num_users or 1
     _state["extras"] = not opts.bench_no_vllm_extras
     _state["model"] = opts.bench_model or None
 

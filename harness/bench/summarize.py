@@ -26,9 +26,10 @@ def summarize_dir(out_dir: Path, slo: dict[str, float] | None = None) -> list[di
                 else ("rate", r.get("rate"))
             groups[(r.get("level_run"), key)].append(r)
     # a level run again after an interruption (--resume) has a newer level_run: keep the latest
+    # (by wall clock: the monotonic clock restarts with the machine and differs between machines)
     latest: dict[tuple, tuple] = {}
     for (level_run, key), recs in groups.items():
-        t = max((r.get("t_sent_ns") or 0) for r in recs)
+        t = max((r.get("wall_sent") or 0) for r in recs)
         if key not in latest or t > latest[key][0]:
             latest[key] = (t, level_run)
     levels = []

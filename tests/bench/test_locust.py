@@ -49,3 +49,40 @@ def test_locust_stopping_mid_request_still_records_it(ref, tmp_path):
     assert {r["id"] for r in recs} == set(ref.records())
     cut = [r for r in recs if not r["ok"]]
     assert cut and all(r["error"] == "timeout" and "locust stopped" in r["error_detail"] for r in cut)
+
+
+def test_master_and_workers_share_one_level_and_the_total_user_count(ref, tmp_path):
+    """Distributed: every worker's records carry the master's run id and -u, so summarize sees
+    one level of 4 streams with every request, not one 1-stream level per worker."""
+    import socket
+
+    ref.configure(ttft_ms=20, itl_ms=5, tokens_per_chunk=1)
+    out = tmp_path / "locust"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    base = [sys.executable, "-m", "locust", "-f", "harness/bench/locustfile.py"]
+    workers = [subprocess.Popen(base + ["--worker", "--master-host", "127.0.0.1", "--master-port", str(port)],
+                                cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+               for _ in range(2)]
+    try:
+        p = subprocess.run(base + ["--master", "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port),
+                                   "--expect-workers", "2", "--headless", "-u", "4", "-r", "4", "-t", "2s",
+                                   "--host", ref.url, "--only-summary", "--bench-profile", "10-12",
+                                   "--bench-out", str(out), "--stop-timeout", "5"],
+                           cwd=REPO, capture_output=True, text=True, timeout=60)
+        for w in workers:
+            w.wait(20)
+    finally:
+        for w in workers:
+            if w.poll() is None:
+                w.kill()
+                w.wait()
+    assert p.returncode == 0, p.stderr[-2000:]
+    files = list(out.glob("requests-*.jsonl"))
+    assert len(files) == 2  # one per worker process
+    recs = [json.loads(x) for f in files for x in f.read_text().splitlines()]
+    assert len({r["level_run"] for r in recs}) == 1 and {r["concurrency"] for r in recs} == {4}
+    from harness.bench.summarize import summarize_dir
+    levels = summarize_dir(out)
+    assert len(levels) == 1 and levels[0]["completed"] == len(recs) == len(ref.records())
