@@ -10,6 +10,7 @@ groups records by ``level_run`` (for Locust runs by level_run and user count), a
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -32,12 +33,20 @@ def summarize_dir(out_dir: Path, slo: dict[str, float] | None = None) -> list[di
         t = max((r.get("wall_sent") or 0) for r in recs)
         if key not in latest or t > latest[key][0]:
             latest[key] = (t, level_run)
+    # whether a level ran to its end is known only to the run that wrote summary.json (a level
+    # cut by the time limit or Ctrl-C is "complete": false there); Locust levels have no such file
+    try:
+        prior = {lv.get("level_run"): lv.get("complete", True)
+                 for lv in json.loads((Path(out_dir) / store.SUMMARY).read_text(encoding="utf-8"))
+                 if isinstance(lv, dict)}
+    except (OSError, ValueError, TypeError):
+        prior = {}
     levels = []
     for (level_run, (kind, value)), recs in groups.items():
         if latest[(kind, value)][1] != level_run:
             continue
         lv = {kind: value, **metrics.summarize_level(recs, slo=slo), "level_run": level_run,
-              "profile": recs[0].get("profile"), "complete": True}
+              "profile": recs[0].get("profile"), "complete": prior.get(level_run, True)}
         levels.append(lv)
     levels.sort(key=lambda lv: (0, lv["concurrency"]) if "concurrency" in lv else (1, lv["rate"]))
     metrics.mark_knee(levels)

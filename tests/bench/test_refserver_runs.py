@@ -168,6 +168,7 @@ def test_a_level_cut_by_the_time_limit_is_rerun_on_resume_and_summarize_keeps_th
     ref.configure(ttft_ms=10, itl_ms=1, fault="hang", fault_every=1)
     cut = run(ref, tmp_path, concurrency=(2,), requests=4, warmup=0, time_limit=0.5)
     assert not cut[0]["complete"]
+    assert not summarize_dir(tmp_path)[0]["complete"]  # the recomputation keeps that too
     cfg = json.loads((tmp_path / "bench.json").read_text())
     assert cfg["levels_not_run"] == ["concurrency=2"]
     ref.configure(ttft_ms=10, itl_ms=1)
