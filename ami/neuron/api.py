@@ -76,6 +76,8 @@ def _messages(raw) -> list[dict]:
         role = m["role"]
         msg: dict = {"role": role, "content": _text(m.get("content"), where)}
         if role == "assistant" and m.get("tool_calls"):
+            if not isinstance(m["tool_calls"], list):
+                raise RequestError(f"{where}.tool_calls must be a list", where)
             calls = []
             for j, c in enumerate(m["tool_calls"]):
                 fn = c.get("function") if isinstance(c, dict) else None
@@ -117,6 +119,8 @@ def _tools(body: dict) -> list[dict] | None:
                 or not isinstance(fn.get("name"), str) or not fn["name"]:
             raise RequestError(f"tools[{i}] must be {{'type': 'function', 'function': {{'name': ...}}}}",
                                "tools")
+        if fn.get("parameters") is not None and not isinstance(fn["parameters"], dict):
+            raise RequestError(f"tools[{i}].function.parameters must be a JSON Schema object", "tools")
     return tools
 
 

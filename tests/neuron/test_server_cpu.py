@@ -82,6 +82,9 @@ def test_prompt_plus_max_tokens_over_the_total_is_a_400(client):
     ({"response_format": {"type": "json_object"}}, "response_format"), ({"top_p": 0}, "top_p"),
     ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
      "messages[0]"),
+    ({"messages": [{"role": "assistant", "content": "x", "tool_calls": 5}, {"role": "user", "content": "y"}]},
+     "messages[0]"),
+    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": "not a schema"}}]}, "tools"),
 ])
 def test_unsupported_or_invalid_fields_are_refused(client, bad, field):
     args = {"model": MODEL, "messages": HELLO, "max_tokens": 2, **bad}
