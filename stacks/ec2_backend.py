@@ -43,6 +43,8 @@ class Ec2BackendStack(cdk.Stack):
             from stacks.images import neuron_tp_degree  # NeuronCores from the catalog
 
             env["KIT_TP_DEGREE"] = str(neuron_tp_degree(backend.instance_type, f"{backend.id}_instance_type"))
+            # The runtime's degrees differ per family (trn1n runs trn1's).
+            env["KIT_NEURON_PLATFORM"] = backend.instance_type.split(".")[0].rstrip("n")
         self.server = InferenceInstance(
             self, "Server", vpc=vpc, eice_security_group=eice_security_group,
             instance_type=backend.instance_type, image_parameter=family.ssm_parameter,

@@ -5,9 +5,12 @@
 # downloaded once and compiled graphs are reused from the persistent cache on EBS.
 #
 # KIT_TP_DEGREE comes from the stack: the NeuronCore count of the instance type in
-# harness/catalog.py, rounded down to a degree the Neuron runtime supports.
+# harness/catalog.py, rounded down to a degree the Neuron runtime supports on
+# KIT_NEURON_PLATFORM. It is a ceiling: the degree served must also divide the model's attention
+# heads (32 on trn1.32xlarge would be refused for an 8-head model), known once the checkpoint is here.
 
-KIT_NEURON_VENV=/opt/inference-kit/neuron
+KIT_NEURON_VENV=${KIT_NEURON_VENV:-/opt/inference-kit/neuron}
+KIT_NEURON_APP=${KIT_NEURON_APP:-/opt/inference-kit/app}  # holds ami/neuron (the image pipeline)
 KIT_NEURON_SERVE=$KIT_NEURON_VENV/bin/kit-neuron-serve
 KIT_MODEL_DIR=/opt/inference-kit/models/$KIT_MODEL
 
@@ -29,6 +32,18 @@ engine_exec() {
     "$KIT_NEURON_VENV/bin/hf" download "$KIT_MODEL" --local-dir "$KIT_MODEL_DIR" >/dev/null
     touch "$KIT_MODEL_DIR/.kit-complete"
   fi
+  local tp
+  tp=$(kit_neuron_tp "$KIT_MODEL_DIR")
   exec "$KIT_NEURON_SERVE" --model "$KIT_MODEL_DIR" --served-model-name "$KIT_SERVED_MODEL" \
-    --host 127.0.0.1 --port "$KIT_PORT" --tp-degree "$KIT_TP_DEGREE"
+    --host 127.0.0.1 --port "$KIT_PORT" --tp-degree "$tp"
+}
+
+# kit_neuron_tp CHECKPOINT_DIR: the largest degree up to KIT_TP_DEGREE that the runtime supports
+# on KIT_NEURON_PLATFORM and that divides the checkpoint's attention heads (the engine's own rule).
+kit_neuron_tp() {
+  PYTHONPATH=$KIT_NEURON_APP "$KIT_NEURON_VENV/bin/python" -c '
+import json, sys
+from ami.neuron.neuron_config import choose_tp_degree, text_config
+heads = text_config(json.load(open(sys.argv[1] + "/config.json")))["num_attention_heads"]
+print(choose_tp_degree(int(sys.argv[2]), sys.argv[3], heads))' "$1" "$KIT_TP_DEGREE" "$KIT_NEURON_PLATFORM"
 }

@@ -224,7 +224,8 @@ def test_backend_user_data_for_custom_silicon(kit):
     for stack in ("Inf2Stack", "Trn1Stack"):
         text = kit.stacks[stack].server.user_data_text
         assert "KIT_TP_DEGREE=2\n" in text  # inf2.xlarge and trn1.2xlarge: 2 NeuronCores
-        assert '--tp-degree "$KIT_TP_DEGREE"' in text
+        assert f"KIT_NEURON_PLATFORM={stack[:4].lower()}\n" in text
+        assert '--tp-degree "$tp"' in text and 'tp=$(kit_neuron_tp "$KIT_MODEL_DIR")' in text
 
 
 @pytest.mark.parametrize("instance_type, degree", [

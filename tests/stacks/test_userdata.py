@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -342,3 +343,24 @@ def test_serve_exports_the_token_without_logging_it(stand, tmp_path):
     assert (tmp_path / "state/exec").read_text().strip() == \
         f"token=set model=google/gemma-4-E2B-it port={stand.port}"
     assert "hf_TEST" not in r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("cap, platform, heads, served", [
+    (2, "inf2", 8, 2),     # inf2.xlarge / trn1.2xlarge: the catalog's degree
+    (32, "trn1", 8, 8),    # trn1.32xlarge: 32 would not divide 8 heads; the engine refuses it
+    (24, "inf2", 8, 8),    # inf2.48xlarge
+    (24, "inf2", 12, 4),   # 12 heads: 24 and 8 do not divide, inf2 has no 6 or 12
+])
+def test_neuron_tp_degree_is_capped_by_the_instance_and_divides_the_heads(tmp_path, cap, platform, heads, served):
+    """engine-neuron.sh's kit_neuron_tp with the real ami/neuron rule, on a checkpoint's config.json."""
+    venv = tmp_path / "venv" / "bin"
+    venv.mkdir(parents=True)
+    (venv / "python").symlink_to(Path(sys.executable))
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "config.json").write_text(json.dumps({"text_config": {"num_attention_heads": heads}}))
+    env = {"PATH": os.environ["PATH"], "KIT_MODEL": "google/gemma-4-E2B-it", "KIT_TP_DEGREE": str(cap),
+           "KIT_NEURON_PLATFORM": platform, "KIT_NEURON_VENV": str(tmp_path / "venv"), "KIT_NEURON_APP": str(ROOT)}
+    r = run_bash(["bash", "-c", f"set -euo pipefail; . {ROOT}/userdata/engine-neuron.sh; kit_neuron_tp {ckpt}"], env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == str(served)
