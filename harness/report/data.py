@@ -115,10 +115,6 @@ def _offline_cost(path: Path) -> tuple[dict | None, str]:
 
 
 # -- latency / throughput helpers ---------------------------------------------------------------
-def load_of(level: dict) -> float:
-    return float(level.get("concurrency") or level.get("rate") or 0)
-
-
 def load_label(level: dict) -> str:
     if level.get("concurrency") is not None:
         return f"c={level['concurrency']}"
