@@ -67,7 +67,7 @@ class OpenAIStreamParser:
         if not isinstance(obj, dict):
             rec.fail("protocol", "chunk is not a JSON object")
             return
-        if "error" in obj:  # vLLM reports errors raised mid-generation inside the stream
+        if obj.get("error"):  # vLLM reports errors raised mid-generation inside the stream
             rec.fail("stream_error", str(obj["error"]))
             return
         comp = None

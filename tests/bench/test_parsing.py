@@ -101,6 +101,8 @@ def test_bare_json_lines_and_error_events():
     assert rec.chunk_text == [" x"] and p.complete()
     rec2, _ = parse([(sse({"error": {"message": "CUDA OOM"}}), 5)])
     assert rec2.error == "stream_error" and "CUDA OOM" in rec2.error_detail
+    rec3, _ = parse([(sse({**chunk(" y", finish="stop"), "error": None}), 5)])  # a null error field
+    assert rec3.ok and rec3.chunk_text == [" y"]
 
 
 def test_percentiles_match_numpy_linear():
