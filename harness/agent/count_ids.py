@@ -44,7 +44,7 @@ OPS: dict[str, Callable[[int, int], bool]] = {
     ">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt,
     "==": operator.eq, "!=": operator.ne,
 }
-_FILTER = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(>=|<=|==|!=|>|<)\s*(-?\d+)\s*$")
+_FILTER = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(>=|<=|==|!=|>|<)\s*(-?\d{1,18})\s*$")
 
 
 class FilterError(ValueError):
@@ -104,8 +104,9 @@ _WORDS = {w: i for i, w in enumerate(
     "zero one two three four five six seven eight nine ten eleven twelve".split())}
 # A number is a whole run of digits: the lookaheads include \d so that backtracking cannot take
 # "8" out of "88.5", and a decimal ("Answer: 8.5") is no whole-number answer at all.
-_ANSWER_LINE = re.compile(r"answer\s*[:=]\s*\**\s*(-?\d+)(?![.,]?\d)", re.IGNORECASE)
-_NUMBER = re.compile(r"(?<![\w.])(-?\d+)(?![\w.]\d|\d)|\b(" + "|".join(_WORDS) + r")\b", re.IGNORECASE)
+# (at most 18 digits: Python refuses int() of a digit run over 4,300, and no count is that long)
+_ANSWER_LINE = re.compile(r"answer\s*[:=]\s*\**\s*(-?\d{1,18})(?![.,]?\d)", re.IGNORECASE)
+_NUMBER = re.compile(r"(?<![\w.])(-?\d{1,18})(?![\w.]\d|\d)|\b(" + "|".join(_WORDS) + r")\b", re.IGNORECASE)
 # Numbers the question itself contains; an answer echoing them is not quoting a count.
 _ECHO = {10, 11}
 _IDS = {r["id"] for r in RECORDS}

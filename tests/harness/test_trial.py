@@ -188,6 +188,11 @@ def test_count_ids_grammar_never_evaluates():
         with pytest.raises(cid.FilterError):
             cid.count([bad])
     assert cid.is_expected_filters(["id>=10"]) and not cid.is_expected_filters(["id >= 10", "id >= 0"])
+    assert not cid.is_expected_filters(["id > 10"]) and not cid.is_expected_filters(["id >= 9"])
+    with pytest.raises(cid.FilterError):  # not a ValueError from int() of 5,000 digits
+        cid.count(["id >= " + "9" * 5000])
+    assert cid.quoted_number("1" * 5000 + " and then Answer: 8") == 8
+    assert cid.quoted_number("1" * 5000) is None
     assert cid.quoted_number("Of the 11 ids, 8 are >= 10.") == 8
     assert cid.quoted_number("eight of them") == 8
     assert cid.quoted_number("Either 7 or 8.") is None
