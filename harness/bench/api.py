@@ -157,7 +157,6 @@ async def run_bench_async(
     backend = make_backend(endpoint, client=client, vllm_extras=vllm_extras, api_key=api_key,
                            request_timeout=request_timeout)
     max_c = max([s.concurrency or 0 for s in plan] + [min(max_inflight, 256)])
-    await backend.start(max_c)
     writer = store.RecordWriter(out / store.REQUESTS)
     meta = {"endpoint": endpoint.name, "backend": endpoint.kind, "model": endpoint.model_id,
             "profile": prof.name}
@@ -209,6 +208,7 @@ async def run_bench_async(
         return summarize(res.records, complete=not res.interrupted)
 
     try:
+        await backend.start(max_c)  # inside: a failing start still closes what it opened
         with BenchProgress(progress) as bar:
             for spec in plan:
                 await one(spec, bar)
@@ -226,8 +226,10 @@ async def run_bench_async(
                     r *= 2
     finally:
         await backend.close()
-        writer.flush()
-        writer.close()
+        try:
+            writer.flush()
+        finally:
+            writer.close()
         done = {_key(x) for x in levels if x.get("complete")}
         write_json(out / store.CONFIG, {**config, "levels_done": sorted(done),
                                         "levels_not_run": [s.label for s in plan
