@@ -208,3 +208,14 @@ def test_cancelling_the_run_mid_level_records_every_request_sent(ref, tmp_path):
     lv = json.loads((tmp_path / "summary.json").read_text())[0]
     assert not lv["complete"] and lv["failed"] == 4
     assert lv["completed"] + lv["warmup"]["completed"] == len(recs) - 4
+
+
+def test_rate_auto_doubles_until_a_level_saturates(ref, tmp_path):
+    ref.configure(ttft_ms=30, itl_ms=1)  # 4x the first median TTFT would be 120 ms: not by chance
+    levels = run(ref, tmp_path, concurrency=(), rates="auto", rate_start=8, rate_max=32, requests=4,
+                 warmup=0)
+    assert [lv["rate"] for lv in levels] == [8.0, 16.0, 32.0]  # never saturated: up to rate_max
+    ref.configure(ttft_ms=5, itl_ms=1, fault="http_500", fault_every=2)  # 50% fail: saturated
+    levels = run(ref, tmp_path / "sat", concurrency=(), rates="auto", rate_start=8, rate_max=32,
+                 requests=4, warmup=0)
+    assert [lv["rate"] for lv in levels] == [8.0] and levels[0]["failed"] >= 2
