@@ -10,15 +10,20 @@ Used by every EC2 backend (g6, g5g, inf2, trn1; see stacks/ec2_backend.py). What
 - a security group with one ingress rule, tcp/22 from the Instance Connect Endpoint's group, and
   egress limited to tcp/80 and tcp/443 (package mirrors, PyPI, Hugging Face, AWS APIs);
 - an instance role: AmazonSSMManagedInstanceCore, read of the one Hugging Face token secret,
-  SignalResource on its own stack (fallback signal path), plus ``extra_statements``;
+  plus ``extra_statements``;
 - user data assembled from userdata/: kit.env (variables, shell-quoted), lib.sh, the engine file,
   boot.sh, then ``kit-boot`` runs; see userdata/boot.sh for the provisioning steps;
-- a CreationPolicy: the instance counts as created only when it signals after ``/health`` and one
-  real chat completion succeeded; failure is signalled with the tail of the logs.
+- a wait condition the stack (so ``cdk deploy``) waits on: the instance signals it after
+  ``/health`` and one real chat completion succeeded, or signals failure with the tail of the
+  logs as the reason, which CloudFormation shows in the stack events. A wait condition, not a
+  CreationPolicy: SignalResource (cfn-signal's resource mode) has no reason field, so a failure
+  would only say "received FAILURE signal". The handle is a presigned URL in the user data that
+  can do nothing but signal this one condition.
 
 The instance's logical id carries a digest of the user data, so a change to the scripts or the
 variables replaces the instance (user data runs on first boot only) instead of silently doing
-nothing.
+nothing; the wait condition and its handle carry the same digest, so a new instance is waited for
+again.
 """
 from __future__ import annotations
 
@@ -82,16 +87,16 @@ class InferenceInstance(Construct):
         image_parameter: SSM parameter name holding the AMI id (public DLAMI or an image pipeline's).
         engine_script: file under userdata/ defining ``engine_install`` and ``engine_exec``.
         env: KIT_* variables for the engine (model, port, flags…); the construct adds
-            KIT_REGION, KIT_STACK, KIT_RESOURCE, KIT_HF_SECRET, KIT_PORT, KIT_READY_TIMEOUT_S.
+            KIT_REGION, KIT_STACK, KIT_SIGNAL_URL, KIT_HF_SECRET, KIT_PORT, KIT_READY_TIMEOUT_S.
         port: model server port, bound to 127.0.0.1 on the instance.
         hf_token_secret_name: Secrets Manager secret *name*; read at boot, never written to logs.
         root_volume_gib, root_device_name: root EBS volume.
-        readiness_timeout: CreationPolicy timeout; sized for install + download + load.
+        readiness_timeout: wait-condition timeout; sized for install + download + load.
         extra_statements: more IAM statements for the instance role (e.g. an image bucket).
         availability_zone: the AZ (name) to launch in, one of the VPC's; None = its first.
 
     Attributes: ``instance``, ``role``, ``security_group``, ``user_data_text``, ``logical_id``,
-    ``image_parameter``.
+    ``image_parameter``, ``ready`` (the wait condition), ``ready_handle``.
     """
 
     def __init__(self, scope: Construct, construct_id: str, *, vpc: ec2.IVpc,
@@ -116,8 +121,6 @@ class InferenceInstance(Construct):
         )
         secret = secretsmanager.Secret.from_secret_name_v2(self, "HfTokenSecret", hf_token_secret_name)
         secret.grant_read(self.role)
-        self.role.add_to_policy(iam.PolicyStatement(actions=["cloudformation:SignalResource"],
-                                                    resources=[stack.stack_id]))
         for s in extra_statements:
             self.role.add_to_policy(s)
 
@@ -130,16 +133,19 @@ class InferenceInstance(Construct):
         for p, why in ((443, "HTTPS: PyPI, Hugging Face, AWS APIs"), (80, "HTTP: Ubuntu package mirrors")):
             self.security_group.add_egress_rule(ec2.Peer.any_ipv4(), ec2.Port.tcp(p), why)
 
-        # The logical id is fixed from a digest of everything but itself (user data names it).
+        # The logical ids are fixed from a digest of everything but the handle URL (a token).
         base_env = {**env, "KIT_REGION": stack.region, "KIT_STACK": stack.stack_name,
                     "KIT_HF_SECRET": hf_token_secret_name, "KIT_PORT": str(port),
-                    # CloudFormation's clock starts at launch, the script's after boot: give up
-                    # 5 minutes early so the failure signal (with its reason) beats the timeout.
+                    # The wait condition's clock starts once the instance runs, the script's after
+                    # boot: give up 5 minutes early so the failure signal (with its reason) wins.
                     "KIT_READY_TIMEOUT_S": str(int(readiness_timeout.to_seconds()) - 300)}
         digest = hashlib.sha256(
-            (render_user_data(engine_script, base_env) + image_parameter + instance_type).encode()).hexdigest()
-        self.logical_id = f"{construct_id}Instance{digest[:8].upper()}"
-        self.user_data_text = render_user_data(engine_script, {**base_env, "KIT_RESOURCE": self.logical_id})
+            (render_user_data(engine_script, base_env) + image_parameter + instance_type).encode()
+        ).hexdigest()[:8].upper()
+        self.logical_id = f"{construct_id}Instance{digest}"
+        self.ready_handle = cdk.CfnWaitConditionHandle(self, "ReadyHandle")
+        self.ready_handle.override_logical_id(f"{construct_id}ReadyHandle{digest}")
+        self.user_data_text = render_user_data(engine_script, {**base_env, "KIT_SIGNAL_URL": self.ready_handle.ref})
         if len(self.user_data_text.encode()) > USER_DATA_LIMIT:
             raise ValueError(f"user data is {len(self.user_data_text)} bytes; EC2 allows {USER_DATA_LIMIT}")
 
@@ -163,11 +169,15 @@ class InferenceInstance(Construct):
             instance_metadata_tags=True,  # the TTL guard reads its tag through IMDS
             detailed_monitoring=True,
             instance_initiated_shutdown_behavior=ec2.InstanceInitiatedShutdownBehavior.STOP,
-            resource_signal_timeout=readiness_timeout,
             propagate_tags_to_volume_on_creation=True,
         )
         cfn = self.instance.node.default_child
         cfn.override_logical_id(self.logical_id)
+        # The stack completes only when the model answered (or fails with the instance's reason).
+        self.ready = cdk.CfnWaitCondition(self, "Ready", handle=self.ready_handle.ref, count=1,
+                                          timeout=str(int(readiness_timeout.to_seconds())))
+        self.ready.override_logical_id(f"{construct_id}Ready{digest}")
+        self.ready.add_dependency(cfn)
 
         nag.acknowledge(self.role, nag.SSM_CORE,
                         "AmazonSSMManagedInstanceCore is the AWS-maintained minimum for Session Manager and "

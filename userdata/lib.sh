@@ -7,6 +7,7 @@
 KIT_LOG_DIR=${KIT_LOG_DIR:-/var/log/inference-kit}
 KIT_STATE_DIR=${KIT_STATE_DIR:-/var/lib/inference-kit}
 KIT_IMDS_URL=${KIT_IMDS_URL:-http://169.254.169.254}
+KIT_SIGNAL_RETRIES=${KIT_SIGNAL_RETRIES:-5}
 KIT_ENGINE_LOG="$KIT_LOG_DIR/engine.log"
 KIT_BOOT_LOG="$KIT_LOG_DIR/boot.log"
 
@@ -48,13 +49,6 @@ kit_ensure_tools() {
     kit_retry 5 curl -sSfL -o /tmp/awscliv2.zip "https://awscli.amazonaws.com/awscli-exe-linux-$(uname -m).zip"
     (cd /tmp && unzip -q -o awscliv2.zip && ./aws/install --update)
   fi
-  # cfn-signal carries a reason (the log tail) to the stack events; the CLI fallback cannot.
-  if [ ! -x /opt/aws-cfn-bootstrap/bin/cfn-signal ] && ! command -v cfn-signal >/dev/null; then
-    if ! { python3 -m venv /opt/aws-cfn-bootstrap && kit_retry 3 /opt/aws-cfn-bootstrap/bin/pip install -q \
-      https://s3.amazonaws.com/cloudformation-examples/aws-cfn-bootstrap-py3-latest.tar.gz; }; then
-      kit_log "cfn-signal unavailable; will signal with the AWS CLI (no reason text)"
-    fi
-  fi
 }
 
 # Prints the Hugging Face token on stdout and nothing else; empty if the secret is unreadable.
@@ -69,19 +63,19 @@ kit_failure_reason() {
     sed -E 's/hf_[A-Za-z0-9]{8,}/hf_***/g' | tr -s '\n\t' '  ' | tail -c 900 || true
 }
 
+# Signal the stack's wait condition once: a PUT of {Status, Reason, UniqueId, Data} to its
+# presigned handle URL (the documented wait-condition signal). CloudFormation shows the reason
+# of a failure in the stack events. The URL must be sent with an empty Content-Type.
 kit_signal() {  # kit_signal 0|1 [reason]
-  local code=$1 reason=${2:-} iid cfn=/opt/aws-cfn-bootstrap/bin/cfn-signal
+  local code=$1 reason=${2:-ready} iid body
   [ -e "$KIT_STATE_DIR/signalled" ] && return 0
-  command -v cfn-signal >/dev/null && cfn=$(command -v cfn-signal)
-  if [ -x "$cfn" ]; then
-    "$cfn" --exit-code "$code" --reason "${reason:-ready}" --stack "$KIT_STACK" \
-      --resource "$KIT_RESOURCE" --region "$KIT_REGION" || return 1
-  else
-    iid=$(kit_imds meta-data/instance-id) || return 1
-    aws cloudformation signal-resource --region "$KIT_REGION" --stack-name "$KIT_STACK" \
-      --logical-resource-id "$KIT_RESOURCE" --unique-id "$iid" \
-      --status "$([ "$code" = 0 ] && echo SUCCESS || echo FAILURE)" || return 1
-  fi
+  iid=$(kit_imds meta-data/instance-id) || iid=$(hostname)
+  body=$(python3 -c 'import json, sys
+print(json.dumps({"Status": "SUCCESS" if sys.argv[1] == "0" else "FAILURE",
+                  "Reason": sys.argv[2][:900], "UniqueId": sys.argv[3], "Data": sys.argv[2][:900]}))' \
+    "$code" "$reason" "$iid") || return 1
+  curl -sf -m 30 --retry "$KIT_SIGNAL_RETRIES" --retry-all-errors -X PUT -H 'Content-Type:' --data-binary "$body" \
+    "$KIT_SIGNAL_URL" >/dev/null || return 1
   touch "$KIT_STATE_DIR/signalled"
 }
 

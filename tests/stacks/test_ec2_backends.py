@@ -61,16 +61,34 @@ def test_ami_parameters_per_family(kit):
 
 
 @pytest.mark.parametrize("backend,stack", STACKS)
-def test_creation_policy_waits_for_the_signal(kit, backend, stack):
+def test_the_stack_waits_for_the_model_to_answer(kit, backend, stack):
     logical_id, instance = kit.one(stack, "AWS::EC2::Instance")
-    timeout = instance["CreationPolicy"]["ResourceSignal"]["Timeout"]
-    h, m = re.fullmatch(r"PT(?:(\d+)H)?(?:(\d+)M)?", timeout).groups()
-    minutes = int(h or 0) * 60 + int(m or 0)
-    assert 30 <= minutes <= 180
+    assert "CreationPolicy" not in instance  # SignalResource cannot carry a failure reason
+    handle_id, _ = kit.one(stack, "AWS::CloudFormation::WaitConditionHandle")
+    wait_id, wait = kit.one(stack, "AWS::CloudFormation::WaitCondition")
+    p = wait["Properties"]
+    assert p["Handle"] == {"Ref": handle_id} and p["Count"] == 1
+    assert wait["DependsOn"] == [logical_id]  # its clock starts once the instance runs
+    seconds = int(p["Timeout"])
+    assert 30 * 60 <= seconds <= 180 * 60
+    # A replaced instance (new user data, new digest) gets a new handle and condition to wait on.
+    digest = logical_id.removeprefix("ServerInstance")
+    assert handle_id == f"ServerReadyHandle{digest}" and wait_id == f"ServerReady{digest}"
+    # The instance signals that handle; the URL is the handle's Ref in the user data.
+    ud = instance["Properties"]["UserData"]["Fn::Base64"]["Fn::Join"][1]
+    i = ud.index({"Ref": handle_id})
+    assert ud[i - 1].endswith("KIT_SIGNAL_URL='") and ud[i + 1].startswith("'\n")
     env = kit_env(user_data(instance))
-    assert env["KIT_RESOURCE"] == logical_id  # the signal names this very resource
     assert env["KIT_STACK"] == stack and env["KIT_REGION"] == "us-east-1"
-    assert int(env["KIT_READY_TIMEOUT_S"]) < minutes * 60  # fail with a reason before CFN times out
+    assert int(env["KIT_READY_TIMEOUT_S"]) < seconds  # fail with a reason before CFN times out
+
+
+def test_instance_logical_id_does_not_depend_on_token_numbering(tmp_path):
+    """The digest leaves out the handle URL (a token whose number depends on what else is built):
+    selecting other backends must not replace a running instance."""
+    alone = synth(tmp_path / "a", backends="g6")
+    many = synth(tmp_path / "b", backends="bedrock,sagemaker,g6,trn1")
+    assert alone.one("G6Stack", "AWS::EC2::Instance")[0] == many.one("G6Stack", "AWS::EC2::Instance")[0]
 
 
 @pytest.mark.parametrize("backend,stack", STACKS)
@@ -103,11 +121,10 @@ def test_instance_role_least_privilege(kit, backend, stack):
     for s in statements:
         for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"]):
             by_action[a] = s["Resource"]
-    assert set(by_action) >= {"secretsmanager:GetSecretValue", "secretsmanager:DescribeSecret",
-                              "cloudformation:SignalResource"}
+    # Reading the one token secret is all it needs (the wait-condition handle needs no IAM).
+    assert set(by_action) == {"secretsmanager:GetSecretValue", "secretsmanager:DescribeSecret"}
     secret_arn = str(by_action["secretsmanager:GetSecretValue"])
     assert ":secret:inference-kit/hf-token-??????" in secret_arn  # only the one secret
-    assert by_action["cloudformation:SignalResource"] == {"Ref": "AWS::StackId"}
     assert "*" not in [r for s in statements for r in ([s["Resource"]] if isinstance(s["Resource"], (str, dict))
                                                       else s["Resource"])]
     assert "AdministratorAccess" not in str(role) and "FullAccess" not in str(role)
@@ -129,7 +146,7 @@ def test_g6_user_data_starts_vllm_with_gemma4_tool_calling(kit):
     assert "$KIT_VLLM_ARGS" in text
     # systemd unit, log file, readiness on /health and a real chat completion, cfn-signal.
     for needle in ("kit-engine.service", "StandardOutput=append:$KIT_ENGINE_LOG", "/v1/chat/completions",
-                   "${KIT_HEALTH_PATH:-/health}", "cfn-signal", "--reason", "aws cloudformation signal-resource",
+                   "${KIT_HEALTH_PATH:-/health}", '"$KIT_SIGNAL_URL"', '"Reason": sys.argv[2][:900]',
                    "kit-guard.timer"):
         assert needle in text, needle
     assert not re.search(r"set -[a-z]*x|bash -x|xtrace", text.replace("Never turn on xtrace", ""))  # no trace

@@ -1,5 +1,6 @@
 """The boot scripts: shellcheck-clean, and the shared functions (userdata/lib.sh) behave against
-local stand-ins for the instance metadata service, the model server, cfn-signal and shutdown."""
+local stand-ins for the instance metadata service, the model server, the wait-condition handle and
+shutdown."""
 from __future__ import annotations
 
 import json
@@ -56,6 +57,8 @@ class Stand:
         self.chat_status = 200
         self.chat_body: dict = {"choices": [{"message": {"role": "assistant", "content": "ready"}}]}
         self.requests: list[str] = []
+        self.signals: list[dict] = []  # wait-condition signals: the JSON bodies PUT to the handle
+        self.signal_ctype: list[str | None] = []
 
 
 @pytest.fixture
@@ -76,6 +79,10 @@ def stand():
 
         def do_PUT(self):
             state.requests.append("PUT " + self.path)
+            if self.path.startswith("/waitcondition/"):
+                state.signal_ctype.append(self.headers.get("Content-Type"))
+                state.signals.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+                return self._send(200, "")
             ok = self.path == "/latest/api/token" and self.headers.get("X-aws-ec2-metadata-token-ttl-seconds")
             self._send(200 if ok else 400, "imds-token")
 
@@ -88,6 +95,8 @@ def stand():
                     return self._send(200, state.ttl)
                 if self.path == "/latest/meta-data/tags/instance/kit-idle-stop-minutes" and state.idle:
                     return self._send(200, state.idle)
+                if self.path == "/latest/meta-data/instance-id":
+                    return self._send(200, "i-0123456789abcdef0")
                 return self._send(404, "not found")
             if self.path == "/health":
                 return self._send(200, "")
@@ -111,18 +120,20 @@ def stand():
     thread.join(5)
 
 
+def signal_url(stand: Stand) -> str:
+    """A stand-in for the presigned wait-condition handle URL (its query string included)."""
+    return f"http://127.0.0.1:{stand.port}/waitcondition/arn%3Aaws%3Acloudformation/ReadyHandle?X-Amz-Signature=abc&X-Amz-Expires=86399"
+
+
 def run_lib(stand: Stand, tmp_path: Path, script: str, **env: str) -> subprocess.CompletedProcess:
     """Source lib.sh with every outside effect replaced by a local stand-in, then run ``script``."""
     bindir = tmp_path / "bin"
     bindir.mkdir(exist_ok=True)
-    fake = bindir / "cfn-signal"
-    fake.write_text(f'#!/bin/bash\nprintf "%s\\n" "$@" >> {tmp_path}/cfn-signal.args\n')
-    fake.chmod(0o755)
     variables = {
         "KIT_LOG_DIR": str(tmp_path / "log"), "KIT_STATE_DIR": str(tmp_path / "state"),
         "KIT_IMDS_URL": f"http://127.0.0.1:{stand.port}", "KIT_PORT": str(stand.port),
         "KIT_SERVED_MODEL": "google/gemma-4-E2B-it", "KIT_REGION": "us-east-1",
-        "KIT_STACK": "G6Stack", "KIT_RESOURCE": "ServerInstanceABCD1234", "KIT_HF_SECRET": "inference-kit/hf-token",
+        "KIT_STACK": "G6Stack", "KIT_SIGNAL_URL": signal_url(stand), "KIT_HF_SECRET": "inference-kit/hf-token",
         **env,
     }
     prelude = "".join(f"{k}={json.dumps(v)}\n" for k, v in variables.items())
@@ -237,10 +248,20 @@ def test_failure_reason_is_one_line_without_tokens(stand, tmp_path):
 
 
 def test_signal_carries_the_reason_and_is_sent_once(stand, tmp_path):
-    run_lib(stand, tmp_path, 'kit_signal 1 "engine died: CUDA OOM"; kit_signal 0 ready')
-    args = (tmp_path / "cfn-signal.args").read_text().splitlines()
-    assert args == ["--exit-code", "1", "--reason", "engine died: CUDA OOM", "--stack", "G6Stack",
-                    "--resource", "ServerInstanceABCD1234", "--region", "us-east-1"]
+    r = run_lib(stand, tmp_path, 'kit_signal 1 "engine died: CUDA OOM \\"quoted\\""; kit_signal 0 ready')
+    assert r.returncode == 0, r.stderr
+    # One PUT to the presigned handle, the documented wait-condition body, no Content-Type (the
+    # presigned signature covers an empty one).
+    assert stand.signals == [{"Status": "FAILURE", "Reason": 'engine died: CUDA OOM "quoted"',
+                              "UniqueId": "i-0123456789abcdef0", "Data": 'engine died: CUDA OOM "quoted"'}]
+    assert stand.signal_ctype == [None]
+    assert f"PUT {signal_url(stand).split(str(stand.port), 1)[1]}" in stand.requests
+
+
+def test_a_failed_signal_is_not_recorded_as_sent(stand, tmp_path):
+    r = run_lib(stand, tmp_path, "kit_signal 0 ready", KIT_SIGNAL_URL=f"http://127.0.0.1:{stand.port}/nope",
+                KIT_SIGNAL_RETRIES="1")
+    assert r.returncode != 0 and not (tmp_path / "state/signalled").exists()
 
 
 def test_token_fetch_is_silent_on_failure(stand, tmp_path):
@@ -261,14 +282,13 @@ engine_exec() { echo "token=${HF_TOKEN:+set} model=$KIT_MODEL port=$KIT_PORT" > 
 
 
 def boot(stand: Stand, tmp_path: Path, command: str, **env: str) -> subprocess.CompletedProcess:
-    """Run userdata/boot.sh for real in a scratch root: systemctl, cfn-signal, aws and apt-get are
+    """Run userdata/boot.sh for real in a scratch root: systemctl, aws and apt-get are
     recording stand-ins on PATH, the stand-in HTTP server plays the model server and IMDS."""
     bindir, lib, units = tmp_path / "bin", tmp_path / "lib", tmp_path / "systemd"
     for d in (bindir, lib, units):
         d.mkdir(exist_ok=True)
     stubs = {
         "systemctl": f'echo "$*" >> {tmp_path}/systemctl.calls; [ "$1" = show ] && echo 0; exit 0',
-        "cfn-signal": f'printf "%s\\n" "$@" > {tmp_path}/cfn-signal.args',
         "aws": 'echo hf_TESTTOKEN1234567890abcdef',
         "apt-get": f'echo "$*" >> {tmp_path}/apt.calls',
         "unzip": "exit 0",
@@ -280,7 +300,7 @@ def boot(stand: Stand, tmp_path: Path, command: str, **env: str) -> subprocess.C
     (lib / "engine.sh").write_text(TEST_ENGINE)
     (tmp_path / "kit.env").write_text(
         f"KIT_BACKEND=g6\nKIT_MODEL=google/gemma-4-E2B-it\nKIT_SERVED_MODEL=google/gemma-4-E2B-it\n"
-        f"KIT_PORT={stand.port}\nKIT_REGION=us-east-1\nKIT_STACK=G6Stack\nKIT_RESOURCE=ServerInstanceABCD1234\n"
+        f"KIT_PORT={stand.port}\nKIT_REGION=us-east-1\nKIT_STACK=G6Stack\nKIT_SIGNAL_URL='{signal_url(stand)}'\n"
         f"KIT_HF_SECRET=inference-kit/hf-token\nKIT_READY_TIMEOUT_S=${{KIT_READY_TIMEOUT_S:-30}}\n")
     variables = {
         "PATH": f"{bindir}:/usr/bin:/bin", "KIT_ENV_FILE": str(tmp_path / "kit.env"), "KIT_LIB_DIR": str(lib),
@@ -302,9 +322,7 @@ def test_provision_starts_the_unit_waits_for_an_answer_and_signals_success(stand
             "restart kit-engine.service"] == [c for c in calls if not c.startswith("show")]
     assert "POST /v1/chat/completions google/gemma-4-E2B-it" in stand.requests
     assert (tmp_path / "state/ready").exists()
-    args = (tmp_path / "cfn-signal.args").read_text().splitlines()
-    assert args[:2] == ["--exit-code", "0"] and args[4:] == [
-        "--stack", "G6Stack", "--resource", "ServerInstanceABCD1234", "--region", "us-east-1"]
+    assert [(x["Status"], x["UniqueId"]) for x in stand.signals] == [("SUCCESS", "i-0123456789abcdef0")]
     # Missing tools come from apt, waiting for the first-boot dpkg lock (this machine lacks the
     # EC2 Instance Connect package the harness logs in through).
     apt = (tmp_path / "apt.calls").read_text()
@@ -312,17 +330,15 @@ def test_provision_starts_the_unit_waits_for_an_answer_and_signals_success(stand
     log = (tmp_path / "log/boot.log").read_text()
     assert "engine_install ran" in log and "ready: /health and one chat completion answered" in log
     # Run again (as after a reboot): no second signal, same result.
-    (tmp_path / "cfn-signal.args").unlink()
     assert boot(stand, tmp_path, "provision").returncode == 0
-    assert not (tmp_path / "cfn-signal.args").exists()
+    assert len(stand.signals) == 1
 
 
 def test_provision_failure_signals_the_log_tail(stand, tmp_path):
     r = boot(stand, tmp_path, "provision", FAIL_INSTALL="1")
     assert r.returncode != 0
-    args = (tmp_path / "cfn-signal.args").read_text().splitlines()
-    assert args[:3] == ["--exit-code", "1", "--reason"]
-    assert "pip: no matching distribution" in args[3]
+    (sig,) = stand.signals
+    assert sig["Status"] == "FAILURE" and "pip: no matching distribution" in sig["Reason"]
     assert not (tmp_path / "state/ready").exists()
     calls = tmp_path / "systemctl.calls"
     assert not calls.exists() or "restart kit-engine.service" not in calls.read_text()
@@ -332,8 +348,8 @@ def test_provision_signals_failure_when_the_model_never_answers(stand, tmp_path)
     stand.chat_status = 500
     r = boot(stand, tmp_path, "provision", KIT_READY_TIMEOUT_S="0")
     assert r.returncode != 0
-    args = (tmp_path / "cfn-signal.args").read_text().splitlines()
-    assert args[:2] == ["--exit-code", "1"] and "not ready before the deadline" in args[3]
+    (sig,) = stand.signals
+    assert sig["Status"] == "FAILURE" and "not ready before the deadline" in sig["Reason"]
 
 
 def test_serve_exports_the_token_without_logging_it(stand, tmp_path):
