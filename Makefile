@@ -44,7 +44,7 @@ node_modules/.package-lock.json: package-lock.json
 # screenshot), patch (the sm_75 patch check), jq and curl (the image smoke-test script). Installed only where missing and only as root; otherwise say what to install.
 sysdeps:
 	@missing=""; command -v /usr/sbin/sshd >/dev/null || missing="$$missing openssh-server"; \
-	command -v chromium >/dev/null || missing="$$missing chromium"; \
+	command -v chromium >/dev/null || missing="$$missing chromium fonts-liberation"; \
 	command -v patch >/dev/null || missing="$$missing patch"; \
 	command -v jq >/dev/null || missing="$$missing jq"; \
 	command -v curl >/dev/null || missing="$$missing curl"; \
