@@ -30,9 +30,10 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
+
+from harness.bench.refserver import RefServerProcess
 
 REPO = Path(__file__).resolve().parents[2]
 GUIDELLM_VENV = REPO / ".venv-guidellm"
@@ -84,36 +85,11 @@ def build_tokenizer(directory: Path) -> Path:
 
 
 # -- the reference server -------------------------------------------------------------------------
-class Server:
-    def __init__(self) -> None:
-        cmd = pin(1) + [sys.executable, "-m", "harness.bench.refserver", "--port", "0"]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=REPO)
-        line = self.proc.stdout.readline() if self.proc.stdout else ""
-        if "listening on" not in line:
-            self.proc.kill()
-            raise SystemExit(f"reference server did not start: {line!r}")
-        self.url = line.split()[-1]
-
-    def _req(self, method: str, path: str, body: Any = None) -> Any:
-        data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(self.url + path, data=data, method=method,
-                                     headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=60) as r:
-            return json.loads(r.read())
-
-    def set(self, **settings: Any) -> None:
-        self._req("POST", "/control", settings)
-        self._req("DELETE", "/records")
-
-    def records(self) -> list[dict]:
-        return self._req("GET", "/records")
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
+def start_server() -> RefServerProcess:
+    try:
+        return RefServerProcess(prefix=pin(1), cwd=str(REPO))
+    except RuntimeError as e:
+        raise SystemExit(str(e)) from None
 
 
 def truth(records: list[dict], keep: set[str] | None = None) -> dict[str, Any]:
@@ -229,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     exe = None if args.skip_guidellm else ensure_guidellm()
     work = Path(tempfile.mkdtemp(prefix="bench-fidelity-"))
     tokdir = build_tokenizer(work / "tokenizer")
-    server = Server()
+    server = start_server()
     rows: list[str] = []
     cap_rows: list[str] = []
     try:
@@ -239,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
                 res: dict[str, dict] = {}
                 tools = [("ours", None)] + ([("guidellm", exe)] if exe else [])
                 for tool, gexe in tools:
-                    server.set(**SCENARIO, usage=usage, fault="none", fault_every=0)
+                    server.configure(**SCENARIO, usage=usage, fault="none", fault_every=0)
                     out = work / f"{tool}-{usage}-c{c}"
                     if tool == "ours":
                         client = run_ours(server.url, c, n, out, tokdir if usage == "none" else None,
@@ -264,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
         for tpc in (2, 1):
             res = {}
             for tool, gexe in [("ours", None)] + ([("guidellm", exe)] if exe and tpc == 2 else []):
-                server.set(**CAPACITY, tokens_per_chunk=tpc, usage="vllm", fault="none", fault_every=0)
+                server.configure(**CAPACITY, tokens_per_chunk=tpc, usage="vllm", fault="none", fault_every=0)
                 out = work / f"cap-{tool}-{tpc}"
                 if tool == "ours":
                     client = run_ours(server.url, 64, 256, out, None, f"20-{CAPACITY['output_tokens']}")

@@ -28,7 +28,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import subprocess
+import sys
 import time
+import urllib.request
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -218,6 +221,44 @@ def _prompt_tokens(body: dict) -> int:
     else:
         text = str(body.get("prompt", ""))
     return len(text.split())
+
+
+class RefServerProcess:
+    """The reference server in its own process (``--port 0``), driven over HTTP: what the
+    fidelity script and the bench tests both start. ``prefix`` is e.g. ``taskset -c 1``."""
+
+    def __init__(self, prefix: list[str] | None = None, cwd: str | None = None) -> None:
+        cmd = [*(prefix or []), sys.executable, "-m", "harness.bench.refserver", "--port", "0"]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=cwd)
+        line = self.proc.stdout.readline() if self.proc.stdout else ""
+        if "listening on" not in line:
+            self.stop()
+            raise RuntimeError(f"reference server did not start: {line!r}")
+        self.url = line.split()[-1]
+        self.base_url = self.url + "/v1"
+
+    def call(self, method: str, path: str, body: Any = None, timeout: float = 60) -> Any:
+        req = urllib.request.Request(self.url + path, method=method,
+                                     data=json.dumps(body).encode() if body is not None else None,
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return json.loads(r.read())
+
+    def configure(self, **settings: Any) -> None:
+        """New pacing/fault settings, and a fresh record of what was sent."""
+        self.call("POST", "/control", settings)
+        self.call("DELETE", "/records")
+
+    def records(self) -> list[dict]:
+        return self.call("GET", "/records")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
 
 
 def main(argv: list[str] | None = None) -> None:
