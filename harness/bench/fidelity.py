@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from harness.bench.metrics import percentile, ttft_ms
 from harness.bench.refserver import RefServerProcess
 
 REPO = Path(__file__).resolve().parents[2]
@@ -114,7 +115,6 @@ def truth(records: list[dict], keep: set[str] | None = None) -> dict[str, Any]:
 
 
 def _pct(vals: list[float], p: float) -> float | None:
-    from harness.bench.metrics import percentile
     v = sorted(vals)
     return percentile(v, p) if v else None
 
@@ -129,7 +129,7 @@ def run_ours(url: str, c: int, n: int, out: Path, tokenizer: Path | None, profil
     subprocess.run(cmd, check=True, cwd=REPO, stdout=subprocess.DEVNULL)
     level = json.loads((out / "summary.json").read_text())[0]
     recs = [json.loads(x) for x in (out / "requests.jsonl").read_text().splitlines() if x.strip()]
-    return {"level": level, "ttft": {r["id"]: r["ttft_ms"] for r in recs if r["ok"] and not r["warmup"]},
+    return {"level": level, "ttft": {r["id"]: ttft_ms(r) for r in recs if r["ok"] and not r["warmup"]},
             "keep": {r["id"] for r in recs if not r["warmup"]},
             "itl_mean": level["itl_ms"]["mean"], "tok_s": level["output_tok_s"],
             "failed": level["failed"], "cpu_us_chunk": level.get("client_cpu_us_per_chunk")}

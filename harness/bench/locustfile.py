@@ -27,6 +27,7 @@ import requests
 from locust import HttpUser, events, task
 from locust.runners import WorkerRunner
 
+from harness.bench import metrics
 from harness.bench.backends import chat_body, http_error_class
 from harness.bench.profiles import get_profile
 from harness.bench.record import Record, now_ns
@@ -140,8 +141,8 @@ class BenchUser(HttpUser):
         _write(d)
         env = self.environment
         if d["ok"]:
-            env.events.request.fire(request_type="TTFT", name="ttft", response_time=d["ttft_ms"],
+            env.events.request.fire(request_type="TTFT", name="ttft", response_time=metrics.ttft_ms(d),
                                     response_length=d["output_tokens"], exception=None, context={})
-            env.events.request.fire(request_type="E2E", name="e2e", response_time=d["e2e_ms"],
+            env.events.request.fire(request_type="E2E", name="e2e", response_time=metrics.e2e_ms(d),
                                     response_length=d["output_tokens"], exception=None, context={})
         time.sleep(0)  # yield to other users

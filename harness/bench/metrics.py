@@ -1,18 +1,24 @@
 """Metrics derived from raw per-request records only (the dicts in requests.jsonl).
 
 The benchmark writes summary.json with these functions and the report can recompute the same
-numbers offline from requests.jsonl. Definitions (docs/bench.md says the same):
+numbers offline from requests.jsonl. A record (``harness.bench.record``) holds raw monotonic
+timestamps only; every number below has exactly one function here (docs/bench.md says the same):
 
-- TTFT: first token-carrying chunk's arrival minus the request's send time.
-- ITL (per token): for every token-carrying chunk after the first, with k tokens arriving a gap
+- ``queue_ms(rec)``: send time minus scheduled time (client side).
+- ``ttft_ms(rec)``: first token-carrying chunk's arrival minus the request's send time.
+- ``itls_ms(rec)``: for every token-carrying chunk after the first, with k tokens arriving a gap
   g after the previous token-carrying chunk, k values of g/k. Pooled over all requests of a level.
-- TPOT (per request): (last chunk − first chunk) / (output_tokens − 1), vLLM's definition.
-- e2e: end of the response minus send time. Queue: send time minus scheduled time (client side).
-- Window of a level: earliest send to latest end among its measured (non-warm-up) requests.
-  output_tok_s = output tokens of completed requests / window; request_s likewise.
-- Only completed requests enter latency and throughput; failed ones are counted by class.
+- ``tpot_ms(rec)``: (last chunk − first chunk) / (output_tokens − 1), vLLM's definition.
+- ``e2e_ms(rec)``: end of the response minus send time.
+- ``summarize_level``: window of a level = earliest send to latest end among its measured
+  (non-warm-up) requests; ``output_tok_s`` = output tokens of completed requests / window (all
+  streams together); ``request_s`` likewise. Only completed requests enter latency and
+  throughput; failed ones are counted by class.
 - Goodput (per request, like vLLM's ``--goodput``): completed requests whose own TTFT, TPOT,
   e2e and ITL percentile meet every SLO limit, per second of window.
+- ``decode_tok_s(level)``: one stream's decode rate, 1000 / the level's median TPOT (prefill
+  excluded). Not ``output_tok_s``: that one is tokens of all streams per second of window.
+- ``knee_index(sweep)`` / ``mark_knee(levels)``: the knee of a concurrency or rate sweep.
 """
 from __future__ import annotations
 
@@ -22,7 +28,6 @@ from collections import Counter
 from typing import Any, Iterable
 
 PCTS = (50, 90, 95, 99)
-LATENCIES = ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms", "queue_ms")
 _SLO_KEY = re.compile(r"^(ttft|itl|tpot|e2e)(?:_p(\d{1,2}(?:\.\d+)?))?_ms$")
 
 
@@ -52,6 +57,12 @@ def stats(values: Iterable[float]) -> dict[str, Any]:
 
 
 # -- one request ----------------------------------------------------------------------------------
+def queue_ms(rec: dict) -> float | None:
+    if rec.get("t_sent_ns") is None or rec.get("t_scheduled_ns") is None:
+        return None
+    return (rec["t_sent_ns"] - rec["t_scheduled_ns"]) / 1e6
+
+
 def ttft_ms(rec: dict) -> float | None:
     us = rec.get("chunk_us") or []
     return us[0] / 1000.0 if us else None
@@ -169,7 +180,7 @@ def summarize_level(records: list[dict], *, slo: dict[str, float] | None = None)
         "itl_ms": stats(itl),
         "tpot_ms": stats(tpot_ms(r) for r in ok),
         "e2e_ms": stats(e2e_ms(r) for r in ok),
-        "queue_ms": stats(r.get("queue_ms") for r in measured),
+        "queue_ms": stats(queue_ms(r) for r in measured),
         "output_tok_s": round(out_tokens / window_s, 3) if window_s else 0.0,
         "request_s": round(len(ok) / window_s, 4) if window_s else 0.0,
         "goodput_request_s": round(len(good) / window_s, 4) if window_s else 0.0,
@@ -203,26 +214,48 @@ def _mean(values: Iterable[Any]) -> float | None:
     return round(sum(v) / len(v), 1) if v else None
 
 
+def decode_tok_s(level: dict) -> float | None:
+    """One stream's decode rate at this level: 1000 / median TPOT (None without a TPOT)."""
+    tpot = level.get("tpot_ms")
+    p50 = tpot.get("p50") if isinstance(tpot, dict) else None
+    return 1000.0 / p50 if _positive(p50) else None
+
+
+def _positive(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+
+
+def _growth(prev: dict, lv: dict) -> tuple[float | None, float | None]:
+    """Median e2e latency and output throughput of ``lv`` as factors of ``prev``'s."""
+    l0, l1 = (x["e2e_ms"].get("p50") if isinstance(x.get("e2e_ms"), dict) else None
+              for x in (prev, lv))
+    x0, x1 = prev.get("output_tok_s"), lv.get("output_tok_s")
+    lg = l1 / l0 if _positive(l0) and _positive(l1) else None
+    xg = x1 / x0 if _positive(x0) and _positive(x1) else None
+    return lg, xg
+
+
+def knee_index(sweep: list[dict]) -> int | None:
+    """Index in ``sweep`` (one sweep's levels in load order) of its knee: the highest complete
+    level before the first step between complete levels where median e2e latency grew by a
+    larger factor than output throughput. Levels cut short (``complete: false``) are skipped."""
+    done = [i for i, lv in enumerate(sweep) if lv.get("complete", True)]
+    for a, b in zip(done, done[1:]):
+        lg, xg = _growth(sweep[a], sweep[b])
+        if lg and xg and lg > xg:
+            return a
+    return None
+
+
 def mark_knee(levels: list[dict]) -> None:
-    """Per sweep (concurrency, rate): knee = the highest level before the first step where median
-    e2e latency grew by a larger factor than output throughput. Adds ``knee`` (bool) and the
-    growth factors vs the previous level to every level, in place."""
+    """Per sweep (concurrency, rate), by ``knee_index``: adds ``knee`` (bool) and the growth
+    factors vs the previous complete level to every complete level, in place."""
     for key in ("concurrency", "rate"):
         sweep = sorted((lv for lv in levels if key in lv and lv.get("complete", True)),
                        key=lambda lv: lv[key])
-        knee_found = False
+        k = knee_index(sweep)
         for i, lv in enumerate(sweep):
-            lv["knee"] = False
-            if i == 0:
-                lv["latency_growth"] = lv["throughput_growth"] = None
-                continue
-            prev = sweep[i - 1]
-            l0, l1 = prev["e2e_ms"]["p50"], lv["e2e_ms"]["p50"]
-            x0, x1 = prev["output_tok_s"], lv["output_tok_s"]
-            lg = l1 / l0 if l0 and l1 else None
-            xg = x1 / x0 if x0 and x1 else None
+            lv["knee"] = i == k
+            lg, xg = _growth(sweep[i - 1], lv) if i else (None, None)
             lv["latency_growth"] = round(lg, 3) if lg else None
             lv["throughput_growth"] = round(xg, 3) if xg else None
-            if not knee_found and lg and xg and lg > xg:
-                prev["knee"] = True
-                knee_found = True

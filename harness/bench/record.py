@@ -3,17 +3,14 @@
 Every timestamp is ``time.perf_counter_ns()`` (CLOCK_MONOTONIC on Linux, so comparable across
 processes on one machine). Only token-carrying chunks are kept: a role-only first chunk, an
 empty delta or a usage-only trailer is never a token. What a record holds on disk is described
-in docs/bench.md ("Per-request records"); derived numbers are recomputed by
-``harness.bench.metrics`` from the raw chunk times, never trusted from the record.
+in docs/bench.md ("Per-request records"). A record holds raw monotonic timestamps and token
+counts only: queue time, TTFT, ITL, TPOT and e2e are derived by ``harness.bench.metrics`` (one
+function each), never stored here.
 """
 from __future__ import annotations
 
 import time
 from typing import Any, Callable
-
-# Error classes a failed request can carry (plus ``http_<status>`` for any other HTTP status).
-ERROR_CLASSES = ("throttled", "timeout", "dropped", "connect", "stream_error", "protocol", "empty",
-                 "client")
 
 now_ns = time.perf_counter_ns
 
@@ -136,9 +133,6 @@ class Record:
             "t_scheduled_ns": self.t_scheduled_ns,
             "t_sent_ns": sent,
             "t_end_ns": end,
-            "queue_ms": _ms(sent - self.t_scheduled_ns) if sent is not None else None,
-            "ttft_ms": _ms(self.chunk_t[0] - sent) if (sent is not None and self.chunk_t) else None,
-            "e2e_ms": _ms(end - sent) if (sent is not None and end is not None) else None,
             "prompt_tokens": self.usage_prompt,
             "output_tokens": total,
             "output_tokens_source": source,
@@ -148,10 +142,6 @@ class Record:
             "chunk_tokens": ks,
         })
         return d
-
-
-def _ms(ns: int) -> float:
-    return round(ns / 1e6, 3)
 
 
 def _spread(total: int, weights: list[int]) -> list[int]:

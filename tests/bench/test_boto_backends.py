@@ -10,6 +10,7 @@ import pytest
 from harness.bench.backends.bedrock import BedrockBackend
 from harness.bench.backends.boto import Retry
 from harness.bench.backends.sagemaker import SageMakerBackend
+from harness.bench import metrics
 from harness.bench.api import run_bench
 from harness.bench.profiles import BenchRequest
 from harness.bench.record import Record
@@ -50,7 +51,7 @@ def test_sagemaker_sse_lines_split_across_parts_and_several_per_part():
     d = stream(SageMakerBackend("ep-1", "gemma", client=fake))
     assert d["ok"] and d["error"] is None
     assert d["chunk_tokens"] == [1, 2, 1] and d["output_tokens"] == 4 and d["prompt_tokens"] == 9
-    assert 65 <= d["ttft_ms"] < 150  # the first token completes only with part 1 (50 + 20 ms)
+    assert 65 <= metrics.ttft_ms(d) < 150  # the first token completes only with part 1 (50 + 20 ms)
     sent = json.loads(fake.calls[0]["Body"])
     assert fake.calls[0]["EndpointName"] == "ep-1" and fake.calls[0]["ContentType"] == "application/json"
     assert sent["stream"] and sent["messages"][0] == {"role": "system", "content": "be brief"}
@@ -76,7 +77,7 @@ def test_bedrock_deltas_usage_and_timing():
     assert d["ok"] and d["finish_reason"] == "max_tokens"
     assert d["output_tokens"] == 5 and d["output_tokens_source"] == "usage" and d["prompt_tokens"] == 11
     assert sum(d["chunk_tokens"]) == 5 and d["chunk_tokens_source"] == "usage_by_chars"
-    assert 55 <= d["ttft_ms"] < 150
+    assert 55 <= metrics.ttft_ms(d) < 150
     call = fake.calls[0]
     assert call["modelId"] == "us.amazon.nova-micro-v1:0" and call["system"] == [{"text": "be brief"}]
     assert call["inferenceConfig"]["maxTokens"] == 8

@@ -41,7 +41,10 @@ def test_role_only_first_chunk_is_not_a_token_and_usage_trailer_is_not_a_chunk()
                61_000_000)]
     rec, p = parse(stream)
     d = rec.to_dict()
-    assert d["ttft_ms"] == 50.0  # not 1 ms: the role chunk carries no token
+    assert metrics.ttft_ms(d) == 50.0  # not 1 ms: the role chunk carries no token
+    assert metrics.e2e_ms(d) == 61.0
+    # the record keeps raw timings only; every derived number has its one home in metrics
+    assert not {"ttft_ms", "e2e_ms", "queue_ms", "tpot_ms"} & set(d)
     assert d["chunk_us"] == [50_000, 60_000]
     assert (d["output_tokens"], d["output_tokens_source"], d["prompt_tokens"]) == (2, "usage", 7)
     assert p.done and d["ok"] and d["finish_reason"] == "length"
@@ -119,7 +122,7 @@ def _rec(ok=True, ttft_us=100_000, gap_us=10_000, n=5, sent=0, error=None, warmu
     return {"ok": ok, "error": error, "warmup": warmup, "t_sent_ns": sent,
             "t_end_ns": sent + (us[-1] + 1000) * 1000, "chunk_us": us if ok else us[:2],
             "chunk_tokens": [1] * (n if ok else 2), "output_tokens": n if ok else 2,
-            "queue_ms": 0.1, "output_tokens_source": "usage", "chunk_tokens_source": "usage_delta"}
+            "t_scheduled_ns": sent - 100_000, "output_tokens_source": "usage", "chunk_tokens_source": "usage_delta"}
 
 
 def test_failed_requests_are_counted_by_class_and_never_enter_latency():
@@ -132,6 +135,7 @@ def test_failed_requests_are_counted_by_class_and_never_enter_latency():
     assert lv["ttft_ms"]["n"] == 2 and lv["ttft_ms"]["p99"] == pytest.approx(100.0)
     assert lv["itl_ms"]["n"] == 8 and lv["itl_ms"]["mean"] == pytest.approx(10.0)
     assert lv["warmup"] == {"completed": 1, "failed": 0}
+    assert lv["queue_ms"]["n"] == 5 and lv["queue_ms"]["p50"] == pytest.approx(0.1)
     assert lv["output_tokens"] == 10
 
 
@@ -154,7 +158,25 @@ def test_knee_is_the_level_before_latency_outgrows_throughput():
     levels = [lv(1, 100, 50), lv(16, 120, 700), lv(64, 400, 900)]
     metrics.mark_knee(levels)
     assert [x["knee"] for x in levels] == [False, True, False]
-    assert levels[2]["latency_growth"] == pytest.approx(3.333, abs=1e-3)
+    assert levels[2]["latency_growth"] == pytest.approx(400 / 120, abs=1e-3)
+    assert levels[2]["throughput_growth"] == pytest.approx(900 / 700, abs=1e-3)
+
+
+def test_a_level_cut_short_is_not_part_of_the_knee():
+    # c=16 was cut by the time limit: its numbers say nothing about the server, so the step that
+    # counts is c=1 -> c=64 (latency x2, throughput x10: no knee there)
+    def lv(c, e2e, tok, complete=True):
+        return {"concurrency": c, "e2e_ms": {"p50": e2e}, "output_tok_s": tok, "complete": complete}
+    sweep = [lv(1, 100, 50), lv(16, 900, 60, complete=False), lv(64, 200, 500)]
+    assert metrics.knee_index(sweep) is None
+    sweep[1]["complete"] = True
+    assert metrics.knee_index(sweep) == 0  # latency x9, throughput x1.2
+
+
+def test_decode_rate_of_one_stream_is_1000_over_median_tpot():
+    assert metrics.decode_tok_s({"tpot_ms": {"p50": 8.0}, "output_tok_s": 99.0}) == 125.0
+    # no TPOT (one-chunk answers): no decode rate, never the level's output_tok_s instead
+    assert metrics.decode_tok_s({"tpot_ms": {"p50": None}, "output_tok_s": 99.0}) is None
 
 
 def test_a_completed_response_without_any_token_is_failed_as_empty():
@@ -163,4 +185,4 @@ def test_a_completed_response_without_any_token_is_failed_as_empty():
                                     "finish_reason": "stop"}]}).encode() + b"\n"
     rec, p = parse([(body, 5)])
     assert p.complete() and not rec.ok and rec.error == "empty"
-    assert rec.to_dict()["ttft_ms"] is None
+    assert metrics.ttft_ms(rec.to_dict()) is None
