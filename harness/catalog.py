@@ -9,10 +9,11 @@ T4G's measured 277 GB/s comes from the seed article (see ``reference`` in the RE
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal, Mapping
 
 Service = Literal["bedrock", "sagemaker", "ec2"]
+Protocol = Literal["openai", "sagemaker", "bedrock"]
 Arch = Literal["x86_64", "arm64"]
 # How a chip runs a weight precision: native | emulated | unsupported | widened16 (weights unpacked
 # to 16-bit before every matmul) | hw_only (the hardware has it, the compiler does not yet).
@@ -39,7 +40,6 @@ NEURON_V2 = Chip(
     {"bf16": "native", "fp16": "native", "fp8": "hw_only", "int8": "native", "int4": "widened16"},
     int4_slowdown=27.0,
 )
-NOVA = Chip("Nova Micro (managed)", {})
 
 
 @dataclass(frozen=True)
@@ -55,10 +55,6 @@ class InstanceSpec:
     bandwidth_gb_s: float  # total peak memory bandwidth across its accelerators
     neuron_cores: int = 0
     measured_bandwidth_gb_s: float | None = None
-
-    @property
-    def bandwidth_per_accel_gb_s(self) -> float:
-        return self.bandwidth_gb_s / max(self.accelerators, 1)
 
 
 def _i(name, arch, vcpus, chip, n, mem, bw, cores=0, measured=None) -> InstanceSpec:
@@ -117,65 +113,178 @@ def instance_arch(instance_type: str) -> Arch:
 
 
 @dataclass(frozen=True)
+class Hardware:
+    """What instance types a backend may run on: the CPU architecture its image is built for and
+    the instance families it accepts (a regex the whole type must match)."""
+
+    arch: Arch
+    families: str
+    described: str  # how an error message names the families, e.g. "an NVIDIA GPU type"
+
+
+# The image families (``Backend.image``) and the hardware each accepts. GPU families: any g*/p*
+# type of the image's architecture (g5g, c7g... are arm64: see ``instance_arch``).
+GPU_X86 = Hardware("x86_64", r"[gp].*", "an NVIDIA GPU type")
+GPU_ARM64 = Hardware("arm64", r"[gp].*", "an NVIDIA GPU type")
+NEURON = Hardware("x86_64", r"(inf2|trn1|trn1n)\..+", "an inf2/trn1 type")
+SAGEMAKER_GPU = Hardware("x86_64", r"ml\..+", "an ml.* SageMaker type")
+
+# Neuron platform (the name the runtime's degree table uses) of each Neuron instance family:
+# trn1n is trn1's Trainium chips with twice the network bandwidth (EC2 Trn1 page), so it runs
+# trn1's degrees and trn1's compiled graphs.
+NEURON_PLATFORMS: dict[str, str] = {"inf2": "inf2", "trn1": "trn1", "trn1n": "trn1"}
+# NxD Inference tensor-parallel degrees the Neuron runtime supports per platform (Neuron SDK 2.28
+# NxD Inference API guide); the engine serves the largest of them that fits the instance's
+# NeuronCores and divides the model's attention heads (ami/neuron/neuron_config.py).
+NEURON_TP_DEGREES: dict[str, tuple[int, ...]] = {"inf2": (1, 2, 4, 8, 24), "trn1": (1, 2, 8, 16, 32)}
+
+# Tool-call parser per model family (vLLM's --tool-call-parser), read by every vLLM backend (the
+# EC2 servers and the SageMaker container). A model not listed gets no tool flags rather than a
+# parser that would mangle its output; the harness then skips the agent trial.
+TOOL_CALL_PARSERS: tuple[tuple[str, str], ...] = (
+    ("gemma-4", "gemma4"),
+    ("qwen3-coder", "qwen3_coder"),
+    ("qwen3", "hermes"),
+)
+
+
+def tool_call_parser(model_id: str) -> str | None:
+    name = model_id.lower()
+    return next((parser for key, parser in TOOL_CALL_PARSERS if key in name), None)
+
+
+def vllm_tool_flags(model_id: str) -> str:
+    """Command-line flags for `vllm serve` (empty when the model has no known parser); the
+    seed's g6 run served Gemma 4 with --enable-auto-tool-choice --tool-call-parser gemma4."""
+    parser = tool_call_parser(model_id)
+    return f"--enable-auto-tool-choice --tool-call-parser {parser}" if parser else ""
+
+
+def neuron_platform(instance_type: str) -> str | None:
+    """'inf2.xlarge' -> 'inf2', 'trn1n.32xlarge' -> 'trn1'; None for a non-Neuron type."""
+    return NEURON_PLATFORMS.get(instance_type.split(".")[0])
+
+
+def neuron_tp_degrees(instance_type: str) -> tuple[int, ...]:
+    """Tensor-parallel degrees the Neuron runtime supports on this instance type: its platform's
+    degrees up to its NeuronCore count. ValueError (one line) when the catalog lacks its count."""
+    spec = INSTANCES.get(instance_type)
+    platform = neuron_platform(instance_type)
+    if spec is None or not spec.neuron_cores or platform is None:
+        known = ", ".join(n for n, s in INSTANCES.items() if s.neuron_cores)
+        raise ValueError(f"the catalog (harness/catalog.py) has no NeuronCore count for it; known: {known}")
+    return tuple(d for d in NEURON_TP_DEGREES[platform] if d <= spec.neuron_cores)
+
+
+EngineKind = Literal["managed", "vllm", "neuron"]
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """What a backend's engine is started with, decided here for one instance type and model.
+    The stacks hand these to the boot scripts and containers as they are."""
+
+    vllm_args: str | None = None  # vLLM: extra `vllm serve` flags (tool calling)
+    tool_call_parser: str | None = None  # vLLM: --tool-call-parser, None = no tool flags
+    neuron_platform: str | None = None  # Neuron: platform the graphs are compiled for
+    tp_degrees: tuple[int, ...] = ()  # Neuron: degrees the runtime supports on the instance
+
+
+@dataclass(frozen=True)
 class Backend:
     id: str
     stack_name: str
     label: str
-    service: Service
-    engine: str
+    service: Service  # what bills: bedrock | sagemaker | ec2
+    protocol: Protocol  # how the harness speaks to it: openai | sagemaker | bedrock
+    engine_kind: EngineKind
+    engine: str  # the engine, in words
     model_id: str  # default model served (HF id, or the Bedrock model / inference profile id)
     precision: str  # default weight precision
     tool_calls: bool  # does the backend's engine turn model output into OpenAI tool_calls
     instance_type: str | None = None
     port: int | None = None  # model server port on the instance (bound to 127.0.0.1)
-    # Which public image family the instance boots: gpu-x86, gpu-arm64, neuron.
+    # Which image family the instance boots (gpu-x86, gpu-arm64, neuron; stacks/image_families.py)
+    # and the instance types it accepts.
     image: str | None = None
-    seed_tool_calls: bool | None = None  # what the seed article saw, where it differs
-    notes: tuple[str, ...] = field(default=())
+    hardware: Hardware | None = None
+    # Does ``-c model=...`` (an open-weights model for every self-hosted backend) apply to it.
+    open_weights: bool = True
+    # Boot-image choices (``-c <id>_image=...``), the first the default: word -> what it does.
+    image_choices: tuple[tuple[str, str], ...] = ()
 
-    @property
-    def spec(self) -> InstanceSpec | None:
-        return INSTANCES.get(self.instance_type) if self.instance_type else None
+    def instance_problem(self, instance_type: str) -> str | None:
+        """Why this backend cannot run on ``instance_type``, None when it can. The text follows
+        ``key='value'`` in a one-line error: it starts with ": " or " "."""
+        sagemaker = self.service == "sagemaker"
+        if sagemaker != instance_type.startswith("ml."):
+            want = "an ml.* SageMaker type" if sagemaker else "an EC2 type without ml."
+            return f": {self.id} needs {want}, e.g. {self.instance_type}"
+        try:
+            arch = instance_arch(instance_type)
+        except ValueError:
+            return f" is not an instance type (e.g. {self.instance_type})"
+        if sagemaker and not (instance_type in INSTANCES and INSTANCES[instance_type].accelerators):
+            known = ", ".join(k for k in INSTANCES if k.startswith("ml."))
+            return f": has no GPU count in the catalog; known: {known} (add it to harness/catalog.py)"
+        hw = self.hardware
+        if hw is None:
+            return None
+        if arch != hw.arch:
+            return (f" is {arch} but the {self.id} image is {hw.arch}; "
+                    f"use a {hw.arch} type such as {self.instance_type}")
+        if not re.fullmatch(hw.families, instance_type):
+            return f": {self.id} needs {hw.described}, e.g. {self.instance_type}"
+        if self.engine_kind == "neuron":
+            try:
+                neuron_tp_degrees(instance_type)
+            except ValueError as e:
+                return f": {e}"
+        return None
 
-    @property
-    def arch(self) -> Arch | None:
-        return instance_arch(self.instance_type) if self.instance_type else None
-
-    @property
-    def is_ec2(self) -> bool:
-        return self.service == "ec2"
+    def engine_settings(self, instance_type: str | None, model_id: str) -> EngineSettings:
+        """The engine's settings on ``instance_type`` serving ``model_id``."""
+        if self.engine_kind == "vllm":
+            return EngineSettings(vllm_args=vllm_tool_flags(model_id), tool_call_parser=tool_call_parser(model_id))
+        if self.engine_kind == "neuron" and instance_type:
+            return EngineSettings(neuron_platform=neuron_platform(instance_type),
+                                  tp_degrees=neuron_tp_degrees(instance_type))
+        return EngineSettings()
 
 
 GEMMA_E2B = "google/gemma-4-E2B-it"
 # QAT int4 weights (compressed-tensors w4a16), what the seed's g6 and SageMaker served.
 GEMMA_E2B_INT4 = "google/gemma-4-E2B-it-qat-w4a16-ct"
 NOVA_MICRO = "us.amazon.nova-micro-v1:0"
+# The open-weights model each self-hosted backend serves by default, per weight precision.
+DEFAULT_MODEL: dict[str, str] = {"int4": GEMMA_E2B_INT4, "bf16": GEMMA_E2B, "fp16": GEMMA_E2B}
 
 BACKENDS: dict[str, Backend] = {
     b.id: b
     for b in [
-        Backend("bedrock", "BedrockStack", "Amazon Bedrock", "bedrock", "managed API", NOVA_MICRO,
-                "undisclosed", tool_calls=True),
-        Backend("sagemaker", "SageMakerStack", "SageMaker endpoint (vLLM, L4)", "sagemaker",
-                "AWS vLLM container", GEMMA_E2B_INT4, "int4", tool_calls=True,
-                instance_type="ml.g6.xlarge", port=8080),
-        Backend("g6", "G6Stack", "vLLM on EC2 g6 (L4)", "ec2", "vLLM", GEMMA_E2B_INT4, "int4",
-                tool_calls=True, instance_type="g6.xlarge", port=8000, image="gpu-x86"),
-        Backend("g5g", "G5gStack", "vLLM on EC2 g5g (Graviton2 + T4G)", "ec2",
-                "vLLM built from source for sm_75, shared-memory patch", GEMMA_E2B, "fp16",
-                tool_calls=True, instance_type="g5g.2xlarge", port=8000, image="gpu-arm64"),
-        Backend("inf2", "Inf2Stack", "Neuron engine on EC2 inf2 (Inferentia2)", "ec2",
-                "kit Neuron engine (ami/neuron)", GEMMA_E2B, "bf16", tool_calls=True,
-                instance_type="inf2.xlarge", port=8000, image="neuron", seed_tool_calls=False),
-        Backend("trn1", "Trn1Stack", "Neuron engine on EC2 trn1 (Trainium)", "ec2",
-                "kit Neuron engine (ami/neuron)", GEMMA_E2B, "bf16", tool_calls=True,
-                instance_type="trn1.2xlarge", port=8000, image="neuron", seed_tool_calls=False),
+        Backend("bedrock", "BedrockStack", "Amazon Bedrock", "bedrock", "bedrock", "managed", "managed API",
+                NOVA_MICRO, "undisclosed", tool_calls=True, open_weights=False),
+        Backend("sagemaker", "SageMakerStack", "SageMaker endpoint (vLLM, L4)", "sagemaker", "sagemaker",
+                "vllm", "AWS vLLM container", DEFAULT_MODEL["int4"], "int4", tool_calls=True,
+                instance_type="ml.g6.xlarge", port=8080, hardware=SAGEMAKER_GPU),
+        Backend("g6", "G6Stack", "vLLM on EC2 g6 (L4)", "ec2", "openai", "vllm", "vLLM",
+                DEFAULT_MODEL["int4"], "int4", tool_calls=True, instance_type="g6.xlarge", port=8000,
+                image="gpu-x86", hardware=GPU_X86,
+                image_choices=(("dlami", "install vLLM at boot"),
+                               ("prebuilt", "the vllm-cuda image pipeline's AMI"))),
+        Backend("g5g", "G5gStack", "vLLM on EC2 g5g (Graviton2 + T4G)", "ec2", "openai", "vllm",
+                "vLLM built from source for sm_75, shared-memory patch", DEFAULT_MODEL["fp16"], "fp16",
+                tool_calls=True, instance_type="g5g.2xlarge", port=8000, image="gpu-arm64", hardware=GPU_ARM64),
+        Backend("inf2", "Inf2Stack", "Neuron engine on EC2 inf2 (Inferentia2)", "ec2", "openai", "neuron",
+                "kit Neuron engine (ami/neuron)", DEFAULT_MODEL["bf16"], "bf16", tool_calls=True,
+                instance_type="inf2.xlarge", port=8000, image="neuron", hardware=NEURON),
+        Backend("trn1", "Trn1Stack", "Neuron engine on EC2 trn1 (Trainium)", "ec2", "openai", "neuron",
+                "kit Neuron engine (ami/neuron)", DEFAULT_MODEL["bf16"], "bf16", tool_calls=True,
+                instance_type="trn1.2xlarge", port=8000, image="neuron", hardware=NEURON),
     ]
 }
 
 BACKEND_IDS: tuple[str, ...] = tuple(BACKENDS)
-# Image family -> CPU architecture the image is built for.
-IMAGE_ARCH: dict[str, Arch] = {"gpu-x86": "x86_64", "gpu-arm64": "arm64", "neuron": "x86_64"}
 
 
 def backend(backend_id: str) -> Backend:

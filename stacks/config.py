@@ -1,5 +1,11 @@
 """cdk.json context parsed once into typed, validated config.
 
+Every backend fact comes from the catalog (harness/catalog.py): the backend ids and the context
+keys named after them, which instance types a backend accepts (``Backend.instance_problem``:
+service, architecture, families, NeuronCore count), whether ``-c model`` applies
+(``open_weights``), which backend takes a list of SageMaker types (``service``), the boot-image
+choices (``image_choices``) and the defaults. Nothing here names a backend id.
+
 Every problem is a ``ConfigError`` whose message is one line naming the bad value and what would
 be valid; ``app.py`` prints it and exits non-zero, so ``cdk synth`` never shows a traceback for
 bad input. No aws-cdk-lib import here: the harness and tests can validate config without jsii.
@@ -11,7 +17,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from harness.catalog import BACKEND_IDS, BACKENDS, IMAGE_ARCH, instance_arch
+from harness.catalog import BACKEND_IDS, BACKENDS
 
 
 class ConfigError(ValueError):
@@ -32,6 +38,8 @@ class BackendConfig:
     instance_types: tuple[str, ...] = ()
     # EC2 only: the Availability Zone to launch in (one of KitConfig.azs); None = the VPC's first.
     az: str | None = None
+    # The boot-image choice (catalog ``Backend.image_choices``, ``-c <id>_image``); None = no choice.
+    image_choice: str | None = None
 
 
 @dataclass(frozen=True)
@@ -48,10 +56,8 @@ class KitConfig:
     # The VPC's Availability Zones by name (context ``azs``); empty = the region's first two,
     # resolved at deploy time. GPU/Neuron types are offered in few AZs: name one that has them.
     azs: tuple[str, ...] = ()
-    # Image pipelines (stacks/images.py): g6 boots the DLAMI and installs vLLM ("dlami") or the
-    # vllm-cuda pipeline's image ("prebuilt"); the AZ of the build subnet (None = the region's
-    # first); an ami-... id to build the Neuron image on instead of the Neuron DLAMI parameter.
-    g6_image: str = "dlami"
+    # Image pipelines (stacks/images.py): the AZ of the build subnet (None = the region's first);
+    # an ami-... id to build the Neuron image on instead of the Neuron DLAMI parameter.
     image_az: str | None = None
     neuron_parent_image: str | None = None
 
@@ -88,36 +94,31 @@ def _number(key: str, value: Any, cast: Callable[[Any], Any], lo: float, hi: flo
 
 
 def _instance_type(backend_id: str, key: str, value: Any) -> str:
-    if not isinstance(value, str):
-        raise ConfigError(f"{key}={value!r} is not an instance type (e.g. g6.xlarge)")
     b = BACKENDS[backend_id]
-    sagemaker = b.service == "sagemaker"
-    if sagemaker != value.startswith("ml."):
-        want = "an ml.* SageMaker type" if sagemaker else "an EC2 type without ml."
-        raise ConfigError(f"{key}={value!r}: {backend_id} needs {want}, e.g. {b.instance_type}")
-    try:
-        arch = instance_arch(value)
-    except ValueError:
-        raise ConfigError(f"{key}={value!r} is not an instance type (e.g. {b.instance_type})") from None
-    want_arch = IMAGE_ARCH[b.image] if b.image else "x86_64"
-    if arch != want_arch:
-        raise ConfigError(
-            f"{key}={value!r} is {arch} but the {backend_id} image is {want_arch}; "
-            f"use a {want_arch} type such as {b.instance_type}"
-        )
-    if b.image == "neuron" and not value.split(".")[0] in {"inf2", "trn1", "trn1n"}:
-        raise ConfigError(f"{key}={value!r}: {backend_id} needs an inf2/trn1 type, e.g. {b.instance_type}")
-    if backend_id in {"g6", "g5g"} and not value.startswith(("g", "p")):
-        raise ConfigError(f"{key}={value!r}: {backend_id} needs an NVIDIA GPU type, e.g. {b.instance_type}")
+    if not isinstance(value, str):
+        raise ConfigError(f"{key}={value!r} is not an instance type (e.g. {b.instance_type})")
+    problem = b.instance_problem(value)
+    if problem:
+        raise ConfigError(f"{key}={value!r}{problem}")
+    return value
+
+
+def _image_choice(backend_id: str, value: Any) -> str:
+    choices = dict(BACKENDS[backend_id].image_choices)
+    if value not in choices:
+        valid = ", ".join(f"{word} ({what})" for word, what in choices.items())
+        raise ConfigError(f"{backend_id}_image={value!r}; valid: {valid}")
     return value
 
 
 KNOWN_KEYS = {
-    "region", "backends", "model", "bedrock_model", "hf_token_secret", "idle_stop_minutes",
+    "region", "backends", "model", "hf_token_secret", "idle_stop_minutes",
     "ttl_hours", "max_model_len", "sagemaker_vllm_tag", "sagemaker_ami_version",
-    "sagemaker_instance_types", "tags", "azs", "g6_image", "image_az", "neuron_parent_image",
+    "tags", "azs", "image_az", "neuron_parent_image",
     *(f"{b}_az" for b in BACKEND_IDS if BACKENDS[b].service == "ec2"),
     *(f"{b}_instance_type" for b in BACKEND_IDS if BACKENDS[b].instance_type),
+    *(f"{b}_instance_types" for b in BACKEND_IDS if BACKENDS[b].service == "sagemaker"),
+    *(f"{b}_image" for b in BACKEND_IDS if BACKENDS[b].image_choices),
     *(f"{b}_model" for b in BACKEND_IDS),
 }
 
@@ -176,12 +177,16 @@ def parse(context: Mapping[str, Any]) -> KitConfig:
         if len(set(azs)) != len(azs):
             raise ConfigError(f"azs={context['azs']!r} names an Availability Zone twice")
 
+    # A bad choice is refused even for a backend not selected (a typo should not wait for the day
+    # the backend is).
+    choices = {bid: _image_choice(bid, context.get(f"{bid}_image", BACKENDS[bid].image_choices[0][0]))
+               for bid in BACKEND_IDS if BACKENDS[bid].image_choices}
+
     default_model = context.get("model")
     backends = []
     for bid in ids:
         b = BACKENDS[bid]
-        model = context.get(f"{bid}_model") or (default_model if bid != "bedrock" else None) \
-            or (context.get("bedrock_model") if bid == "bedrock" else None) or b.model_id
+        model = context.get(f"{bid}_model") or (default_model if b.open_weights else None) or b.model_id
         if not isinstance(model, str) or not model.strip() or any(c.isspace() for c in model):
             raise ConfigError(f"{bid}_model={model!r} is not a model id (e.g. {b.model_id})")
         itype = None
@@ -189,17 +194,18 @@ def parse(context: Mapping[str, Any]) -> KitConfig:
         if b.instance_type:
             key = f"{bid}_instance_type"
             itype = _instance_type(bid, key, context.get(key, b.instance_type))
-            if bid == "sagemaker" and "sagemaker_instance_types" in context:
-                itypes = tuple(_instance_type(bid, "sagemaker_instance_types", t) for t in
-                               _str_list("sagemaker_instance_types", context["sagemaker_instance_types"]))
+            sweep = f"{bid}_instance_types"  # one endpoint per type: the SageMaker GPU-family sweep
+            if b.service == "sagemaker" and sweep in context:
+                itypes = tuple(_instance_type(bid, sweep, t) for t in _str_list(sweep, context[sweep]))
                 itype = itypes[0]
-            elif bid == "sagemaker":
+            elif b.service == "sagemaker":
                 itypes = (itype,)
         az = context.get(f"{bid}_az")
         if az is not None and b.service == "ec2" and az not in azs:
             valid = ", ".join(azs) if azs else f"none until azs lists it, e.g. -c azs={region}a,{region}b"
             raise ConfigError(f"{bid}_az={az!r} is not one of the VPC's Availability Zones (azs); valid: {valid}")
-        backends.append(BackendConfig(bid, itype, model, itypes, az if b.service == "ec2" else None))
+        backends.append(BackendConfig(bid, itype, model, itypes, az if b.service == "ec2" else None,
+                                      choices.get(bid)))
 
     secret = get("hf_token_secret")
     if not isinstance(secret, str) or not _SECRET_NAME.match(secret):
@@ -213,10 +219,6 @@ def parse(context: Mapping[str, Any]) -> KitConfig:
         raise ConfigError(f"sagemaker_ami_version={ami_version!r} is not an inference AMI version "
                           f"(e.g. {DEFAULTS['sagemaker_ami_version']}, or '' to omit)")
 
-    g6_image = context.get("g6_image", "dlami")
-    if g6_image not in ("dlami", "prebuilt"):
-        raise ConfigError(f"g6_image={g6_image!r}; valid: dlami (install vLLM at boot), "
-                          "prebuilt (the vllm-cuda image pipeline's AMI)")
     image_az = context.get("image_az")
     if image_az is not None and not (isinstance(image_az, str) and re.fullmatch(re.escape(region) + r"[a-z]", image_az)):
         raise ConfigError(f"image_az={image_az!r} is not an Availability Zone of {region} (e.g. {region}a)")
@@ -244,7 +246,6 @@ def parse(context: Mapping[str, Any]) -> KitConfig:
         sagemaker_ami_version=ami_version,
         tags=dict(tags),
         azs=azs,
-        g6_image=g6_image,
         image_az=image_az,
         neuron_parent_image=neuron_parent,
     )

@@ -1,5 +1,13 @@
-"""One stack class for every EC2 backend (g6, g5g, inf2, trn1): the catalog says which image
-family, engine and port; the config says which instance type and model."""
+"""One stack class for every EC2 backend: the catalog says which image family, engine and port,
+the config says which instance type, model and boot-image choice.
+
+Catalog facts read (harness/catalog.py): ``Backend.image`` (the image family, hence the AMI and
+the userdata/engine-*.sh script, stacks/image_families.py), ``Backend.port`` and
+``Backend.engine_settings`` for the instance type and model: vLLM's tool-call flags
+(KIT_VLLM_ARGS), the Neuron platform (KIT_NEURON_PLATFORM) and the tensor-parallel degrees the
+runtime supports on the instance (KIT_TP_DEGREE, the largest). The boot scripts receive these
+values as they are and do not re-derive them.
+"""
 from __future__ import annotations
 
 from datetime import datetime
@@ -12,22 +20,20 @@ from constructs import Construct
 from harness.catalog import BACKENDS
 from stacks.config import BackendConfig, KitConfig
 from stacks.guardrails import Ec2Guardrails
-from stacks.image_families import ImageFamily, image_family
+from stacks.image_families import boot_family
 from stacks.inference_instance import InferenceInstance
 from stacks.outputs import add_outputs
-from stacks.vllm import tool_flags
-
 
 
 class Ec2BackendStack(cdk.Stack):
     def __init__(self, scope: Construct, construct_id: str, *, backend: BackendConfig, config: KitConfig,
                  vpc: ec2.IVpc, eice_security_group: ec2.ISecurityGroup, ttl_expires_at: datetime | None,
-                 family: ImageFamily | None = None, extra_statements: tuple[iam.PolicyStatement, ...] = (),
+                 extra_statements: tuple[iam.PolicyStatement, ...] = (),
                  **kwargs) -> None:
         super().__init__(scope, construct_id, **kwargs)
         spec = BACKENDS[backend.id]
         assert spec.service == "ec2" and spec.image and spec.port, spec
-        family = family or image_family(spec.image)
+        family = boot_family(spec.image, backend.image_choice)
         self.family = family
         env = {
             "KIT_BACKEND": backend.id,
@@ -36,15 +42,12 @@ class Ec2BackendStack(cdk.Stack):
             "KIT_MAX_MODEL_LEN": str(config.max_model_len),
             **family.env,
         }
-        if spec.engine.startswith("vLLM"):
-            # Gemma 4: --enable-auto-tool-choice --tool-call-parser gemma4 (the seed's g6 run).
-            env["KIT_VLLM_ARGS"] = tool_flags(backend.model_id)
-        if family.name == "neuron":
-            from stacks.images import neuron_tp_degree  # NeuronCores from the catalog
-
-            env["KIT_TP_DEGREE"] = str(neuron_tp_degree(backend.instance_type, f"{backend.id}_instance_type"))
-            # The runtime's degrees differ per family (trn1n runs trn1's).
-            env["KIT_NEURON_PLATFORM"] = backend.instance_type.split(".")[0].rstrip("n")
+        engine = spec.engine_settings(backend.instance_type, backend.model_id)
+        if engine.vllm_args is not None:
+            env["KIT_VLLM_ARGS"] = engine.vllm_args
+        if engine.tp_degrees:
+            env["KIT_TP_DEGREE"] = str(max(engine.tp_degrees))
+            env["KIT_NEURON_PLATFORM"] = engine.neuron_platform
         self.server = InferenceInstance(
             self, "Server", vpc=vpc, eice_security_group=eice_security_group,
             instance_type=backend.instance_type, image_parameter=family.ssm_parameter,

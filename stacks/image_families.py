@@ -1,9 +1,10 @@
 """Which machine image and which engine script each image family boots: the one place to change.
 
-The catalog (harness/catalog.py) names a backend's family (``Backend.image``); this table says
-where its AMI id comes from and which ``userdata/engine-*.sh`` starts its server. The image
-pipelines (stacks/images.py) replace ``ssm_parameter`` with the parameter they publish their AMI
-to; everything else in the EC2 construct stays as is.
+The catalog (harness/catalog.py) names a backend's family (``Backend.image``) and its boot-image
+choices (``Backend.image_choices``); this table says where its AMI id comes from and which
+``userdata/engine-*.sh`` starts its server. ``boot_family`` swaps in the image pipeline's
+parameter (stacks/images.py publishes it) when the choice is "prebuilt"; everything else in the
+EC2 construct stays as is.
 
 Public SSM parameters, resolved by CloudFormation at deploy time (never looked up at synth):
 - GPU DLAMI "Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04)", per architecture; the arm64 family
@@ -13,7 +14,7 @@ Public SSM parameters, resolved by CloudFormation at deploy time (never looked u
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Mapping
 
 from ami import pins
@@ -30,6 +31,9 @@ class ImageFamily:
     root_device_name: str = "/dev/sda1"  # Ubuntu DLAMIs
     ssh_user: str = "ubuntu"
     env: Mapping[str, str] = field(default_factory=dict)  # extra KIT_* variables for the engine
+    # The image pipeline's AMI parameter, booted instead of ``ssm_parameter`` when the backend's
+    # boot-image choice (catalog ``Backend.image_choices``) is "prebuilt".
+    prebuilt_parameter: str | None = None
 
 
 # vLLM on g6: the seed ran vLLM 0.30 on the L4; gemma4 tool-call parser and Gemma 4 support
@@ -43,7 +47,8 @@ IMAGE_FAMILIES: dict[str, ImageFamily] = {
     f.name: f
     for f in [
         ImageFamily("gpu-x86", GPU_DLAMI.format(arch="x86_64"), "engine-vllm-gpu.sh",
-                    root_volume_gib=150, readiness_timeout_minutes=45, env=VLLM_GPU_ENV),
+                    root_volume_gib=150, readiness_timeout_minutes=45, env=VLLM_GPU_ENV,
+                    prebuilt_parameter=IMAGE_PARAMETERS["vllm-cuda"]),
         # g5g and Neuron boot only the pipelines' images (stacks/images.py): the sm_75 build takes
         # hours, the Neuron image carries the SDK 2.28 pins and the kit's engine.
         ImageFamily("gpu-arm64", IMAGE_PARAMETERS["vllm-sm75"], "engine-vllm-g5g.sh",
@@ -60,3 +65,15 @@ def image_family(name: str) -> ImageFamily:
         return IMAGE_FAMILIES[name]
     except KeyError:
         raise ValueError(f"unknown image family {name!r}; valid: {', '.join(IMAGE_FAMILIES)}") from None
+
+
+def boot_family(name: str, choice: str | None = None) -> ImageFamily:
+    """The family a backend boots: ``name`` as it is, or with the pipeline's AMI when the boot-image
+    choice is "prebuilt" (CloudFormation cannot test whether a parameter exists, so this is a
+    choice, not a fallback)."""
+    family = image_family(name)
+    if choice == "prebuilt":
+        if family.prebuilt_parameter is None:
+            raise ValueError(f"image family {name!r} has no prebuilt image")
+        return replace(family, ssm_parameter=family.prebuilt_parameter)
+    return family

@@ -14,6 +14,11 @@ Every pipeline publishes its AMI id to an SSM parameter (``/inference-kit/ami/<i
 deploy time (stacks/image_families.py). Pipelines have no schedule: nothing builds, and nothing
 is billed, until someone runs ``aws imagebuilder start-image-pipeline-execution`` (docs/images.md).
 
+Catalog facts read (harness/catalog.py): each selected backend's image family (``Backend.image``,
+which decides the pipelines built) and the model it serves (pre-pulled into the vllm-cuda image,
+served by the vllm-sm75 GPU test). Which backends boot which image is stacks/image_families.py's
+and stacks/ec2_backend.py's business, not this module's: it only builds pipelines.
+
 Component documents are the YAML files in ami/components/, uploaded as they are; values are
 injected as Image Builder component parameters (versions from ami/pins.py, S3 URIs of assets).
 Image Builder components and recipes are immutable per version, so each version is derived from
@@ -38,6 +43,7 @@ from constructs import Construct
 
 from ami import pins
 from stacks import nag
+from harness.catalog import BACKENDS, instance_arch
 from stacks.config import ConfigError, KitConfig
 
 AMI_DIR = Path(__file__).resolve().parent.parent / "ami"
@@ -130,9 +136,19 @@ def _uv() -> ComponentUse:
     return ComponentUse("python-uv.yaml", {"UvVersion": pins.UV_VERSION, "PythonVersion": pins.PYTHON_VERSION})
 
 
+def served_model(config: KitConfig, image: str) -> str | None:
+    """The model of the first selected backend that boots ``image``; None when none is selected."""
+    return next((bc.model_id for bc in config.backends
+                 if FAMILY_IMAGE.get(BACKENDS[bc.id].image or "") == image), None)
+
+
+def default_model(image: str) -> str:
+    """The catalog's default model of the first backend that boots ``image``."""
+    return next(b.model_id for b in BACKENDS.values() if FAMILY_IMAGE.get(b.image or "") == image)
+
+
 def vllm_cuda_spec(config: KitConfig) -> ImageSpec:
-    g6 = config.backend("g6")
-    prepull = g6.model_id if g6 else "none"
+    prepull = served_model(config, "vllm-cuda") or "none"
 
     def pipelines(assets: str) -> tuple[PipelineSpec, ...]:
         return (PipelineSpec(
@@ -151,8 +167,7 @@ def vllm_cuda_spec(config: KitConfig) -> ImageSpec:
 
 
 def vllm_sm75_spec(config: KitConfig) -> ImageSpec:
-    g5g = config.backend("g5g")
-    model = g5g.model_id if g5g else _catalog_model("g5g")
+    model = served_model(config, "vllm-sm75") or default_model("vllm-sm75")
 
     def pipelines(assets: str) -> tuple[PipelineSpec, ...]:
         build = PipelineSpec(
@@ -182,12 +197,6 @@ def vllm_sm75_spec(config: KitConfig) -> ImageSpec:
 
     return ImageSpec("vllm-sm75", "VllmSm75ImageStack", "arm64",
                      "Inference kit image pipelines: vLLM built for sm_75 (g5g)", ("patches", "scripts"), pipelines)
-
-
-def _catalog_model(backend_id: str) -> str:
-    from harness.catalog import BACKENDS
-
-    return BACKENDS[backend_id].model_id
 
 
 # Besides requirements-engine.txt the engine imports aiohttp (server) and renders chat templates
@@ -307,8 +316,6 @@ class ImagePipelineStack(cdk.Stack):
 
     def _pipeline(self, name: str, p: PipelineSpec, profile: iam.CfnInstanceProfile) -> None:
         pname = f"{name}-{p.key}"
-        from harness.catalog import instance_arch
-
         wrong = [t for t in p.instance_types if instance_arch(t) != self.spec.arch]
         if wrong:  # an arm64 image cannot be built or tested on x86_64, nor the reverse
             raise ConfigError(f"{pname}: {', '.join(wrong)} is not {self.spec.arch}, the image's architecture")
@@ -330,8 +337,12 @@ class ImagePipelineStack(cdk.Stack):
                 parameters=[imagebuilder.CfnImageRecipe.ComponentParameterProperty(name=k, value=[v])
                             for k, v in use.parameters.items()] or None,
             ))
+        # A token (the assets' S3 URI) is a placeholder whose number depends on what else was
+        # built: leave it out, the assets' content hash below stands for it.
         recipe_digest = [p.parent_image, str(p.volume_gib)] + [
-            f"{u.file}:{load_component(u.file)[0]}:{sorted(u.parameters.items())}" for u in p.components]
+            f"{u.file}:{load_component(u.file)[0]}:"
+            f"{sorted((k, '<token>' if cdk.Token.is_unresolved(v) else v) for k, v in u.parameters.items())}"
+            for u in p.components]
         recipe = imagebuilder.CfnImageRecipe(
             self, f"{key}Recipe", name=pname,
             version=semantic_version(*recipe_digest, self.assets.asset_hash),
@@ -415,46 +426,9 @@ class ImagePipelineStack(cdk.Stack):
                       description="SSM parameter the built AMI id is written to")
 
 
-def neuron_tp_degree(instance_type: str, key: str = "instance_type") -> int:
-    """Tensor-parallel degree for the Neuron engine: the instance's NeuronCore count from the
-    catalog, rounded down to a degree the Neuron runtime supports on that family."""
-    from ami.neuron.neuron_config import TP_DEGREES
-    from harness.catalog import INSTANCES
-
-    spec = INSTANCES.get(instance_type)
-    family = instance_type.split(".")[0].rstrip("n")  # trn1n runs trn1's degrees
-    if spec is None or not spec.neuron_cores:
-        known = ", ".join(n for n, s in INSTANCES.items() if s.neuron_cores)
-        raise ConfigError(f"{key}={instance_type!r}: the catalog (harness/catalog.py) has no NeuronCore count for it; "
-                          f"known: {known}")
-    if family not in TP_DEGREES:
-        raise ConfigError(f"{key}={instance_type!r}: no tensor-parallel degrees known for {family}; "
-                          f"valid families: {', '.join(TP_DEGREES)}")
-    return max(d for d in TP_DEGREES[family] if d <= spec.neuron_cores)
-
-
-def backend_family(backend_id: str, config: KitConfig):
-    """The image family a backend boots when it differs from the catalog's default: g6 with
-    ``-c g6_image=prebuilt`` reads the vllm-cuda pipeline's parameter (CloudFormation cannot
-    test whether a parameter exists, so this is a choice, not a fallback). None = default."""
-    if backend_id == "g6" and config.g6_image == "prebuilt":
-        from dataclasses import replace
-
-        from stacks.image_families import image_family
-
-        return replace(image_family("gpu-x86"), ssm_parameter=IMAGE_PARAMETERS["vllm-cuda"])
-    return None
-
-
 def image_specs(config: KitConfig) -> dict[str, ImageSpec]:
     """The image pipelines the selected backends need, by image name."""
-    wanted = {FAMILY_IMAGE[b.image] for b in _ec2_backends(config)}
+    wanted = {FAMILY_IMAGE[BACKENDS[b.id].image] for b in config.backends if BACKENDS[b.id].image}
     makers = {"vllm-cuda": lambda: vllm_cuda_spec(config), "vllm-sm75": lambda: vllm_sm75_spec(config),
               "neuron": lambda: neuron_spec(config, config.neuron_parent_image)}
     return {k: makers[k]() for k in ("vllm-cuda", "vllm-sm75", "neuron") if k in wanted}
-
-
-def _ec2_backends(config: KitConfig):
-    from harness.catalog import BACKENDS
-
-    return [BACKENDS[b.id] for b in config.backends if BACKENDS[b.id].image]

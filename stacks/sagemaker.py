@@ -1,8 +1,11 @@
 """SageMakerStack: the AWS vLLM container on a real-time endpoint, one endpoint per instance type.
 
-Per instance type (``sagemaker_instance_types``; default ml.g6.xlarge): a model (tensor parallel =
-the instance's GPU count from the catalog), an endpoint config (startup-health and download
-timeouts, ``InferenceAmiVersion`` when configured) and an endpoint, deleted at its TTL.
+Per instance type (``sagemaker_instance_types``; default ml.g6.xlarge): a model, an endpoint
+config (startup-health and download timeouts, ``InferenceAmiVersion`` when configured) and an
+endpoint, deleted at its TTL.
+
+Catalog facts read (harness/catalog.py): the instance's GPU count (``INSTANCES[...].accelerators``,
+the tensor-parallel size) and the model's tool-call parser (``tool_call_parser``).
 
 Hugging Face token: the container reads ``HF_TOKEN`` from its environment and cannot take a
 secret ARN, so the model's environment holds a CloudFormation dynamic reference
@@ -28,12 +31,11 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_sagemaker as sagemaker
 from constructs import Construct
 
-from harness.catalog import INSTANCES
+from harness.catalog import INSTANCES, tool_call_parser
 from stacks import nag
-from stacks.config import BackendConfig, ConfigError, KitConfig
+from stacks.config import BackendConfig, KitConfig
 from stacks.guardrails import EndpointTtl
 from stacks.outputs import add_outputs
-from stacks.vllm import tool_call_parser
 
 DLC_ACCOUNT = "763104351884"
 # Regions whose Deep Learning Containers live in another registry account (opt-in regions,
@@ -103,11 +105,7 @@ class SageMakerStack(cdk.Stack):
         self.endpoints: dict[str, sagemaker.CfnEndpoint] = {}
         log_groups = []
         for itype in backend.instance_types:
-            spec = INSTANCES.get(itype)
-            if spec is None or spec.accelerators < 1:
-                known = ", ".join(k for k in INSTANCES if k.startswith("ml."))
-                raise ConfigError(f"sagemaker_instance_types: {itype!r} has no GPU count in the catalog; "
-                                  f"known: {known} (add it to harness/catalog.py)")
+            spec = INSTANCES[itype]  # stacks.config refused a type without a GPU count (the catalog's rule)
             sid = re.sub(r"[^A-Za-z0-9]", "", itype.title())
             name = endpoint_name(self.stack_name, itype)
             model = sagemaker.CfnModel(

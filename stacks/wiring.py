@@ -3,6 +3,9 @@
 Stacks carry ``env=Environment(region=...)`` and no account: synthesis makes no lookups and
 needs no credentials. A backend stack that uses the VPC depends on NetworkStack through its
 cross-stack references (VPC subnet, Instance Connect Endpoint group), so ``cdk deploy G6Stack`` deploys NetworkStack first.
+
+Catalog facts read (harness/catalog.py): per selected backend its ``service`` (which stack class
+builds it), ``stack_name`` and ``label``; stacks/images.py reads the image families.
 """
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ from stacks import nag
 from stacks.config import KitConfig
 from stacks.ec2_backend import Ec2BackendStack
 from stacks.guardrails import ttl_expiry
-from stacks.images import ImagePipelineStack, backend_family, image_specs
+from stacks.images import ImagePipelineStack, image_specs
 from stacks.network import NetworkStack
 
 KIT_TAGS = {"project": "aws-inference-kit"}
@@ -43,7 +46,7 @@ def build(app: cdk.App, config: KitConfig, now: datetime | None = None) -> dict[
             net = get_network()
             stack = Ec2BackendStack(app, spec.stack_name, backend=bc, config=config, vpc=net.vpc,
                                     eice_security_group=net.eice_security_group, ttl_expires_at=expires,
-                                    family=backend_family(bc.id, config), env=env, description=desc)
+                                    env=env, description=desc)
         elif spec.service == "sagemaker":
             from stacks.sagemaker import SageMakerStack
 

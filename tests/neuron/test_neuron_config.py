@@ -18,7 +18,7 @@ E2B = {"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma
 
 
 def neuron_cores(backend_id: str) -> int:
-    return BACKENDS[backend_id].spec.neuron_cores
+    return INSTANCES[BACKENDS[backend_id].instance_type].neuron_cores
 
 
 def test_default_shapes_are_the_documented_ones():

@@ -90,3 +90,27 @@ def test_sagemaker_ami_version_must_look_like_one():
     assert "'al2-gpu'" in error(sagemaker_ami_version="al2-gpu")
     assert parse({"sagemaker_ami_version": "al2-ami-sagemaker-inference-gpu-3-1"}).sagemaker_ami_version
     assert parse({"sagemaker_ami_version": ""}).sagemaker_ami_version == ""
+
+
+def test_unknown_neuron_size_is_refused_at_parse_in_one_line():
+    msg = error(backends="inf2", inf2_instance_type="inf2.2xlarge")
+    assert msg.startswith("inf2_instance_type='inf2.2xlarge': the catalog (harness/catalog.py) has no NeuronCore count")
+    assert "known: inf2.xlarge" in msg
+    assert parse({"backends": "trn1", "trn1_instance_type": "trn1n.32xlarge"}).backend("trn1").instance_type \
+        == "trn1n.32xlarge"
+
+
+def test_model_applies_to_open_weights_backends_only():
+    c = parse({"model": "org/m-7b", "inf2_model": "org/other", "bedrock_model": "amazon.nova-lite-v1:0"})
+    models = {b.id: b.model_id for b in c.backends}
+    assert models == {"bedrock": "amazon.nova-lite-v1:0", "sagemaker": "org/m-7b", "g6": "org/m-7b",
+                      "g5g": "org/m-7b", "inf2": "org/other", "trn1": "org/m-7b"}
+    assert parse({"model": "org/m-7b"}).backend("bedrock").model_id == "us.amazon.nova-micro-v1:0"
+
+
+def test_boot_image_choice():
+    assert parse({}).backend("g6").image_choice == "dlami"
+    assert parse({"g6_image": "prebuilt"}).backend("g6").image_choice == "prebuilt"
+    assert parse({}).backend("inf2").image_choice is None
+    assert error(g6_image="ami", backends="inf2") == (
+        "g6_image='ami'; valid: dlami (install vLLM at boot), prebuilt (the vllm-cuda image pipeline's AMI)")

@@ -228,20 +228,6 @@ def test_backend_user_data_for_custom_silicon(kit):
         assert '--tp-degree "$tp"' in text and 'tp=$(kit_neuron_tp "$KIT_MODEL_DIR")' in text
 
 
-@pytest.mark.parametrize("instance_type, degree", [
-    ("inf2.xlarge", 2), ("inf2.24xlarge", 8), ("inf2.48xlarge", 24), ("trn1.2xlarge", 2), ("trn1.32xlarge", 32),
-    ("trn1n.32xlarge", 32)])
-def test_tensor_parallel_degree_from_the_catalog(instance_type, degree):
-    assert images.neuron_tp_degree(instance_type) == degree
-
-
-def test_unknown_neuron_type_is_one_clear_error():
-    from stacks.config import ConfigError
-
-    with pytest.raises(ConfigError, match=r"^inf2_instance_type='inf2\.2xlarge': .*no NeuronCore count.*known: inf2\.xlarge"):
-        images.neuron_tp_degree("inf2.2xlarge", "inf2_instance_type")
-
-
 def test_g6_prebuilt_image_neuron_parent_override_and_backend_selection(tmp_path):
     s = synth(tmp_path, backends="g6,inf2", g6_image="prebuilt", neuron_parent_image="ami-0123456789abcdef0")
     assert "VllmCudaImageStack" in s.templates and "NeuronImageStack" in s.templates
