@@ -1,0 +1,90 @@
+"""python -m harness.package build|check|sizes — see README, "Quantized packages"."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from harness.package.schemes import DEFAULT_SCHEME, SCHEMES, scheme
+
+GIB = 2**30
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m harness.package", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+    b = sub.add_parser("build", help="repack a Gemma 4 checkpoint into a compressed-tensors package")
+    b.add_argument("--source", help="local checkpoint directory or Hugging Face id (default: the scheme's source)")
+    b.add_argument("--out", required=True, help="new local directory or s3://bucket/prefix")
+    b.add_argument("--scheme", default=DEFAULT_SCHEME, choices=sorted(SCHEMES))
+    b.add_argument("--revision", help="Hugging Face revision (default: main)")
+    b.add_argument("--work", help="scratch directory for an s3:// build (default: the system temp dir)")
+    c = sub.add_parser("check", help="check a checkpoint's ignore list (and manifest, if any) before deploying")
+    c.add_argument("directory")
+    z = sub.add_parser("sizes", help="bytes per tensor group of every scheme, from a config.json alone")
+    z.add_argument("config", help="path to a Gemma 4 config.json")
+    return p
+
+
+def _check(directory: Path) -> int:
+    from harness.package.ignore import check_ignore
+    from harness.package.manifest import MANIFEST, verify
+    from harness.package.source import PackageError, _tensor_files
+
+    cfg = json.loads((directory / "config.json").read_text())
+    qcfg = cfg.get("quantization_config") or (cfg.get("text_config") or {}).get("quantization_config")
+    if not qcfg:
+        raise PackageError(f"{directory}/config.json: no quantization_config")
+    from safetensors import safe_open
+
+    shapes = {}
+    for name, f in _tensor_files(directory).items():
+        with safe_open(str(f), framework="pt") as h:
+            shapes[name] = tuple(h.get_slice(name).get_shape())
+    tied = (cfg.get("text_config") or cfg).get("tie_word_embeddings", cfg.get("tie_word_embeddings", True))
+    tied = tied and "lm_head.weight" not in shapes and "lm_head.weight_packed" not in shapes
+    result = check_ignore(shapes, qcfg, tied_lm_head=tied)
+    problems = list(result.problems)
+    if (directory / MANIFEST).is_file():
+        problems += verify(directory)
+    for line in problems:
+        print(line)
+    print(f"{directory}: {'ok' if not problems else f'{len(problems)} problem(s)'}; "
+          f"{result.quantized_modules} packed modules, {len(result.ignored_16bit_linears)} ignored 16-bit Linears")
+    return 0 if not problems else 1
+
+
+def _sizes(config_path: Path) -> int:
+    from harness.package.sizes import sizes, text_shapes
+
+    shapes = text_shapes(json.loads(config_path.read_text()))
+    for name, s in SCHEMES.items():
+        z = sizes(shapes, s)
+        parts = ", ".join(f"{g} {v / GIB:.3f}" for g, v in z.items() if g != "total")
+        print(f"{name:5s} {z['total'] / GIB:6.3f} GiB  ({parts})")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    from harness.package.grid import OffGrid
+    from harness.package.source import PackageError
+
+    try:
+        if args.command == "build":
+            from harness.package.build import build
+
+            s = scheme(args.scheme)
+            build(args.source or s.default_source, args.out, s, args.revision, args.work)
+            return 0
+        if args.command == "check":
+            return _check(Path(args.directory))
+        return _sizes(Path(args.config))
+    except (PackageError, OffGrid, ValueError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

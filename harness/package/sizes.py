@@ -1,0 +1,38 @@
+"""Package sizes from a model's config alone: tensor shapes -> groups -> bytes per scheme.
+
+Shapes come from transformers' own Gemma 4 text model built on the meta device (no weights, no
+download): ``Gemma4TextModel(Gemma4TextConfig(**text_config))`` (transformers 5.23
+``models/gemma4``). Each tensor then goes through the same group and format decisions as the
+build (``layout.group_of``, ``Scheme.format_of``, ``schemes.stored_bytes``), so a manifest's bytes
+and these agree exactly for the same config.
+"""
+from __future__ import annotations
+
+from harness.package import layout
+from harness.package.schemes import GROUPS, Scheme, stored_bytes
+
+
+def text_shapes(config: dict) -> dict[str, tuple[int, ...]]:
+    """Package tensor names (``model.`` prefix) -> shape, for a Gemma 4 config or text_config."""
+    import torch
+    from transformers import Gemma4TextConfig
+    from transformers.models.gemma4.modeling_gemma4 import Gemma4TextModel
+
+    text = dict(config.get("text_config", config))
+    for k in ("architectures", "quantization_config", "model_type", "transformers_version"):
+        text.pop(k, None)
+    with torch.device("meta"):
+        model = Gemma4TextModel(Gemma4TextConfig(**text))
+    return {f"model.{n}": tuple(t.shape) for n, t in model.state_dict().items()}
+
+
+def sizes(shapes: dict[str, tuple[int, ...]], s: Scheme) -> dict[str, int]:
+    """Bytes per tensor group (and total) of ``s`` for the text model's tensors."""
+    out = dict.fromkeys(GROUPS, 0)
+    for name, shape in shapes.items():
+        g = layout.group_of(name, shape)
+        out[g] += stored_bytes(s.format_of(g) if g != "other" else "bf16", shape)
+        if name == layout.EMBED and s.untied_lm_head:
+            out["lm_head"] += stored_bytes(s.token_embeddings, shape)
+    out["total"] = sum(out[g] for g in GROUPS)
+    return out
