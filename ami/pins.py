@@ -25,34 +25,51 @@ SM75_CUDA_HOME = "/usr/local/cuda-13.0"
 PYTHON_VERSION = "3.12"
 UV_VERSION = "0.13.9"
 
-# Neuron SDK 2.28.0 (2026-02-26), the last line that fully supports inf2 and trn1 (NxD
-# Inference went to maintenance on them afterwards). Versions from the SDK's release content.
-NEURON_SDK = "2.28.0"
+# Neuron SDK line: 2.31.0 (2026-07-07). Why this line and not 2.28 or 2.30: docs/images.md,
+# "Choosing the Neuron SDK line". In short: the pinned Gemma 4 E2B port (NXDI_COMMIT) says it was
+# tested on SDK 2.30 (neuronx-cc 2.25), which fixed its text context-encoding compiler error
+# (NCC_INLA001), so 2.28 (neuronx-cc 2.23) is out; 2.31 is NxD Inference's last release and the
+# one kept on critical fixes for Inf2/Trn1 (announce-nxdi-maintenance-support-2-31 in
+# aws-neuron/aws-neuron-sdk v2.32.0), and the PyTorch 2.9 DLAMI the image builds on
+# (stacks/images.py NEURON_DLAMI) was last published with 2.31. Versions: the 2.31.0 release content,
+# src/helperscripts/n2-manifest.json at aws-neuron/aws-neuron-sdk tag v2.31.1 (inf2 packages).
+NEURON_SDK = "2.31.0"
 NEURON_PIP = {
-    "torch-neuronx": "2.9.0.2.12.22436",
-    "neuronx-cc": "2.23.6484.0",
-    "libneuronxla": "2.2.15515.0",
-    "neuronx-distributed": "0.17.26814",
-    "neuronx-distributed-inference": "0.8.16251",
+    "torch-neuronx": "2.9.0.2.15.32035",
+    "neuronx-cc": "2.26.6360.0",
+    # 2.31 lists libneuronxla 2.2.17544.0 and 3.0.3854.0; the 2.2 line is the one torch-neuronx
+    # 2.9 has used since SDK 2.28 (2.2.15515.0 there), 3.0 arrived with torch-xla 2.10+.
+    "libneuronxla": "2.2.17544.0",
+    "neuronx-distributed": "0.19.28492",
+    "neuronx-distributed-inference": "0.10.18399",
 }
 NEURON_APT = {
-    "aws-neuronx-runtime-lib": "2.30.51.0",
-    "aws-neuronx-collectives": "2.30.59.0",
-    "aws-neuronx-tools": "2.28.23.0",
+    "aws-neuronx-runtime-lib": "2.33.10.0",
+    "aws-neuronx-collectives": "2.33.10.0",
+    "aws-neuronx-tools": "2.31.13.0",
 }
+# Where aws-neuronx-tools installs neuron-ls and neuron-top: not on the default PATH (systemd's
+# /usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin, which cloud-init's scripts, the
+# kit's units and the Image Builder agent get). aws-neuron/aws-neuron-sdk issue #447: "neuron-ls:
+# command not found", answered with `export PATH=/opt/aws/neuron/bin:$PATH` from the install guide.
+# userdata/engine-neuron.sh and ami/components/neuron-engine.yaml call the tools by this path.
+NEURON_TOOLS_BIN = "/opt/aws/neuron/bin"
+# Package indexes of the Neuron image's installer (ami/components/neuron-engine.yaml): PyTorch's
+# CPU wheels (PyPI's torch pulls ~3 GB of CUDA libraries) and the Neuron pip repository.
+TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+NEURON_PIP_INDEX = "https://pip.repos.neuron.amazonaws.com"
 # NxD Inference's Gemma 4 E2B port lives in its contrib tree, not in the wheel; the engine
-# loads it from /opt/ami/nxdi-gemma4/src. Pinned to a commit that carries the port.
+# loads it from /opt/ami/nxdi-gemma4/src. Commit 6aa6121 of pull request #115 ("Fix v_norm,
+# layer_scalar baking, and VLM config for SDK 2.30"), validated by its author on Trn2 only, TP=1.
 NXDI_REPO = "https://github.com/aws-neuron/neuronx-distributed-inference.git"
 NXDI_COMMIT = "6aa61216f7f57d7107f74cc897b19cc5f14f9a1e"
 # torch-neuronx 2.9.0.x runs on PyTorch 2.9 (CPU wheels from download.pytorch.org).
 NEURON_TORCH_VERSION = "2.9.0"
-
-
 def neuron_pip_specs() -> str:
-    """Space-separated pip requirement specifiers for the Neuron SDK 2.28 Python packages."""
+    """Space-separated pip requirement specifiers of the Neuron SDK Python packages."""
     return " ".join(f"{name}=={version}" for name, version in NEURON_PIP.items())
 
 
 def neuron_apt_specs() -> str:
-    """Space-separated apt package=version-glob specifiers for the Neuron 2.28 runtime."""
+    """Space-separated apt package=version-glob specifiers of the Neuron runtime."""
     return " ".join(f"{name}={version}*" for name, version in NEURON_APT.items())

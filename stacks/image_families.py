@@ -50,7 +50,7 @@ IMAGE_FAMILIES: dict[str, ImageFamily] = {
                     root_volume_gib=150, readiness_timeout_minutes=45, env=VLLM_GPU_ENV,
                     prebuilt_parameter=IMAGE_PARAMETERS["vllm-cuda"]),
         # g5g and Neuron boot only the pipelines' images (stacks/images.py): the sm_75 build takes
-        # hours, the Neuron image carries the SDK 2.28 pins and the kit's engine.
+        # hours, the Neuron image carries the Neuron SDK pins and the kit's engine.
         ImageFamily("gpu-arm64", IMAGE_PARAMETERS["vllm-sm75"], "engine-vllm-g5g.sh",
                     root_volume_gib=150, readiness_timeout_minutes=45),
         # Neuron: first request compiles graphs for the configured shapes, hence the longer wait.

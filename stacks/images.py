@@ -6,7 +6,7 @@
   for sm_75 with the Turing patch on a Graviton host with no GPU and publishes a *candidate*;
   ``gpu-test`` boots the candidate on a g5g, serves one completion in its test phase and only
   then publishes the image the g5g backend reads.
-- ``NeuronImageStack`` (x86_64, for inf2 and trn1): Neuron DLAMI + Neuron SDK 2.28 pins + the
+- ``NeuronImageStack`` (x86_64, for inf2 and trn1): Neuron DLAMI + Neuron SDK pins (ami/pins.py) + the
   kit's Neuron engine (ami/neuron) with its launcher, built and tested on an inf2.xlarge.
 
 Every pipeline publishes its AMI id to an SSM parameter (``/inference-kit/ami/<image>``, data type
@@ -62,10 +62,12 @@ SM75_CANDIDATE_PARAMETER = f"{PARAMETER_PREFIX}/vllm-sm75-candidate"
 
 GPU_DLAMI = "/aws/service/deeplearning/ami/{arch}/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id"
 # Neuron DLAMI SSM parameters only ever point at the *latest* DLAMI of a family (Neuron DLAMI
-# user guide); there is no per-SDK-version parameter. The PyTorch 2.9 family is the torch line
-# of SDK 2.28 and stopped being published after SDK 2.31, so this parameter no longer moves;
-# the component then pins every Neuron package to its 2.28.0 version. ``neuron_parent_image``
-# (an ami-… id, e.g. the exact SDK 2.28 DLAMI found with describe-images) overrides it.
+# user guide, "Currently, SSM parameters support finding the latest DLAMI ID for each DLAMI
+# type"); there is no per-SDK-version parameter. The PyTorch 2.9 family carries torch-neuronx for
+# PyTorch 2.9 and NxD Inference; SDK 2.32 stopped publishing it ("the PyTorch 2.9 single-framework
+# DLAMI ... no longer published", Neuron DLAMI release notes 2.32.0), so this parameter stays on
+# the SDK 2.31 DLAMI, the line pins.NEURON_SDK pins. ``neuron_parent_image`` (an ami-… id found
+# with describe-images, docs/images.md) overrides it.
 NEURON_DLAMI = "/aws/service/neuron/dlami/pytorch-2.9/ubuntu-24.04/latest/image_id"
 
 # Builds each pipeline keeps; older ones are deleted with their AMIs and snapshots by an Image
@@ -231,11 +233,13 @@ def neuron_spec(config: KitConfig, parent_ami: str | None = None) -> ImageSpec:
                 "NeuronSdk": pins.NEURON_SDK, "NeuronPip": pins.neuron_pip_specs(),
                 "NeuronApt": pins.neuron_apt_specs(), "TorchVersion": pins.NEURON_TORCH_VERSION,
                 "EnginePip": engine_pip_specs(), "NxdiRepo": pins.NXDI_REPO, "NxdiCommit": pins.NXDI_COMMIT,
+                "TorchIndexUrl": pins.TORCH_CPU_INDEX, "NeuronIndexUrl": pins.NEURON_PIP_INDEX,
+                "NeuronToolsBin": pins.NEURON_TOOLS_BIN,
             })),
         ),)
 
     return ImageSpec("neuron", "NeuronImageStack", "x86_64",
-                     "Inference kit image pipeline: Neuron SDK 2.28 + kit engine (inf2, trn1)",
+                     f"Inference kit image pipeline: Neuron SDK {pins.NEURON_SDK} + kit engine (inf2, trn1)",
                      ("neuron", "scripts"), pipelines)
 
 

@@ -110,10 +110,11 @@ def test_components_attached_to_each_recipe_with_the_pinned_values(kit):
 
     neuron = _by_name(kit, IMAGE_STACKS["neuron"], "AWS::ImageBuilder::ImageRecipe")["inference-kit-neuron-build"]
     n = _recipe_components(kit, IMAGE_STACKS["neuron"], neuron)[COMPONENT_NAMES["neuron-engine.yaml"]]
-    assert n["NeuronSdk"] == "2.28.0"
-    assert "torch-neuronx==2.9.0.2.12.22436" in n["NeuronPip"].split()
-    assert "neuronx-cc==2.23.6484.0" in n["NeuronPip"].split()
-    assert "aws-neuronx-runtime-lib=2.30.51.0*" in n["NeuronApt"].split()
+    assert n["NeuronSdk"] == "2.31.0"
+    assert "torch-neuronx==2.9.0.2.15.32035" in n["NeuronPip"].split()
+    assert "neuronx-cc==2.26.6360.0" in n["NeuronPip"].split()
+    assert "aws-neuronx-runtime-lib=2.33.10.0*" in n["NeuronApt"].split()
+    assert n["NeuronToolsBin"] == "/opt/aws/neuron/bin"
     assert all("==" in s for s in n["EnginePip"].split()) and "aiohttp==" in n["EnginePip"]
 
 

@@ -1,0 +1,206 @@
+"""The neuron image's installer resolves, offline, against the real packages' declared requirements.
+
+tests/stacks/data/neuron_packages.json records the Requires-Dist of every package the installer
+meets (PyPI metadata, NxD Inference's setup.py, the Neuron release content; the source is named
+on each entry). tests/stacks/neuron_index.py turns it into local package indexes of metadata-only
+wheels. The InstallEngine step of ami/components/neuron-engine.yaml is taken from the document,
+given the parameters the stack gives it (stacks/images.py neuron_spec) with the three package
+indexes pointed at the local ones, and run with the pinned uv under the environment the Image
+Builder agent gives it: systemd's default PATH, no HOME, no login profile (env -i). The root it
+installs into is a temp directory standing for /. The install the component did before (one
+resolver call for the Neuron packages and the engine's transformers 5) is kept as the negative case.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ami import pins
+from stacks import images
+from tests.stacks.neuron_index import DATA, ORIGINS, build_indexes, load_packages, normalize
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPONENT = ROOT / "ami" / "components" / "neuron-engine.yaml"
+PARAM_REF = re.compile(r"\{\{\s*([A-Za-z0-9_.:-]+)\s*\}\}")
+# systemd's default PATH for units (systemd.exec(5), "Environment variables in spawned
+# processes"); the Image Builder agent and cloud-init run as such units, without a login profile.
+SYSTEMD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# Absolute paths the component writes to; the test maps each under a temp root.
+ROOTED = ("/opt/inference-kit", "/var/cache/inference-kit", "/etc/inference-kit", "/opt/ami")
+# The component's install before the split (kept as the negative case): the Neuron packages and
+# the engine's pins in one resolver call.
+SINGLE_CALL = '''VIRTUAL_ENV="$venv" "$uv" pip install --index-strategy unsafe-best-match \\
+  --extra-index-url "{{ NeuronIndexUrl }}" \\
+  "torch=={{ TorchVersion }}" "${neuron_pip[@]}" "${engine_pip[@]}"
+'''
+
+
+def uv_binary() -> str:
+    """The uv the image installs (pins.UV_VERSION), from the dev requirements."""
+    uv = shutil.which("uv", path=str(Path(sys.executable).parent)) or shutil.which("uv")
+    if uv is None:
+        pytest.fail(f"uv not found: install the dev requirements (uv=={pins.UV_VERSION})")
+    version = subprocess.run([uv, "--version"], capture_output=True, text=True, check=True).stdout.split()[1]
+    assert version == pins.UV_VERSION, f"test uv is {version}, the image installs {pins.UV_VERSION}"
+    return uv
+
+
+def python_312() -> str:
+    """A CPython of the image's minor version (pins.PYTHON_VERSION) if this machine has one."""
+    found = shutil.which(f"python{pins.PYTHON_VERSION}")
+    if found:
+        real = subprocess.run([found, "-c", "import sys; print(sys.executable)"], capture_output=True, text=True)
+        if real.returncode == 0 and real.stdout.strip():
+            return real.stdout.strip()
+    return sys.executable
+
+
+def step_script(phase: str, step: str) -> str:
+    doc = yaml.safe_load(COMPONENT.read_text())
+    for p in doc["phases"]:
+        for s in p["steps"]:
+            if p["name"] == phase and s["name"] == step:
+                return "\n".join(s["inputs"]["commands"])
+    raise AssertionError(f"no step {phase}/{step} in {COMPONENT.name}")
+
+
+def stack_parameters() -> dict[str, str]:
+    """The parameters NeuronImageStack gives the component (as synthesized)."""
+    from stacks.config import parse
+    from tests.stacks.conftest import CDK_CONTEXT
+    from stacks.config import KNOWN_KEYS
+
+    config = parse({k: v for k, v in CDK_CONTEXT.items() if k in KNOWN_KEYS})
+    (pipeline,) = images.neuron_spec(config).pipelines("s3://bucket/assets.zip")
+    (use,) = [c for c in pipeline.components if c.file == COMPONENT.name]
+    return dict(use.parameters)
+
+
+def render(script: str, params: dict[str, str], root: Path) -> str:
+    """Image Builder's {{ Name }} substitution, then every written path moved under root."""
+    missing = set(PARAM_REF.findall(script)) - set(params)
+    assert not missing, f"no value for {missing}"
+    text = PARAM_REF.sub(lambda m: params[m.group(1)], script)
+    for path in ROOTED:
+        text = text.replace(path, f"{root}{path}")
+    return text
+
+
+def agent_env(**extra: str) -> dict[str, str]:
+    """What a systemd service gets: the default PATH, nothing from a login profile, no HOME."""
+    return {"PATH": SYSTEMD_PATH, "LANG": "C.UTF-8", **extra}
+
+
+@pytest.fixture(scope="module")
+def indexes(tmp_path_factory) -> dict[str, Path]:
+    return build_indexes(tmp_path_factory.mktemp("indexes"))
+
+
+def install_root(tmp_path: Path) -> Path:
+    """A temp root with what the python-uv component leaves: uv at /opt/inference-kit/bin/uv."""
+    root = tmp_path / "root"
+    (root / "opt/inference-kit/bin").mkdir(parents=True)
+    (root / "etc/inference-kit").mkdir(parents=True)
+    (root / "opt/inference-kit/bin/uv").symlink_to(uv_binary())
+    return root
+
+
+def run_install(script: str, indexes: dict[str, Path], root: Path) -> subprocess.CompletedProcess:
+    params = {**stack_parameters(), "PythonVersion": python_312(),
+              "TorchIndexUrl": indexes["torch-cpu"].as_uri(), "NeuronIndexUrl": indexes["neuron"].as_uri()}
+    body = render(script, params, root)
+    # UV_INDEX_URL stands for PyPI, uv's default index; offline so nothing reaches a network.
+    env = agent_env(UV_INDEX_URL=indexes["pypi"].as_uri(), UV_OFFLINE="1", UV_PYTHON_DOWNLOADS="never")
+    return subprocess.run(["/bin/bash", "-c", body], env=env, capture_output=True, text=True, timeout=120)
+
+
+def installed(venv: Path) -> dict[str, str]:
+    found = {}
+    for info in venv.glob("lib/python*/site-packages/*.dist-info"):
+        meta = (info / "METADATA").read_text()
+        name = re.search(r"^Name: (.+)$", meta, re.M).group(1).strip()
+        found[normalize(name)] = re.search(r"^Version: (.+)$", meta, re.M).group(1).strip()
+    return found
+
+
+# --- the recorded facts --------------------------------------------------------------------------
+
+def test_every_recorded_package_names_its_source_and_index():
+    packages = load_packages()
+    assert packages
+    for p in packages:
+        assert p["source"] and len(p["source"]) > 20, p["name"]
+        assert p["indexes"] and set(p["indexes"]) <= set(ORIGINS), p["name"]
+        assert not any("extra ==" in r for r in p["requires_dist"]), p["name"]
+    keys = [(normalize(p["name"]), p["version"]) for p in packages]
+    assert len(keys) == len(set(keys)), "a package version is recorded twice"
+
+
+def test_the_record_covers_every_pinned_package():
+    recorded = {(normalize(p["name"]), p["version"]) for p in load_packages()}
+    for name, version in pins.NEURON_PIP.items():
+        assert (normalize(name), version) in recorded, f"{name}=={version} (ami/pins.py) is not in {DATA.name}"
+    for spec in images.engine_pip_specs().split():
+        name, version = spec.split("==")
+        assert (normalize(name), version) in recorded, f"{spec} (engine pins) is not in {DATA.name}"
+    assert (normalize("torch"), f"{pins.NEURON_TORCH_VERSION}+cpu") in recorded
+
+
+def test_nxd_inference_pins_transformers_4_57_and_the_engine_needs_5():
+    """The conflict the install order exists for, as recorded (NxD Inference setup.py; 2.31
+    release content 'neuronx-distributed-inference == 4.57.*')."""
+    nxdi = next(p for p in load_packages() if p["name"] == "neuronx-distributed-inference")
+    assert "transformers==4.57.*" in nxdi["requires_dist"]
+    engine_transformers = next(s for s in images.engine_pip_specs().split() if s.startswith("transformers=="))
+    assert engine_transformers.split("==")[1].startswith("5.")
+
+
+# --- the installer, run --------------------------------------------------------------------------
+
+def test_the_component_installs_neuron_with_its_pins_then_the_transformers_override(indexes, tmp_path):
+    root = install_root(tmp_path)
+    r = run_install(step_script("build", "InstallEngine"), indexes, root)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    venv = root / "opt/inference-kit/neuron"
+    have = installed(venv)
+    for name, version in pins.NEURON_PIP.items():
+        assert have.get(normalize(name)) == version, (name, have.get(normalize(name)))
+    for spec in images.engine_pip_specs().split():
+        name, version = spec.split("==")
+        assert have.get(normalize(name)) == version, (spec, have.get(normalize(name)))
+    assert have["torch"] == f"{pins.NEURON_TORCH_VERSION}+cpu"  # from the CPU index, kept
+    # The override is the one declared conflict left; nothing else.
+    check = subprocess.run([uv_binary(), "pip", "check", "--python", str(venv / "bin/python")],
+                           capture_output=True, text=True, env=agent_env())
+    problems = [ln for ln in (check.stdout + check.stderr).splitlines() if ln.startswith("The package")]
+    assert problems == ["The package `neuronx-distributed-inference` requires `transformers==4.57.*`, "
+                        f"but `{have['transformers']}` is installed"], check.stdout + check.stderr
+    # The launcher and the version stamp land where the unit and the validate step look.
+    assert os.access(venv / "bin/kit-neuron-serve", os.X_OK)
+    assert pins.NEURON_SDK in (root / "etc/inference-kit/engine-version").read_text()
+    assert not (root / "opt/inference-kit/cache/uv").exists()
+
+
+def test_the_old_single_resolver_call_cannot_resolve(indexes, tmp_path):
+    script = step_script("build", "InstallEngine")
+    start, end = script.index("# 2. "), script.index("# 4. ")
+    # Keep the lines up to step 2 (venv, torch) and replace steps 2-3 with the single call.
+    head = script[:script.rindex("\n", 0, start) + 1]
+    tail = script[script.rindex("\n", 0, end) + 1:]
+    single = head + "\n".join(" " * 14 + ln for ln in SINGLE_CALL.splitlines()) + "\n" + tail
+    r = run_install(single, indexes, install_root(tmp_path))
+    assert r.returncode != 0
+    assert "transformers==4.57.*" in r.stderr and "unsatisfiable" in r.stderr, r.stderr[-2000:]
+
+
+def test_no_component_command_resolves_neuron_and_engine_pins_together():
+    for line in step_script("build", "InstallEngine").replace("\\\n", " ").splitlines():
+        assert not ("neuron_pip[@]" in line and "engine_pip[@]" in line and "pip install" in line), line
