@@ -1,0 +1,5 @@
+import sys
+
+from harness.accuracy.cli import main
+
+sys.exit(main())

@@ -1,0 +1,224 @@
+"""``python -m harness.accuracy``: the same items on every backend, paired statistics.
+
+    python -m harness.accuracy --endpoint a=http://127.0.0.1:8000/v1 --endpoint b=http://127.0.0.1:8001/v1 \\
+        --items my_items.jsonl --out results/acc
+    python -m harness.accuracy --endpoint a=URL --endpoint b=URL --tasks gsm8k,ifeval --limit 200 --out DIR
+
+Writes DIR/items.jsonl (one line per item and backend, appended as answers arrive),
+DIR/accuracy.json (per backend accuracy with a 95% Wilson interval; per pair the paired table,
+difference with a 95% interval, exact McNemar p-value and smallest detectable difference) and
+DIR/run.json (settings, methods, per-backend status, tasks a backend could not run and why).
+Exit 0 when every backend finished every item, 1 when one is incomplete, 2 on bad input.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+from pathlib import Path
+from typing import Any, Callable
+
+from harness.accuracy import lmeval
+from harness.accuracy.client import Settings, Target, openai_ask
+from harness.accuracy.items import ITEMS_TASK, ItemsError, load_items
+from harness.accuracy.runner import ITEMS_FILE, _Writer, finished, run_target
+from harness.accuracy.stats import METHODS
+from harness.accuracy.summary import summarize
+from harness.results import write_json
+
+
+class UsageError(ValueError):
+    """Bad command-line input: printed as one line, exit 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, not the usage block
+        raise UsageError(f"harness.accuracy: {message} (see --help)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m harness.accuracy", description=__doc__.split("\n\n")[0],
+                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--endpoint", action="append", default=[], metavar="NAME=URL",
+                   help="an OpenAI-compatible server (repeatable; at least one)")
+    p.add_argument("--model", action="append", default=[], metavar="[NAME=]MODEL_ID",
+                   help="model id (default: first of GET /v1/models)")
+    add_options(p)
+    p.add_argument("--out", type=Path, required=True, help="output directory")
+    p.add_argument("--resume", action="store_true", help="continue the run in --out: ask only what is missing")
+    return p
+
+
+def add_options(p: argparse.ArgumentParser, prefix: str = "") -> None:
+    """Options shared with harness.run's accuracy stage (there prefixed ``accuracy-``)."""
+    p.add_argument(f"--{prefix}items", type=Path, metavar="FILE.jsonl",
+                   help='your own items, {"id","question","answer"} per line, exact match on the final number or letter')
+    p.add_argument(f"--{prefix}tasks", default="", metavar="T1,T2",
+                   help="lm-evaluation-harness tasks, e.g. gsm8k,ifeval,arc_challenge,mmlu (needs requirements-accuracy.txt)")
+    p.add_argument(f"--{prefix}limit", type=int, default=None, metavar="N", help="first N items per task")
+    p.add_argument(f"--{prefix}seed", type=int, default=1234, help="request seed (default 1234)")
+    p.add_argument(f"--{prefix}max-tokens", type=int, default=1024, help="max tokens per answer (default 1024)")
+    p.add_argument(f"--{prefix}concurrency", type=int, default=4, help="requests in flight per backend (default 4)")
+    p.add_argument(f"--{prefix}request-timeout", type=float, default=300.0, help="seconds per request (default 300)")
+    p.add_argument(f"--{prefix}retries", type=int, default=3,
+                   help="retries of a request the server refused or failed (default 3); then the backend stops")
+    p.add_argument(f"--{prefix}task-path", type=Path, action="append", default=[], metavar="DIR",
+                   help="extra lm-eval task YAML directory (repeatable)")
+
+
+def check_options(a: argparse.Namespace, prog: str, prefix: str = "") -> dict[str, Any]:
+    """Validated inputs: {"items", "tasks", "settings", "limit", "concurrency", "task_paths"}.
+    Raises UsageError with one line."""
+    g = lambda name: getattr(a, (prefix + name).replace("-", "_"))  # noqa: E731
+    opt = lambda name: f"--{prefix}{name}"  # noqa: E731
+    limit = g("limit")
+    if limit is not None and limit < 1:
+        raise UsageError(f"{prog}: {opt('limit')} {limit}: must be >= 1")
+    if g("concurrency") < 1:
+        raise UsageError(f"{prog}: {opt('concurrency')} {g('concurrency')}: must be >= 1")
+    if g("max_tokens") < 1:
+        raise UsageError(f"{prog}: {opt('max-tokens')} {g('max_tokens')}: must be >= 1")
+    if not g("request_timeout") > 0:
+        raise UsageError(f"{prog}: {opt('request-timeout')} {g('request_timeout')}: must be > 0")
+    if g("retries") < 0:
+        raise UsageError(f"{prog}: {opt('retries')} {g('retries')}: must be >= 0")
+    tasks = [t.strip() for t in g("tasks").split(",") if t.strip()]
+    if not tasks and g("items") is None:
+        raise UsageError(f"{prog}: nothing to ask: give {opt('items')} FILE.jsonl and/or {opt('tasks')} T1,T2")
+    if len(set(tasks)) != len(tasks):
+        raise UsageError(f"{prog}: {opt('tasks')} names a task twice")
+    if ITEMS_TASK in tasks:
+        raise UsageError(f"{prog}: {opt('tasks')} {ITEMS_TASK!r} is reserved for {opt('items')}")
+    items = None
+    try:
+        if g("items") is not None:
+            items = load_items(g("items"))
+        if tasks:
+            lmeval.check_tasks(tasks, g("task_path"))
+    except (ItemsError, lmeval.TaskError) as e:
+        raise UsageError(f"{prog}: {e}") from None
+    return {"items": items[:limit] if (items and limit) else items, "tasks": tasks, "limit": limit,
+            "settings": Settings(seed=g("seed"), max_tokens=g("max_tokens"), timeout=g("request_timeout"),
+                                 retries=g("retries")),
+            "concurrency": g("concurrency"), "task_paths": list(g("task_path"))}
+
+
+def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, dict[str, Any]]:
+    a = build_parser().parse_args(argv)
+    from harness.endpoints import DiscoveryError, parse_endpoint_arg, parse_model_args
+
+    if not a.endpoint:
+        raise UsageError("harness.accuracy: no backend: give --endpoint NAME=URL (repeatable)")
+    try:
+        names = [parse_endpoint_arg(e)[0] for e in a.endpoint]
+        parse_model_args(a.model)
+    except DiscoveryError as e:
+        raise UsageError(f"harness.accuracy: {e}") from None
+    if len(set(names)) != len(names):
+        raise UsageError("harness.accuracy: an --endpoint NAME is given twice")
+    opts = check_options(a, "harness.accuracy")
+    if (a.out / ITEMS_FILE).exists() and not a.resume:
+        raise UsageError(f"harness.accuracy: {a.out / ITEMS_FILE} exists: pass --resume to continue "
+                         "that run, or another --out")
+    return a, opts
+
+
+# --------------------------------------------------------------------------- the run
+def run_accuracy(targets: list[Target], opts: dict[str, Any], out_dir: Path, *,
+                 echo: Callable[[str], None] = print) -> dict[str, Any]:
+    """Ask every target the selected items (and lm-eval tasks); write items.jsonl, accuracy.json
+    and run.json in ``out_dir``. Returns run.json's content."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    writer = _Writer(out_dir / ITEMS_FILE)
+    settings: Settings = opts["settings"]
+    status: dict[str, list[str]] = {t.name: [] for t in targets}
+    run: dict[str, Any] = {
+        "settings": {**settings.to_dict(), "limit": opts["limit"], "concurrency": opts["concurrency"]},
+        "methods": METHODS,
+        "backends": {t.name: {"model": t.model_id, "protocol": t.protocol, "label": t.label} for t in targets},
+        "tasks": {}, "skipped": []}
+    keys: list[tuple[str, str, str]] = []
+    items = opts["items"]
+    if items:
+        from harness.accuracy.items import messages, prompt_hash
+
+        keys += [(it.task, it.id, prompt_hash(messages(it))) for it in items]
+        run["tasks"][ITEMS_TASK] = {"items": len(items), "scoring": "exact match on the final number or letter"}
+        done = finished(out_dir)
+        threads = []
+        for t in targets:
+            def work(t: Target = t) -> None:
+                why = run_target(t, items, writer, set(done.get(t.name, {})),
+                                 concurrency=opts["concurrency"], echo=echo)
+                if why:
+                    status[t.name].append(f"{ITEMS_TASK}: {why}")
+            threads.append(threading.Thread(target=work, name=f"accuracy-{t.name}", daemon=True))
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+    for task in opts["tasks"]:
+        res = lmeval.run_task(task, targets, writer, out_dir, opts, echo=echo)
+        keys += res.keys
+        run["tasks"][task] = res.info
+        run["skipped"] += res.skipped
+        for name, why in res.incomplete.items():
+            status[name].append(f"{task}: {why}")
+    acc = summarize([t.name for t in targets], keys, finished(out_dir))
+    for name, b in acc["backends"].items():
+        reasons = status[name] + [f"{s['task']}: could not run: {s['reason']}" for s in run["skipped"]
+                                  if s["backend"] == name]
+        if not b["complete"] and not reasons:
+            reasons = [f"{len(keys) - b['n']} of {len(keys)} items have no answer"]
+        run["backends"][name]["status"] = "complete" if b["complete"] else "incomplete: " + "; ".join(reasons)
+    write_json(out_dir / "accuracy.json", acc)
+    write_json(out_dir / "run.json", run)
+    for line in format_table(acc, run):
+        echo(line)
+    return run
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}"
+
+
+def format_table(acc: dict, run: dict) -> list[str]:
+    out = [f"{'backend':<12} {'n':>6} {'accuracy':>9}  95% CI          status"]
+    for name, b in acc["backends"].items():
+        lo, hi = b["ci95"]
+        out.append(f"{name:<12} {b['n']:>6} {_pct(b['accuracy']):>8}%  [{_pct(lo)}, {_pct(hi)}]"
+                   f"  {run['backends'][name].get('status', '')[:120]}")
+    for p in acc["pairs"]:
+        lo, hi = p["ci95"]
+        mdd = p["min_detectable_diff"]
+        out.append(f"{p['a']} - {p['b']}: n={p['n']} both={p['both']} a_only={p['a_only']} "
+                   f"b_only={p['b_only']} neither={p['neither']} diff={_pct(p['diff'])} pts "
+                   f"[{_pct(lo)}, {_pct(hi)}] McNemar p={p['p_mcnemar']:.3g} "
+                   f"detectable >= {_pct(mdd)} pts")
+    for s in run["skipped"]:
+        out.append(f"skipped    {s['backend']}: {s['task']}: {s['reason']}")
+    return out
+
+
+def main(argv: list[str] | None = None, *, echo: Callable[[str], None] = print) -> int:
+    try:
+        a, opts = parse_args(argv)
+    except UsageError as e:
+        print(e, file=sys.stderr)
+        return 2
+    from harness.endpoints import DiscoveryError, from_endpoint_args
+
+    try:
+        eps = from_endpoint_args(a.endpoint, a.model)
+    except DiscoveryError as e:
+        print(f"harness.accuracy: {e}", file=sys.stderr)
+        return 1
+    s: Settings = opts["settings"]
+    targets = [Target(e.name, e.model_id, "openai", openai_ask(e.base_url, e.model_id, s), e.label,
+                      base_url=e.base_url) for e in eps]
+    try:
+        run = run_accuracy(targets, opts, a.out, echo=echo)
+    except KeyboardInterrupt:
+        echo(f"\ninterrupted: the answers so far are in {a.out / ITEMS_FILE}; --resume continues")
+        return 130
+    return 0 if all(b["status"] == "complete" for b in run["backends"].values()) else 1

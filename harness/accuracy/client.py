@@ -1,0 +1,167 @@
+"""One blocking question-answer call per protocol: ``Target.ask(messages) -> reply text``.
+
+Every request is greedy and seeded (temperature 0, ``seed``), non-streaming. Errors split in two:
+``ItemFailed`` (the server answered this item with a client error: the item is recorded as
+failed and the run goes on) and ``BackendDown`` (connection refused or reset, timeouts, 5xx or
+throttling after the retries: the backend stops, its finished items are kept).
+"""
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from harness.endpoint import Endpoint
+
+Messages = list[dict[str, str]]
+
+
+class ItemFailed(RuntimeError):
+    pass
+
+
+class BackendDown(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class Settings:
+    seed: int = 1234
+    max_tokens: int = 1024
+    timeout: float = 300.0
+    retries: int = 3
+    retry_base_s: float = 1.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"temperature": 0, "seed": self.seed, "max_tokens": self.max_tokens,
+                "timeout_s": self.timeout, "retries": self.retries}
+
+
+@dataclass
+class Target:
+    """A backend as the accuracy stage sees it: a name, a model id, a way to ask."""
+    name: str
+    model_id: str
+    protocol: str
+    ask: Callable[[Messages], str] = field(repr=False)
+    label: str = ""
+    base_url: str | None = None  # set for OpenAI-compatible servers (lm-eval talks to these)
+    completions_echo: bool | None = None  # /v1/completions with echo (None: not probed)
+
+
+def _with_retries(call: Callable[[], str], s: Settings) -> str:
+    last: BaseException | None = None
+    for attempt in range(s.retries + 1):
+        try:
+            return call()
+        except BackendDown as e:
+            last = e
+            if attempt < s.retries:
+                time.sleep(min(30.0, s.retry_base_s * 2 ** attempt))
+    raise BackendDown(str(last)) from None
+
+
+def openai_ask(base_url: str, model: str, s: Settings) -> Callable[[Messages], str]:
+    url = base_url.rstrip("/") + "/chat/completions"
+
+    def once(msgs: Messages) -> str:
+        body = json.dumps({"model": model, "messages": msgs, "temperature": 0, "seed": s.seed,
+                           "max_tokens": s.max_tokens, "stream": False}).encode()
+        req = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=s.timeout) as r:  # noqa: S310 - user URL
+                data = json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            detail = e.read()[:200].decode("utf-8", "replace")
+            if e.code == 429 or e.code >= 500:
+                raise BackendDown(f"HTTP {e.code} from {url}: {detail}") from None
+            raise ItemFailed(f"HTTP {e.code} from {url}: {detail}") from None
+        except (urllib.error.URLError, OSError) as e:  # refused, reset, timed out
+            raise BackendDown(f"{url}: {getattr(e, 'reason', None) or e}") from None
+        except ValueError as e:
+            raise ItemFailed(f"{url}: reply is not JSON ({e})") from None
+        try:
+            return str(data["choices"][0]["message"]["content"] or "")
+        except (KeyError, IndexError, TypeError):
+            raise ItemFailed(f"{url}: reply has no choices[0].message.content") from None
+
+    return lambda msgs: _with_retries(lambda: once(msgs), s)
+
+
+_RETRYABLE = ("throttl", "toomanyrequests", "serviceunavailable", "servicequotaexceeded", "modelnotready")
+
+
+def _boto_call(call: Callable[[], Any]) -> Any:
+    try:
+        return call()
+    except Exception as e:  # noqa: BLE001 - botocore raises many types; sorted by code and status
+        resp = getattr(e, "response", None) or {}
+        code = str((resp.get("Error") or {}).get("Code") or type(e).__name__)
+        status = (resp.get("ResponseMetadata") or {}).get("HTTPStatusCode")
+        if any(w in code.lower() for w in _RETRYABLE) or status is None or status >= 500:
+            raise BackendDown(f"{code}: {str(e)[:200]}") from None
+        raise ItemFailed(f"{code}: {str(e)[:200]}") from None
+
+
+def sagemaker_ask(ep: Endpoint, s: Settings, client: Any) -> Callable[[Messages], str]:
+    """The OpenAI chat body on /invocations, as the kit's SageMaker backend serves it
+    (harness.bench.backends.sagemaker sends the same body)."""
+
+    def once(msgs: Messages) -> str:
+        body = json.dumps({"model": ep.model_id, "messages": msgs, "temperature": 0, "seed": s.seed,
+                           "max_tokens": s.max_tokens, "stream": False})
+        resp = _boto_call(lambda: client.invoke_endpoint(EndpointName=ep.endpoint_name, Body=body,
+                                                         ContentType="application/json"))
+        try:
+            data = json.loads(resp["Body"].read())
+            return str(data["choices"][0]["message"]["content"] or "")
+        except (KeyError, IndexError, TypeError, ValueError):
+            raise ItemFailed(f"{ep.endpoint_name}: reply has no choices[0].message.content") from None
+
+    return lambda msgs: _with_retries(lambda: once(msgs), s)
+
+
+def bedrock_ask(ep: Endpoint, s: Settings, client: Any) -> Callable[[Messages], str]:
+    """Bedrock Converse. It has no seed parameter; temperature 0 is as greedy as it gets."""
+
+    def once(msgs: Messages) -> str:
+        conv = [{"role": m["role"], "content": [{"text": m["content"]}]} for m in msgs if m["role"] != "system"]
+        kw: dict[str, Any] = {"modelId": ep.model_id, "messages": conv,
+                              "inferenceConfig": {"maxTokens": s.max_tokens, "temperature": 0}}
+        system = [{"text": m["content"]} for m in msgs if m["role"] == "system"]
+        if system:
+            kw["system"] = system
+        resp = _boto_call(lambda: client.converse(**kw))
+        try:
+            return "".join(p.get("text", "") for p in resp["output"]["message"]["content"])
+        except (KeyError, TypeError):
+            raise ItemFailed(f"{ep.model_id}: reply has no output.message.content") from None
+
+    return lambda msgs: _with_retries(lambda: once(msgs), s)
+
+
+def target_for(ep: Endpoint, s: Settings, *, boto_session: Any = None) -> Target:
+    """The Target of a discovered (and, for EC2, tunnelled) endpoint."""
+    protocol = getattr(ep, "protocol", None) or getattr(ep, "kind")
+    label = ep.label or ep.name
+    if protocol == "openai":
+        if not ep.base_url:
+            raise BackendDown(f"{ep.name}: no base URL (tunnel not open)")
+        return Target(ep.name, ep.model_id, protocol, openai_ask(ep.base_url, ep.model_id, s), label,
+                      base_url=ep.base_url)
+    import boto3
+    from botocore.config import Config
+
+    session = boto_session or boto3.Session()
+    cfg = Config(region_name=ep.region, retries={"mode": "standard", "max_attempts": 1},
+                 read_timeout=s.timeout, connect_timeout=15)
+    if protocol == "sagemaker":
+        return Target(ep.name, ep.model_id, protocol,
+                      sagemaker_ask(ep, s, session.client("sagemaker-runtime", config=cfg)), label)
+    if protocol == "bedrock":
+        return Target(ep.name, ep.model_id, protocol,
+                      bedrock_ask(ep, s, session.client("bedrock-runtime", config=cfg)), label)
+    raise BackendDown(f"{ep.name}: protocol {protocol!r} is not one the accuracy stage speaks")

@@ -1,0 +1,224 @@
+"""lm-evaluation-harness as the engine for standard tasks (``--tasks gsm8k,ifeval,...``).
+
+Installed for this stage only (requirements-accuracy.txt, ``lm_eval[api]==0.4.13``). Per leaf task
+and backend:
+
+- generative tasks (``output_type: generate_until``) go through chat completions: lm-eval's
+  ``local-chat-completions`` model with ``apply_chat_template`` (lm_eval/models/openai_completions.py:
+  it sends ``messages``, ``temperature``, ``seed``, ``stop``, ``max_tokens``; its
+  ``loglikelihood`` raises NotImplementedError: a chat endpoint cannot score a continuation);
+- log-likelihood tasks (``loglikelihood``, ``multiple_choice``, ``loglikelihood_rolling``) go
+  through ``local-completions`` only when the backend serves ``/v1/completions`` with ``echo``
+  (the same module's payload for them is ``{"prompt", "max_tokens": 1, "logprobs": 1,
+  "echo": true}`` and it reads ``choices[].logprobs.token_logprobs``/``top_logprobs`` of the
+  prompt); otherwise the task is reported as not run for that backend, with the reason.
+
+Per-item records come from lm-eval's logged samples (``log_samples``: ``doc_id``, ``resps``,
+``filtered_resps``, ``filter`` and one value per metric, lm_eval/evaluator.py): the item is right
+when the task's first metric under its first filter is 1. They are written when lm-eval finishes
+the task for a backend; lm-eval's request cache (``use_cache``, a SqliteDict committed per
+answer: lm_eval/api/model.py CachingLM) lets ``--resume`` skip the requests already answered.
+"""
+from __future__ import annotations
+
+import difflib
+import json
+import logging
+import os
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+LOGLIK_TYPES = ("loglikelihood", "multiple_choice", "loglikelihood_rolling")
+REQUIREMENTS = "pip install -c constraints.txt -r requirements-accuracy.txt"
+
+
+class TaskError(ValueError):
+    """An unknown task, or lm-eval not installed: one line, exit 2."""
+
+
+@dataclass
+class TaskResult:
+    keys: list[tuple[str, str, str]] = field(default_factory=list)
+    info: dict[str, Any] = field(default_factory=dict)
+    skipped: list[dict[str, str]] = field(default_factory=list)  # {"backend", "task", "reason"}
+    incomplete: dict[str, str] = field(default_factory=dict)  # backend -> why
+
+
+_MANAGERS: dict[tuple[str, ...], Any] = {}
+
+
+def _task_manager(task_paths: list[Path]):
+    """lm-eval's TaskManager (its index scans ~14,700 task YAMLs: ~10 s of CPU), built once."""
+    key = tuple(str(p) for p in task_paths)
+    if key not in _MANAGERS:
+        try:
+            from lm_eval.tasks import TaskManager
+        except ImportError:
+            raise TaskError(f"--tasks needs lm-evaluation-harness: {REQUIREMENTS}") from None
+        logging.getLogger("lm_eval").setLevel(logging.WARNING)
+        _MANAGERS[key] = TaskManager(include_path=list(key) or None)
+    return _MANAGERS[key]
+
+
+def check_tasks(tasks: list[str], task_paths: list[Path]) -> None:
+    for p in task_paths:
+        if not p.is_dir():
+            raise TaskError(f"--task-path {p}: no such directory")
+    tm = _task_manager(task_paths)
+    known = set(tm.all_tasks)
+    for t in tasks:
+        if t not in known:
+            close = difflib.get_close_matches(t, sorted(known), n=3)
+            hint = f"; did you mean {', '.join(close)}?" if close else ""
+            raise TaskError(f"--tasks {t!r}: not an lm-eval task{hint} "
+                            "(python -m lm_eval ls tasks lists them)")
+
+
+def leaf_tasks(task: str, task_paths: list[Path]) -> dict[str, str]:
+    """leaf task name -> output type, for a task, group or tag name."""
+    tm = _task_manager(task_paths)
+    loaded = tm.load([task])
+    return {name: str(getattr(t, "OUTPUT_TYPE", None) or t.config.output_type)
+            for name, t in loaded["tasks"].items()}
+
+
+def serves_echo(base_url: str | None, model: str, timeout: float = 30.0) -> bool:
+    """Does POST /v1/completions with echo return the prompt's token logprobs?"""
+    if not base_url:
+        return False
+    body = json.dumps({"model": model, "prompt": "1 2 3", "max_tokens": 1, "temperature": 0,
+                       "logprobs": 1, "echo": True}).encode()
+    req = urllib.request.Request(base_url.rstrip("/") + "/completions", data=body,
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:  # noqa: S310 - user URL
+            data = json.loads(r.read())
+        lp = data["choices"][0]["logprobs"]["token_logprobs"]
+        return isinstance(lp, list) and len(lp) >= 2
+    except (urllib.error.URLError, OSError, ValueError, KeyError, IndexError, TypeError):
+        return False
+
+
+def _model_args(target: Any, kind: str, opts: dict[str, Any]) -> dict[str, Any]:
+    s = opts["settings"]
+    common = {"model": target.model_id, "num_concurrent": opts["concurrency"], "max_retries": s.retries,
+              "timeout": int(s.timeout), "seed": s.seed, "max_gen_toks": s.max_tokens}
+    if kind == "chat":
+        return {**common, "base_url": target.base_url.rstrip("/") + "/chat/completions"}
+    return {**common, "base_url": target.base_url.rstrip("/") + "/completions",
+            "tokenizer_backend": "auto", "tokenized_requests": False}
+
+
+def _is_right(value: Any) -> bool | None:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, (int, float)) and value in (0, 1):
+        return value == 1
+    return None
+
+
+def records_from_samples(backend: str, model: str, samples: list[dict[str, Any]]) -> tuple[
+        list[dict[str, Any]], str, str]:
+    """One record per doc from lm-eval's logged samples of one leaf task: the first filter, the
+    first metric. Raises ValueError when that metric is not right/wrong per item."""
+    if not samples:
+        return [], "", ""
+    filt = samples[0]["filter"]
+    metric = samples[0]["metrics"][0]
+    out = []
+    for s in samples:
+        if s["filter"] != filt:
+            continue
+        right = _is_right(s.get(metric))
+        if right is None:
+            raise ValueError(f"metric {metric} is not right/wrong per item ({s.get(metric)!r})")
+        resp = s["resps"][0][0] if s.get("resps") and s["resps"][0] else None
+        fr = s["filtered_resps"][0] if s.get("filtered_resps") else None
+        if isinstance(fr, list) and fr and isinstance(fr[0], (list, tuple)):  # loglikelihood choices
+            fr = max(range(len(fr)), key=lambda i: fr[i][0])
+        out.append({"backend": backend, "model": model, "doc_id": s["doc_id"], "prompt_hash": s["prompt_hash"],
+                    "response": resp if isinstance(resp, str) else json.dumps(resp, default=str),
+                    "extracted": fr if isinstance(fr, (str, int)) or fr is None else str(fr),
+                    "correct": right, "answer": s.get("target") if isinstance(s.get("target"), (str, int))
+                    else str(s.get("target"))})
+    return out, filt, metric
+
+
+def run_task(task: str, targets: list[Any], writer: Any, out_dir: Path, opts: dict[str, Any], *,
+             echo: Callable[[str], None] = print, evaluate: Callable[..., Any] | None = None) -> TaskResult:
+    """Run one --tasks entry (a task, group or tag) on every target."""
+    from harness.accuracy.runner import finished
+
+    res = TaskResult()
+    leaves = leaf_tasks(task, opts["task_paths"])
+    res.info = {"leaves": leaves, "engine": "lm-evaluation-harness"}
+    tm = _task_manager(opts["task_paths"])
+    if evaluate is None:
+        from lm_eval import simple_evaluate as evaluate
+    keys_by_leaf: dict[str, list[tuple[str, str, str]]] = {}
+    gen = [t for t, ty in leaves.items() if ty not in LOGLIK_TYPES]
+    ll = [t for t, ty in leaves.items() if ty in LOGLIK_TYPES]
+    for target in targets:
+        done = finished(out_dir).get(target.name, {})
+        runs: list[tuple[str, list[str]]] = []
+        if gen:
+            runs.append(("chat", gen))
+        if ll:
+            if target.completions_echo is None:
+                target.completions_echo = serves_echo(target.base_url, target.model_id)
+            if target.completions_echo:
+                runs.append(("completions", ll))
+            else:
+                for t in ll:
+                    res.skipped.append({"backend": target.name, "task": t, "reason": (
+                        f"{leaves[t]} task: needs /v1/completions with echo and prompt logprobs, "
+                        f"which {target.base_url or target.protocol} does not serve")})
+        for kind, names in runs:
+            if not target.base_url:
+                for t in names:
+                    res.skipped.append({"backend": target.name, "task": t,
+                                        "reason": "no OpenAI-compatible URL for lm-eval"})
+                continue
+            echo(f"accuracy   {target.name}: lm-eval {','.join(names)[:120]} via {kind} completions")
+            cache = out_dir / "lmeval-cache" / f"{target.name}-{kind}"
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                out = evaluate(model="local-chat-completions" if kind == "chat" else "local-completions",
+                               model_args=_model_args(target, kind, opts), tasks=names, limit=opts["limit"],
+                               log_samples=True, apply_chat_template=kind == "chat",
+                               gen_kwargs={"temperature": 0}, use_cache=str(cache), task_manager=tm,
+                               bootstrap_iters=0)
+            except KeyboardInterrupt:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the backend failed mid-task: recorded, others go on
+                why = f"lm-eval stopped: {type(exc).__name__}: {str(exc)[:300]}"
+                res.incomplete[target.name] = why
+                echo(f"accuracy   {target.name}: {why}")
+                continue
+            for leaf in names:
+                try:
+                    recs, filt, metric = records_from_samples(target.name, target.model_id,
+                                                              (out or {}).get("samples", {}).get(leaf, []))
+                except ValueError as e:
+                    res.skipped.append({"backend": target.name, "task": leaf, "reason": str(e)})
+                    continue
+                res.info.setdefault("scoring", {})[leaf] = f"{metric} under filter {filt}" if metric else ""
+                keys = keys_by_leaf.setdefault(leaf, [])
+                for r in recs:
+                    key = (leaf, str(r["doc_id"]), str(r["prompt_hash"]))
+                    if key not in keys:
+                        keys.append(key)
+                    if done.get(key) is None:
+                        writer.write({"backend": r["backend"], "model": r["model"], "task": leaf,
+                                      "id": str(r["doc_id"]), "prompt_hash": str(r["prompt_hash"]),
+                                      "response": r["response"], "extracted": r["extracted"],
+                                      "correct": r["correct"], "answer": r["answer"]})
+    for leaf in leaves:
+        res.keys += sorted(keys_by_leaf.get(leaf, []), key=lambda k: (k[0], int(k[1]) if k[1].isdigit() else 0, k[1]))
+    return res
+
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -1,0 +1,127 @@
+"""Scripted local OpenAI-compatible servers for the accuracy tests.
+
+A ``Script`` maps the user message of a chat request to the reply text. The server records every
+request body in order, can stop answering after ``die_after`` replies (it closes its listening
+socket and every later connection is refused), and optionally serves ``/v1/completions`` with
+echo (prompt logprobs) for log-likelihood tasks.
+"""
+from __future__ import annotations
+
+import json
+import re
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Callable
+
+Script = Callable[[str], "str | int"]  # reply text, or an HTTP error status to answer with
+
+
+def numbered(right: set[int], *, style: str = "line") -> Script:
+    """Questions 'Q<i>: what is <i> plus <i>?' (answer 2i): right for i in ``right``, else 2i+1."""
+
+    def reply(text: str) -> str:
+        i = int(re.search(r"Q(\d+):", text).group(1))
+        ans = 2 * i if i in right else 2 * i + 1
+        if style == "line":
+            return f"Adding {i} and {i} step by step.\nAnswer: {ans}"
+        return f"So {i} + {i} gives {ans:,}."  # no Answer line: the last number is taken
+
+    return reply
+
+
+class ScriptedServer:
+    def __init__(self, script: Script, *, model: str = "scripted-model", die_after: int | None = None,
+                 echo_logprobs: bool = False) -> None:
+        self.script = script
+        self.model = model
+        self.die_after = die_after
+        self.echo_logprobs = echo_logprobs
+        self.bodies: list[dict] = []
+        self.answered = 0
+        self.lock = threading.Lock()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *a):  # quiet
+                pass
+
+            def _send(self, status: int, obj: dict) -> None:
+                data = json.dumps(obj).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self):  # noqa: N802
+                if self.path.rstrip("/").endswith("/v1/models"):
+                    self._send(200, {"object": "list", "data": [{"id": outer.model, "object": "model"}]})
+                else:
+                    self._send(404, {"error": "not found"})
+
+            def do_POST(self):  # noqa: N802
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+                with outer.lock:
+                    if outer.die_after is not None and outer.answered >= outer.die_after:
+                        dead = True
+                    else:
+                        dead = False
+                        outer.bodies.append({"path": self.path, **body})
+                if dead:
+                    outer._die()
+                    self.close_connection = True
+                    return  # the connection closes with no reply
+                if self.path.endswith("/chat/completions"):
+                    msgs = body["messages"]
+                    user = [m for m in msgs if m["role"] == "user"][-1]["content"]
+                    if isinstance(user, list):
+                        user = " ".join(p.get("text", "") for p in user)
+                    text = outer.script(user)
+                    if isinstance(text, int):
+                        self._send(text, {"error": {"message": f"scripted {text}"}})
+                        return
+                    with outer.lock:
+                        outer.answered += 1
+                    self._send(200, {"id": "x", "object": "chat.completion", "model": outer.model,
+                                     "choices": [{"index": 0, "finish_reason": "stop",
+                                                  "message": {"role": "assistant", "content": text}}],
+                                     "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}})
+                elif self.path.endswith("/completions") and outer.echo_logprobs and body.get("echo"):
+                    prompts = body["prompt"] if isinstance(body["prompt"], list) else [body["prompt"]]
+                    choices = []
+                    for i, p in enumerate(prompts):
+                        toks = str(p).split(" ")
+                        lps = [None] + [-1.0] * (len(toks) - 1)
+                        choices.append({"index": i, "text": str(p), "logprobs": {
+                            "tokens": toks, "token_logprobs": lps,
+                            "top_logprobs": [None] + [{t: -1.0} for t in toks[1:]]}})
+                    self._send(200, {"id": "x", "object": "text_completion", "model": outer.model,
+                                     "choices": choices})
+                else:
+                    self._send(404, {"error": {"message": f"{self.path} not served"}})
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.port = self.httpd.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}/v1"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+        self._dead = False
+
+    def _die(self) -> None:
+        with self.lock:
+            if self._dead:
+                return
+            self._dead = True
+        threading.Thread(target=self.stop, daemon=True).start()
+
+    def questions(self) -> list[str]:
+        out = []
+        for b in self.bodies:
+            if "messages" in b:
+                out.append([m for m in b["messages"] if m["role"] == "user"][-1]["content"])
+        return out
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
