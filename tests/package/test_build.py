@@ -198,3 +198,53 @@ def test_check_command_passes_a_package_and_flags_a_missing_ignore_entry(source,
     assert r.returncode == 1
     assert "lm_head: tied to 16-bit embeddings but not on the ignore list" in r.stdout
     assert "config.json: sha256 differs from the manifest" in r.stdout
+
+
+def test_int8_rounds_to_nearest_per_channel_from_bf16(tmp_path):
+    src_dir = tmp_path / "bf16"
+    src = tiny.make_checkpoint(src_dir, seed=5)
+    gen = torch.Generator().manual_seed(9)
+    for n in list(src):  # off-grid bf16 weights, as in the bf16 release
+        if src[n].ndim == 2:
+            src[n] = torch.randn(src[n].shape, generator=gen).to(torch.bfloat16)
+    from safetensors.torch import save_file
+
+    index = json.loads((src_dir / "model.safetensors.index.json").read_text())
+    for fname in set(index["weight_map"].values()):
+        save_file({n: src[n] for n, f in index["weight_map"].items() if f == fname}, str(src_dir / fname),
+                  metadata={"format": "pt"})
+    out = tmp_path / "int8"
+    manifest = build(str(src_dir), str(out), SCHEMES["int8"], log=lambda _: None)
+    cfg = json.loads((out / "config.json").read_text())
+    args = cfg["quantization_config"]["config_groups"]["group_0"]["weights"]
+    assert (args["num_bits"], args["strategy"]) == (8, "channel")
+    deq = _decompress(out)
+    for n, t in deq.items():
+        ref = src["model.language_model." + n[len("model."):]].float()
+        if n.endswith(("embed_tokens.weight", "embed_tokens_per_layer.weight")) or ref.ndim != 2:
+            assert _same_bits(t, ref.to(torch.bfloat16)), n
+            continue
+        step = ref.abs().amax(dim=1, keepdim=True) / 127
+        assert bool(((t.float() - ref).abs() <= step * 0.51 + ref.abs() * 2**-8).all()), n
+    assert manifest["bytes"]["linear"] < manifest["source_bytes"]["linear"] * 0.55
+
+
+@pytest.mark.parametrize("name", ["emb4", "text"])
+def test_transformers_loads_the_package_as_gemma4_for_causal_lm(source, tmp_path, name):
+    """transformers 5.23 + compressed-tensors 0.17.0 load the package (config layout, ignore list,
+    untied/tied lm_head) to the source's exact values and run a forward pass."""
+    from transformers import AutoModelForCausalLM, CompressedTensorsConfig
+
+    _, src = source
+    out = tmp_path / name
+    build(str(source[0]), str(out), SCHEMES[name], log=lambda _: None)
+    m = AutoModelForCausalLM.from_pretrained(str(out), dtype=torch.bfloat16,
+                                             quantization_config=CompressedTensorsConfig(dequantize=True))
+    assert type(m).__name__ == "Gemma4ForCausalLM"
+    sd = m.state_dict()
+    for n, t in src.items():
+        if n.startswith(layout.MM_TEXT_PREFIX):
+            assert _same_bits(sd["model." + n[len(layout.MM_TEXT_PREFIX):]], t), n
+    assert _same_bits(sd["lm_head.weight"], src["model.language_model.embed_tokens.weight"])
+    logits = m(torch.tensor([[1, 2, 3]])).logits
+    assert logits.shape == (1, 3, tiny.TEXT_CONFIG["vocab_size"]) and bool(torch.isfinite(logits).all())

@@ -1,0 +1,75 @@
+"""Package sizes of the real Gemma 4 E2B from its published config alone, against public figures.
+
+Published figures (xbill9/sagemaker-gemma, ml.g6.xlarge, vLLM 0.30.0):
+- docs/articles/sagemaker-gemma-formats/devto-sagemaker-gemma-formats.md, "Why the Embeddings
+  Matter": GPU weights text-only 6.33 GiB, ple4 3.19 GiB, emb4 2.86 GiB; per-layer table 4.375 GiB;
+  "Packing the per-layer table saves 3.14 GiB".
+- evidence/runs/_emb4logs/gemma-4-E2B-it-qat-q4_0-w4a16-ct-text-ple4.log: the ple4 repack's files,
+  "embed_tokens_per_layer.weight: 4.375 GiB bf16 -> 1.230 GiB int4 + f16 scales ... total 2.96 GiB".
+- docs/articles/evidence/qat-safetensors-header.txt: google/gemma-4-E2B-it-qat-w4a16-ct's header,
+  "transformer body 1.056 GB", "per-layer embedding 4.698 GB", "vocabulary embedding 1.611 GB
+  tensors=2" (embed_tokens and the duplicate lm_head).
+
+"GPU weights" is what vLLM reports after loading, not the files: it carries ~0.22 GiB more than the
+checkpoint for every scheme alike (the differences between schemes match to 0.01 GiB), so the
+files are compared with file figures and the schemes with each other.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from harness.package.schemes import SCHEMES  # noqa: E402
+from harness.package.sizes import sizes, text_shapes  # noqa: E402
+
+GIB = 2**30
+CONFIG = Path(__file__).parent / "fixtures" / "gemma-4-E2B-it.config.json"
+GPU_WEIGHTS_GIB = {"text": 6.33, "ple4": 3.19, "emb4": 2.86}
+
+
+@pytest.fixture(scope="module")
+def e2b():
+    shapes = text_shapes(json.loads(CONFIG.read_text()))
+    return {name: sizes(shapes, SCHEMES[name]) for name in SCHEMES}
+
+
+def test_ple4_files_match_the_public_repack_log(e2b):
+    assert e2b["ple4"]["total"] / GIB == pytest.approx(2.96, rel=0.01)
+    assert e2b["text"]["per_layer_embeddings"] / GIB == pytest.approx(4.375, rel=0.001)
+    assert e2b["ple4"]["per_layer_embeddings"] / GIB == pytest.approx(1.230, rel=0.001)
+
+
+def test_text_body_and_tables_match_googles_w4a16_header(e2b):
+    text = e2b["text"]
+    assert (text["linear"] + text["other"]) / 1e9 == pytest.approx(1.056, rel=0.01)
+    assert text["per_layer_embeddings"] / 1e9 == pytest.approx(4.698, rel=0.001)
+    assert 2 * text["token_embeddings"] / 1e9 == pytest.approx(1.611, rel=0.001)  # embed + duplicate
+
+
+def test_scheme_differences_reproduce_the_measured_gpu_weights(e2b):
+    saved_emb4 = (e2b["text"]["total"] - e2b["emb4"]["total"]) / GIB
+    saved_ple4 = (e2b["text"]["total"] - e2b["ple4"]["total"]) / GIB
+    assert saved_emb4 == pytest.approx(GPU_WEIGHTS_GIB["text"] - GPU_WEIGHTS_GIB["emb4"], rel=0.01)
+    assert saved_ple4 == pytest.approx(3.14, rel=0.01)
+
+
+def test_gpu_weights_exceed_files_by_one_constant(e2b):
+    over = [GPU_WEIGHTS_GIB[n] - e2b[n]["total"] / GIB for n in GPU_WEIGHTS_GIB]
+    assert max(over) - min(over) < 0.011  # vLLM's non-checkpoint allocation, the same for each
+    assert 0.15 < min(over) < 0.3
+
+
+def test_emb4_stores_lm_head_once_and_untied(e2b):
+    emb4 = e2b["emb4"]
+    assert emb4["lm_head"] == emb4["token_embeddings"]
+    assert e2b["text"]["lm_head"] == 0  # tied: no duplicate (Google's build stores one, 0.75 GiB)
+
+
+def test_int8_linears_weigh_about_twice_int4(e2b):
+    ratio = e2b["int8"]["linear"] / e2b["text"]["linear"]
+    assert 1.7 < ratio < 1.9  # 1 byte + a per-row scale vs 0.5 byte + a scale per 32
