@@ -1,25 +1,31 @@
 """The one description of a deployed backend that every part of the harness passes around.
 
-Discovery (harness.endpoints) builds these from stack outputs or ``--endpoint NAME=URL``; the
+Discovery (harness.discovery) builds these from stack outputs or ``--endpoint NAME=URL``; the
 agent trial, the load benchmark and the cost model only ever see an ``Endpoint``.
+
+Two words, two concepts: ``protocol`` is how the harness speaks to the endpoint (the key of
+``harness.protocols``); ``service`` is what bills for it (read only by the cost model), None for
+a server given as ``--endpoint``. An EC2 backend speaks ``openai`` and bills as ``ec2``.
 """
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
-from typing import Literal
+from typing import Any, Literal
 
-Kind = Literal["openai", "sagemaker", "bedrock"]
+Protocol = Literal["openai", "sagemaker", "bedrock"]
+Service = Literal["ec2", "sagemaker", "bedrock"]
 
 
 @dataclass(frozen=True)
 class Endpoint:
     name: str  # catalog backend id (g6, inf2, …) or the NAME of --endpoint NAME=URL
-    kind: Kind  # protocol the harness speaks to it
+    protocol: Protocol  # how the harness speaks to it
     model_id: str
     label: str = ""
     region: str | None = None
     tool_calls: bool = True
     instance_type: str | None = None
+    service: Service | None = None  # what bills for it; None: a server the kit did not deploy
     # openai: the base URL ending in /v1 (for an EC2 backend: the local end of the tunnel)
     base_url: str | None = None
     # EC2 backends before the tunnel is opened
@@ -35,3 +41,11 @@ class Endpoint:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def saved_endpoint(d: dict[str, Any]) -> dict[str, Any]:
+    """An endpoint as saved in a run's files, in today's words: results written before the rename
+    carry the protocol under ``kind`` (and no ``service``); both are read the same way."""
+    if "protocol" not in d and "kind" in d:
+        d = {k: v for k, v in d.items() if k != "kind"} | {"protocol": d["kind"]}
+    return d

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from harness import catalog
-from harness.endpoints import resolve_region
+from harness.discovery import resolve_region
 
 QUOTA_CODES = {"G": "L-DB2E81BA", "Inf": "L-1945791B", "Trn": "L-2C3B7624"}
 QUOTA_NAMES = {"G": "Running On-Demand G and VT instances", "Inf": "Running On-Demand Inf instances",

@@ -90,7 +90,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             if b not in catalog.BACKENDS:
                 raise UsageError(f"harness.run: --backends: unknown backend {b!r}; valid: {', '.join(catalog.BACKEND_IDS)}")
     _parse_bench_args(a)
-    from harness.endpoints import DiscoveryError, parse_endpoint_arg, parse_model_args
+    from harness.discovery import DiscoveryError, parse_endpoint_arg, parse_model_args
 
     try:
         for e in a.endpoint:
@@ -210,7 +210,7 @@ def main(argv: list[str] | None = None, *, session: Any = None,
     # Strands logs each recoverable model/tool problem as a warning; the trial records them in
     # agent_runs.jsonl, so the terminal keeps to one line per run.
     logging.getLogger("strands").setLevel(logging.ERROR)
-    from harness.endpoints import (Discovery, DiscoveryError, from_cloudformation, from_endpoint_args,
+    from harness.discovery import (Discovery, DiscoveryError, from_cloudformation, from_endpoint_args,
                                    from_outputs, load_outputs_file, resolve_region)
 
     region = resolve_region(args.region)
@@ -278,7 +278,7 @@ def main(argv: list[str] | None = None, *, session: Any = None,
             else:  # cost and report read saved results only: no tunnel needed
                 live = endpoints
             if model_factory is None:
-                from harness.agent.models import build_model
+                from harness.agent.providers import build_model
 
                 model_factory = lambda ep: build_model(ep, timeout=args.timeout, boto_session=session)  # noqa: E731
             if "agent" in args.stages:
@@ -339,7 +339,7 @@ def _open_access(endpoints: list[Endpoint], stack: contextlib.ExitStack, session
     pins = HostKeyPins()
     live: list[Endpoint] = []
     for ep in endpoints:
-        if ep.kind != "openai" or ep.base_url:
+        if ep.protocol != "openai" or ep.base_url:
             live.append(ep)
             continue
         opener = open_access or (lambda e: eic_tunnel(
@@ -358,7 +358,7 @@ def _open_access(endpoints: list[Endpoint], stack: contextlib.ExitStack, session
             if "agent" not in args.stages:
                 continue
             rec = RunRecord(ep.name, 1, args.runs, ok=False, mode="tools" if ep.tool_calls else "plain",
-                            kind=ep.kind, model_id=ep.model_id, started_at=time.time(), error=msg,
+                            protocol=ep.protocol, model_id=ep.model_id, started_at=time.time(), error=msg,
                             unreachable=True)
             records.append(rec)
             append_jsonl(run_dir / "agent_runs.jsonl", rec.to_dict())
@@ -375,7 +375,7 @@ def _scoreboard(live: list[Endpoint], args: argparse.Namespace, session: Any, re
             meta["stages"]["scoreboard"] = "skipped: the orchestrating agent runs on Bedrock (needs AWS credentials)"
             echo(f"scoreboard {meta['stages']['scoreboard']}")
             return None
-        from harness.agent.models import build_model
+        from harness.agent.providers import build_model
 
         orchestrator = build_model(Endpoint("scoreboard", "bedrock", args.scoreboard_model, region=region),
                                    timeout=args.timeout, boto_session=session)

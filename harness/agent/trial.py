@@ -47,7 +47,7 @@ class RunRecord:
     answer: str = ""
     error: str | None = None
     unreachable: bool = False  # connection-level failure or timeout: the backend's runs stop
-    kind: str = ""
+    protocol: str = ""
     model_id: str = ""
     started_at: float = 0.0
 
@@ -138,7 +138,7 @@ def run_once(endpoint: Endpoint, run: int, runs: int, *, model: Any, timeout: fl
     """One agent run against ``model`` (a Strands Model for ``endpoint``); never raises
     except KeyboardInterrupt."""
     mode = "tools" if endpoint.tool_calls else "plain"
-    rec = RunRecord(endpoint.name, run, runs, ok=False, mode=mode, kind=endpoint.kind,
+    rec = RunRecord(endpoint.name, run, runs, ok=False, mode=mode, protocol=endpoint.protocol,
                     model_id=endpoint.model_id, started_at=time.time())
     results: list[dict[str, Any]] = []
     retry = CountingRetry(max_attempts=retry_attempts, initial_delay=retry_initial_delay,
@@ -196,7 +196,7 @@ def run_trial(endpoints: Iterable[Endpoint], *, runs: int = 3, model_factory: Mo
                 raise
             except Exception as exc:  # noqa: BLE001
                 rec = RunRecord(ep.name, i, runs, ok=False, mode="tools" if ep.tool_calls else "plain",
-                                kind=ep.kind, model_id=ep.model_id, started_at=time.time(),
+                                protocol=ep.protocol, model_id=ep.model_id, started_at=time.time(),
                                 error=f"model set-up failed: {_error_text(exc)}")
                 rec.unreachable = True
             else:

@@ -1,6 +1,6 @@
 """Load benchmark: ``python -m harness.bench`` (cli.py) or ``harness.bench.api.run_bench``.
 
-Modules: profiles (what to ask), backends (OpenAI/SageMaker/Bedrock behind one interface),
+Modules: profiles (what to ask), clients (OpenAI/SageMaker/Bedrock behind one interface),
 sse (stream parsing), record (raw per-request timings), load (closed/open loop), metrics
 (everything derived, recomputable from requests.jsonl), store (files), refserver (paced
 reference server), fidelity (accuracy/capacity script vs GuideLLM), locustfile.

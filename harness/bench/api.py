@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from harness.bench import metrics, store
-from harness.bench.backends import make_backend
+from harness.bench.clients import make_client
 from harness.bench.load import LevelSpec, run_level
 from harness.bench.profiles import ProfileError, get_profile
 from harness.bench.progress import BenchProgress
@@ -154,11 +154,11 @@ async def run_bench_async(
     levels = _prepare_dir(out, config, resume)
     done_keys = {_key(lv) for lv in levels if lv.get("complete")}
 
-    backend = make_backend(endpoint, client=client, vllm_extras=vllm_extras, api_key=api_key,
-                           request_timeout=request_timeout)
+    bench_client = make_client(endpoint, client=client, vllm_extras=vllm_extras, api_key=api_key,
+                               request_timeout=request_timeout)
     max_c = max([s.concurrency or 0 for s in plan] + [min(max_inflight, 256)])
     writer = store.RecordWriter(out / store.REQUESTS)
-    meta = {"endpoint": endpoint.name, "backend": endpoint.kind, "model": endpoint.model_id,
+    meta = {"endpoint": endpoint.name, "protocol": endpoint.protocol, "model": endpoint.model_id,
             "profile": prof.name}
 
     async def one(spec: LevelSpec, bar: BenchProgress) -> dict | None:
@@ -198,7 +198,7 @@ async def run_bench_async(
             return lv
 
         try:
-            res = await run_level(backend, prof, spec, level_run=level_run, meta=meta,
+            res = await run_level(bench_client, prof, spec, level_run=level_run, meta=meta,
                                   emit=emit, request_timeout=request_timeout,
                                   deadline_ns=deadline, seed=seed, max_inflight=max_inflight,
                                   token_counter=counter, on_progress=bar.level(spec.label, total))
@@ -208,7 +208,7 @@ async def run_bench_async(
         return summarize(res.records, complete=not res.interrupted)
 
     try:
-        await backend.start(max_c)  # inside: a failing start still closes what it opened
+        await bench_client.start(max_c)  # inside: a failing start still closes what it opened
         with BenchProgress(progress) as bar:
             for spec in plan:
                 await one(spec, bar)
@@ -225,7 +225,7 @@ async def run_bench_async(
                         break
                     r *= 2
     finally:
-        await backend.close()
+        await bench_client.close()
         try:
             writer.flush()
         finally:

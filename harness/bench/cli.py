@@ -111,18 +111,18 @@ def _endpoint(args, ap) -> Endpoint:
             url += "/v1"
         model = args.model
         if not model:
-            from harness.bench.backends.openai import discover_model
+            from harness.bench.clients.openai import discover_model
             try:
                 model = asyncio.run(discover_model(url, api_key=os.environ.get("OPENAI_API_KEY")))
             except Exception as e:
                 ap.error(f"--model not given and {url}/models could not tell it: {e}")
-        return Endpoint(name=args.name or "openai", kind="openai", model_id=model, base_url=url)
+        return Endpoint(name=args.name or "openai", protocol="openai", model_id=model, base_url=url)
     if args.sagemaker_endpoint:
-        return Endpoint(name=args.name or args.sagemaker_endpoint, kind="sagemaker",
-                        model_id=args.model or "", region=args.region,
+        return Endpoint(name=args.name or args.sagemaker_endpoint, protocol="sagemaker",
+                        service="sagemaker", model_id=args.model or "", region=args.region,
                         endpoint_name=args.sagemaker_endpoint)
-    return Endpoint(name=args.name or "bedrock", kind="bedrock", model_id=args.bedrock_model,
-                    region=args.region)
+    return Endpoint(name=args.name or "bedrock", protocol="bedrock",
+                    service="bedrock", model_id=args.bedrock_model, region=args.region)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -51,7 +51,7 @@ class LevelResult:
     interrupted: bool  # the hard time limit cut it short
 
 
-async def run_level(backend: Any, profile: Profile, spec: LevelSpec, *, level_run: str,
+async def run_level(client: Any, profile: Profile, spec: LevelSpec, *, level_run: str,
                     meta: dict[str, Any], emit: Callable[[dict], None], request_timeout: float,
                     deadline_ns: int, seed: int = 0, max_inflight: int = 1024,
                     token_counter: TokenCounter | None = None,
@@ -84,7 +84,7 @@ async def run_level(backend: Any, profile: Profile, spec: LevelSpec, *, level_ru
                     # asyncio.timeout runs the request in this task (wait_for would start a new
                     # task and queue it behind every ready callback)
                     async with asyncio.timeout(limit):
-                        await backend.stream(profile.request(i, seed), rec)
+                        await client.stream(profile.request(i, seed), rec)
                 except TimeoutError:
                     if limit < request_timeout:
                         state["interrupted"] = True

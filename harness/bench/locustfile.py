@@ -28,7 +28,7 @@ from locust import HttpUser, events, task
 from locust.runners import WorkerRunner
 
 from harness.bench import metrics
-from harness.bench.backends import chat_body, http_error_class
+from harness.bench.clients.body import chat_body, http_error_class
 from harness.bench.profiles import get_profile
 from harness.bench.record import Record, now_ns
 from harness.bench.sse import OpenAIStreamParser
@@ -100,7 +100,7 @@ class BenchUser(HttpUser):
     def chat(self) -> None:
         prof = _state["profile"]
         i = next(_counter)
-        meta = {"endpoint": self.host, "backend": "openai", "model": _state["model"],
+        meta = {"endpoint": self.host, "protocol": "openai", "model": _state["model"],
                 "profile": prof.name, "concurrency": _state["users"], "level_run": _state["level_run"],
                 "client": "locust"}
         rec = Record(f"{_state['level_run']}-{os.getpid()}-{i:06d}", meta)

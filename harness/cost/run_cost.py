@@ -16,6 +16,7 @@ from harness import catalog, models
 from harness.cost import model
 from harness.cost.prices import PriceBook
 from harness.cost.roofline import roofline
+from harness.endpoint import saved_endpoint
 from harness.results import write_json
 
 
@@ -30,10 +31,10 @@ def read_json(path: Path) -> Any | None:
 def endpoints_from_meta(meta: dict) -> dict[str, dict]:
     eps = meta.get("endpoints") or {}
     if isinstance(eps, list):
-        return {e["name"]: e for e in eps if isinstance(e, dict) and isinstance(e.get("name"), str)}
+        return {e["name"]: saved_endpoint(e) for e in eps if isinstance(e, dict) and isinstance(e.get("name"), str)}
     if not isinstance(eps, dict):  # a hand-edited or foreign meta.json: no endpoints, not a crash
         return {}
-    return {k: ({"name": k} | v) for k, v in eps.items() if isinstance(v, dict)}
+    return {k: saved_endpoint({"name": k} | v) for k, v in eps.items() if isinstance(v, dict)}
 
 
 def load_bench(results_dir: Path) -> dict[str, list[dict]]:
@@ -94,9 +95,9 @@ def measured_throughput(levels: list[dict]) -> dict[str, Any]:
 
 def _describe(name: str, ep: dict, meta: dict) -> dict:
     b = catalog.BACKENDS.get(name)
-    kind = ep.get("kind") or (("bedrock" if b.service == "bedrock" else "sagemaker" if b.service == "sagemaker"
-                               else "openai") if b else None)
-    return {"kind": kind,
+    # Results saved before endpoints carried ``service`` have none: the catalog entry's then.
+    service = ep["service"] if "service" in ep else (b.service if b else None)
+    return {"service": service,
             "instance_type": ep.get("instance_type") or (b.instance_type if b else None),
             "model_id": ep.get("model_id") or (b.model_id if b else None),
             "precision": ep.get("precision") or (b.precision if b else None),
@@ -122,7 +123,7 @@ def cost_for_run(results_dir: Path, book: PriceBook | None, input_per_output: fl
         if name not in bench:
             row["missing"].append("bench results")
         m = row["measured"]
-        if d["kind"] == "bedrock":
+        if d["service"] == "bedrock":
             q = book.bedrock(d["model_id"] or catalog.NOVA_MICRO, d["region"])
             row["price"] = q.to_dict()
             if q.usd_per_m_output is not None:

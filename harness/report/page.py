@@ -35,13 +35,19 @@ def _ordered(run: RunData) -> list[tuple[str, dict]]:
 Table = tuple[list[str], list[list[str]]]
 
 
+def _per_token(e: dict) -> bool:
+    """A cost row billed per token (Bedrock). cost.json written before rows carried ``service``
+    named it ``kind``, whose value for Bedrock was the same word."""
+    return e.get("service", e.get("kind")) == "bedrock"
+
+
 def roofline_table(run: RunData) -> Table:
     head = ["backend", "instance", "precision", "decode tok/s", "ceiling tok/s", "of ceiling", "notes"]
     rows = []
     for n, e in _ordered(run):
         r = e.get("roofline") or {}
         notes = "; ".join(r.get("warnings", []) + e.get("missing", []))
-        if e.get("kind") == "bedrock":
+        if _per_token(e):
             notes = "model and hardware undisclosed: no ceiling"
         rows.append([n, e.get("instance_type") or "managed", e.get("precision") or "—",
                      _f((e.get("measured") or {}).get("decode_tok_s")), _f(r.get("ceiling_tok_s"), ".0f"),
@@ -55,7 +61,7 @@ def cost_table(run: RunData) -> Table:
     rows = []
     for n, e in _ordered(run):
         price = e.get("price") or {}
-        if e.get("kind") == "bedrock":
+        if _per_token(e):
             per_m = e.get("usd_per_m_output_incl_input")
             rows.append([n, e.get("model_id") or "", "per token", "$0 idle", _money(per_m), _money(per_m), "—",
                          price.get("label", "—")])
@@ -130,7 +136,7 @@ def config_table(run: RunData) -> Table:
         if v is not None:
             rows.append(["run", k, when(v)])
     for name, ep in endpoints_from_meta(run.meta).items():
-        desc = " · ".join(str(ep[k]) for k in ("kind", "instance_type", "model_id", "region") if ep.get(k))
+        desc = " · ".join(str(ep[k]) for k in ("protocol", "instance_type", "model_id", "region") if ep.get(k))
         rows.append(["endpoint", name, desc])
     return ["section", "key", "value"], rows
 
@@ -140,7 +146,7 @@ def headlines(run: RunData) -> list[tuple[str, str]]:
     out = []
     ends = (run.cost or {}).get("endpoints", {})
     speeds = [(e["measured"]["decode_tok_s"], n) for n, e in ends.items()
-              if (e.get("measured") or {}).get("decode_tok_s") and e.get("kind") != "bedrock"]
+              if (e.get("measured") or {}).get("decode_tok_s") and not _per_token(e)]
     if speeds:
         v, n = max(speeds)
         out.append(("fastest self-hosted single stream", f"{n}: {v:.1f} tok/s"))

@@ -67,8 +67,8 @@ def test_time_limit_reached_exits_1_and_says_what_is_missing(ref, tmp_path):
 
 
 def test_the_benchmark_never_imports_torch_or_transformers():
-    code = ("import sys, harness.bench.cli, harness.bench.api, harness.bench.backends.openai, "
-            "harness.bench.backends.sagemaker, harness.bench.backends.bedrock, harness.bench.summarize\n"
+    code = ("import sys, harness.bench.cli, harness.bench.api, harness.bench.clients.openai, "
+            "harness.bench.clients.sagemaker, harness.bench.clients.bedrock, harness.bench.summarize\n"
             "from harness.bench.profiles import get_profile\n"
             "get_profile('agent').request(0); get_profile('2k-512').request(1)\n"
             "bad = [m for m in ('torch', 'transformers', 'tokenizers', 'strands') if m in sys.modules]\n"

@@ -14,7 +14,7 @@ from harness.endpoint import Endpoint
 
 
 def ep(ref) -> Endpoint:
-    return Endpoint(name="ref", kind="openai", model_id="ref-model", base_url=ref.base_url)
+    return Endpoint(name="ref", protocol="openai", model_id="ref-model", base_url=ref.base_url)
 
 
 def records(out: Path) -> list[dict]:

@@ -14,7 +14,7 @@ import requests
 from botocore.exceptions import ClientError
 from moto import mock_aws
 
-from harness.agent.models import build_model
+from harness.agent.providers import build_model
 from harness.agent.scoreboard import format_board, run_scoreboard
 from harness.agent.trial import run_trial
 from harness.endpoint import Endpoint
@@ -43,7 +43,7 @@ def test_sagemaker_path_through_moto_invoke_endpoint(fake_aws, tmp_path):
                       endpoint_name="kit-sagemaker-g6")
         [rec] = run_trial([ep], runs=1, out_path=tmp_path / "a.jsonl", echo=lambda s: None,
                           model_factory=lambda e: build_model(e, boto_session=boto3.Session(region_name="us-east-1")))
-    assert rec.ok and rec.quoted == 8 and rec.filters == ["id >= 10"] and rec.kind == "sagemaker"
+    assert rec.ok and rec.quoted == 8 and rec.filters == ["id >= 10"] and rec.protocol == "sagemaker"
     assert rec.output_tokens == 18 and rec.input_tokens == 120  # server usage, summed over both calls
 
 

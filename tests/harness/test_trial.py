@@ -211,7 +211,7 @@ def test_full_run_every_stage_from_saved_results(tmp_path, no_aws):
     """agent -> scoreboard (injected orchestrator) -> bench -> cost (offline snapshot) -> report,
     all against local servers; every stage leaves its file in the run directory."""
     from tests.harness.test_aws_paths import FakeBedrockRuntime, _has_tool_result, text, tool_use
-    from harness.agent.models import build_model
+    from harness.agent.providers import build_model
     from harness.endpoint import Endpoint
 
     def script(request, n):

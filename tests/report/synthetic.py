@@ -42,7 +42,21 @@ AGENT = [{"backend": b, "run": r, "runs": 3, "ok": ok, "quoted": q, "filters": f
              ("inf2", 1, False, None, [], 30.0, "timeout after 30 s")]]
 
 
-def make_results(root: Path, parts=("meta", "agent", "bench", "scoreboard")) -> Path:
+# Endpoints as harness.run saves them: (name, protocol, service, model, instance type).
+ENDPOINTS = [("bedrock", "bedrock", "bedrock", "us.amazon.nova-micro-v1:0", None),
+             ("sagemaker", "sagemaker", "sagemaker", "google/gemma-4-E2B-it-qat-w4a16-ct", "ml.g6.xlarge"),
+             ("g6", "openai", "ec2", "google/gemma-4-E2B-it-qat-w4a16-ct", "g6.xlarge"),
+             ("g5g", "openai", "ec2", "google/gemma-4-E2B-it", "g5g.2xlarge"),
+             ("inf2", "openai", "ec2", "google/gemma-4-E2B-it", "inf2.xlarge")]
+
+
+def _endpoint(name, protocol, service, model, instance, words):
+    d = {"name": name, "model_id": model, "region": "us-east-1", "instance_type": instance}
+    # "old": meta.json written before the rename, protocol under "kind" and no "service"
+    return d | ({"kind": protocol} if words == "old" else {"protocol": protocol, "service": service})
+
+
+def make_results(root: Path, parts=("meta", "agent", "bench", "scoreboard"), words: str = "new") -> Path:
     run = root / "20261129-120000"
     run.mkdir(parents=True)
     if "meta" in parts:
@@ -53,13 +67,7 @@ def make_results(root: Path, parts=("meta", "agent", "bench", "scoreboard")) -> 
                          "engines": {"g6": "vLLM 0.30", "sagemaker": "AWS vLLM container 0.31.0"}},
             "config": {"backends": ["bedrock", "sagemaker", "g6", "g5g", "inf2"], "profile": "180-in/256-out",
                        "slo": {"ttft_p99_ms": 800}, "idle_minutes": 30},
-            "endpoints": [{"name": n, "kind": k, "model_id": m, "region": "us-east-1", "instance_type": i}
-                          for n, k, m, i in [
-                              ("bedrock", "bedrock", "us.amazon.nova-micro-v1:0", None),
-                              ("sagemaker", "sagemaker", "google/gemma-4-E2B-it-qat-w4a16-ct", "ml.g6.xlarge"),
-                              ("g6", "openai", "google/gemma-4-E2B-it-qat-w4a16-ct", "g6.xlarge"),
-                              ("g5g", "openai", "google/gemma-4-E2B-it", "g5g.2xlarge"),
-                              ("inf2", "openai", "google/gemma-4-E2B-it", "inf2.xlarge")]]})
+            "endpoints": [_endpoint(*e, words) for e in ENDPOINTS]})
     if "agent" in parts:
         for rec in AGENT:
             append_jsonl(run / "agent_runs.jsonl", rec)

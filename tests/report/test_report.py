@@ -11,7 +11,7 @@ import pytest
 
 from harness.report import render
 from tests.conftest import require_binary
-from tests.report.synthetic import make_results
+from tests.report.synthetic import ENDPOINTS, make_results
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -55,6 +55,32 @@ def test_existing_cost_json_is_used_as_saved(tmp_path):
     (run / "cost.json").write_text(json.dumps(cost))
     md, _ = render(run)
     assert "$0.123" in md.read_text() and "no cost.json" not in md.read_text()
+
+
+def test_results_saved_before_the_protocol_rename_render_the_same(tmp_path):
+    """meta.json and cost.json written before endpoints carried ``protocol``/``service`` named the
+    protocol ``kind``; such a run renders exactly as the same run saved in today's words."""
+    from harness.cost.model import cost_for_run
+    from harness.cost.prices import PriceBook
+
+    pages = {}
+    for words in ("new", "old"):
+        run = make_results(tmp_path / words, words=words)
+        cost = cost_for_run(run, PriceBook.auto(offline=True))
+        if words == "old":
+            protocol = {e[0]: e[1] for e in ENDPOINTS}
+            for name, row in cost["endpoints"].items():
+                assert "service" in row and "kind" not in row
+                row["kind"] = protocol[name]
+                del row["service"]
+        cost["generated_at"] = "2026-11-29T12:45:00+00:00"
+        (run / "cost.json").write_text(json.dumps(cost))
+        md, _ = render(run)
+        pages[words] = md.read_text()
+    assert pages["old"] == pages["new"]
+    text = pages["new"]
+    assert "| bedrock | us.amazon.nova-micro-v1:0 | per token | $0 idle |" in text
+    assert "openai · g6.xlarge · google/gemma-4-E2B-it-qat-w4a16-ct · us-east-1" in text
 
 
 def test_knee_flag_from_the_bench_wins_and_sweeps_are_separate(tmp_path):

@@ -2,7 +2,7 @@
 
 The body is the OpenAI chat body (the SageMaker vLLM container serves it on /invocations). The
 payload parts carry the container's SSE lines, which may be split across parts or come several
-to a part: they go through the same parser as the direct OpenAI backend, timestamped per part.
+to a part: they go through the same parser as the direct OpenAI client, timestamped per part.
 """
 from __future__ import annotations
 
@@ -16,16 +16,16 @@ except ImportError:  # pragma: no cover
     def dumps(o):  # type: ignore[no-redef]
         return json.dumps(o).encode()
 
-from harness.bench.backends import chat_body
-from harness.bench.backends.boto import Retry, call_with_retry, classify, error_code, make_client, \
+from harness.bench.clients.body import chat_body
+from harness.bench.clients.boto import Retry, boto_client, call_with_retry, classify, error_code, \
     run_in_thread
 from harness.bench.profiles import BenchRequest
 from harness.bench.record import Record, now_ns
 from harness.bench.sse import OpenAIStreamParser
 
 
-class SageMakerBackend:
-    kind = "sagemaker"
+class SageMakerClient:
+    protocol = "sagemaker"
 
     def __init__(self, endpoint_name: str, model: str, *, region: str | None = None,
                  client: Any = None, vllm_extras: bool = True, read_timeout: float = 600.0,
@@ -41,7 +41,7 @@ class SageMakerBackend:
 
     async def start(self, max_concurrency: int) -> None:
         if self.client is None:
-            self.client = make_client("sagemaker-runtime", self.region, max_concurrency,
+            self.client = boto_client("sagemaker-runtime", self.region, max_concurrency,
                                       self.read_timeout)
 
     async def close(self) -> None:

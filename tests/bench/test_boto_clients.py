@@ -1,4 +1,4 @@
-"""SageMaker and Bedrock backends through injected clients that return real botocore event
+"""SageMaker and Bedrock bench clients driven by injected boto3 clients that return real botocore event
 streams (tests/bench/fake_aws.py): parsing, timing, usage, throttling retries, mid-stream errors."""
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import json
 
 import pytest
 
-from harness.bench.backends.bedrock import BedrockBackend
-from harness.bench.backends.boto import Retry
-from harness.bench.backends.sagemaker import SageMakerBackend
 from harness.bench import metrics
 from harness.bench.api import run_bench
+from harness.bench.clients.bedrock import BedrockClient
+from harness.bench.clients.boto import Retry
+from harness.bench.clients.sagemaker import SageMakerClient
 from harness.bench.profiles import BenchRequest
 from harness.bench.record import Record
 from harness.endpoint import Endpoint
@@ -48,7 +48,7 @@ def test_sagemaker_sse_lines_split_across_parts_and_several_per_part():
     first_token = body.index(b" a") + 10  # part 0 ends inside the first token's line
     parts = [body[:first_token], body[first_token:first_token + 7], body[first_token + 7:]]
     fake = FakeSageMaker(parts, ttft=0.05, gap=0.02)
-    d = stream(SageMakerBackend("ep-1", "gemma", client=fake))
+    d = stream(SageMakerClient("ep-1", "gemma", client=fake))
     assert d["ok"] and d["error"] is None
     assert d["chunk_tokens"] == [1, 2, 1] and d["output_tokens"] == 4 and d["prompt_tokens"] == 9
     assert 65 <= metrics.ttft_ms(d) < 150  # the first token completes only with part 1 (50 + 20 ms)
@@ -59,21 +59,21 @@ def test_sagemaker_sse_lines_split_across_parts_and_several_per_part():
 
 
 def test_sagemaker_model_error_and_mid_stream_error_are_classified():
-    d = stream(SageMakerBackend("ep", "m", client=FakeSageMaker([], model_error=503)))
+    d = stream(SageMakerClient("ep", "m", client=FakeSageMaker([], model_error=503)))
     assert (d["ok"], d["error"], d["http_status"]) == (False, "http_503", 503)
     parts = [sse(ch(" a")), sse(ch(" b")), sse(ch(" c", finish="stop"))]
-    d = stream(SageMakerBackend("ep", "m", client=FakeSageMaker(parts, stream_error_at=1)))
+    d = stream(SageMakerClient("ep", "m", client=FakeSageMaker(parts, stream_error_at=1)))
     assert (d["ok"], d["error"]) == (False, "stream_error") and len(d["chunk_us"]) == 1
 
 
 def test_sagemaker_stream_that_just_ends_is_dropped():
-    d = stream(SageMakerBackend("ep", "m", client=FakeSageMaker([sse(ch(" a")), sse(ch(" b"))])))
+    d = stream(SageMakerClient("ep", "m", client=FakeSageMaker([sse(ch(" a")), sse(ch(" b"))])))
     assert (d["ok"], d["error"]) == (False, "dropped")
 
 
 def test_bedrock_deltas_usage_and_timing():
     fake = FakeBedrock(["Hel", "lo", " wor", "ld"], ttft=0.06, gap=0.01, output_tokens=5)
-    d = stream(BedrockBackend("us.amazon.nova-micro-v1:0", client=fake))
+    d = stream(BedrockClient("us.amazon.nova-micro-v1:0", client=fake))
     assert d["ok"] and d["finish_reason"] == "max_tokens"
     assert d["output_tokens"] == 5 and d["output_tokens_source"] == "usage" and d["prompt_tokens"] == 11
     assert sum(d["chunk_tokens"]) == 5 and d["chunk_tokens_source"] == "usage_by_chars"
@@ -85,23 +85,23 @@ def test_bedrock_deltas_usage_and_timing():
 
 def test_bedrock_throttling_is_retried_with_backoff_and_recorded():
     fake = FakeBedrock(["a", "b"], ttft=0.0, gap=0.0, throttle_first=2)
-    d = stream(BedrockBackend("m", client=fake, retry=Retry(max_retries=3, base_s=0.01, cap_s=0.02)))
+    d = stream(BedrockClient("m", client=fake, retry=Retry(max_retries=3, base_s=0.01, cap_s=0.02)))
     assert d["ok"] and d["retries"] == 2 and len(fake.calls) == 3 and d["retry_wait_ms"] >= 0
     fake = FakeBedrock(["a"], throttle_first=10)
-    d = stream(BedrockBackend("m", client=fake, retry=Retry(max_retries=2, base_s=0.001, cap_s=0.002)))
+    d = stream(BedrockClient("m", client=fake, retry=Retry(max_retries=2, base_s=0.001, cap_s=0.002)))
     assert (d["ok"], d["error"], d["retries"]) == (False, "throttled", 2)
 
 
 @pytest.mark.parametrize("event,cls", [("throttlingException", "throttled"),
                                        ("modelStreamErrorException", "stream_error")])
 def test_bedrock_exception_event_mid_stream(event, cls):
-    d = stream(BedrockBackend("m", client=FakeBedrock(["a", "b", "c", "d"], fail_mid_stream=event)))
+    d = stream(BedrockClient("m", client=FakeBedrock(["a", "b", "c", "d"], fail_mid_stream=event)))
     assert (d["ok"], d["error"]) == (False, cls) and len(d["chunk_us"]) == 2
 
 
 def test_bedrock_through_the_whole_benchmark(tmp_path):
     fake = FakeBedrock(["x"] * 6, ttft=0.02, gap=0.004)
-    levels = run_bench(Endpoint(name="bedrock", kind="bedrock", model_id="m", region="us-east-1"),
+    levels = run_bench(Endpoint(name="bedrock", protocol="bedrock", model_id="m", region="us-east-1"),
                        client=fake, profile="agent", concurrency=(1, 3), requests=3,
                        out_dir=tmp_path, progress=False, time_limit=30)
     assert [lv["completed"] for lv in levels] == [3, 3]
@@ -112,5 +112,5 @@ def test_bedrock_through_the_whole_benchmark(tmp_path):
 def test_sagemaker_without_a_model_name_lets_the_container_pick_its_own():
     parts = [sse(ch(" a", finish="stop")) + b"data: [DONE]\n\n"]
     fake = FakeSageMaker(parts)
-    d = stream(SageMakerBackend("ep", "", client=fake))
+    d = stream(SageMakerClient("ep", "", client=fake))
     assert d["ok"] and "model" not in json.loads(fake.calls[0]["Body"])

@@ -17,7 +17,7 @@ except ImportError:  # pragma: no cover
     def dumps(o):  # type: ignore[no-redef]
         return json.dumps(o).encode()
 
-from harness.bench.backends import chat_body, http_error_class
+from harness.bench.clients.body import chat_body, http_error_class
 from harness.bench.profiles import BenchRequest
 from harness.bench.record import Record, now_ns
 from harness.bench.sse import OpenAIStreamParser
@@ -86,8 +86,8 @@ def _stamp(resp: aiohttp.ClientResponse) -> _ArrivalStamp | None:
     return cur
 
 
-class OpenAIBackend:
-    kind = "openai"
+class OpenAIClient:
+    protocol = "openai"
 
     def __init__(self, base_url: str, model: str, *, vllm_extras: bool = True,
                  api_key: str | None = None) -> None:

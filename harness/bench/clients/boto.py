@@ -1,4 +1,4 @@
-"""What the two boto3 backends share: a client built for load, a blocking call run in its own
+"""What the two boto3 clients share: a client built for load, a blocking call run in its own
 daemon thread (the event loop never blocks, and a stuck read can never hold up interpreter
 exit), and throttling retries that are recorded, not hidden.
 
@@ -21,7 +21,7 @@ THROTTLE_CODES = {"ThrottlingException", "throttlingException", "TooManyRequests
                   "ServiceUnavailableException", "ServiceUnavailable"}
 
 
-def make_client(service: str, region: str | None, max_concurrency: int, read_timeout: float):
+def boto_client(service: str, region: str | None, max_concurrency: int, read_timeout: float):
     import boto3
     from botocore.config import Config
     cfg = Config(region_name=region, retries={"mode": "standard", "max_attempts": 1},

@@ -7,7 +7,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from harness import endpoints as disc
+from harness import discovery as disc
 from tests.harness.fake_openai import SCRIPTS, FakeOpenAI
 
 G6 = {"BackendId": "g6", "Service": "ec2", "Region": "us-east-1", "ModelId": "google/gemma-4-E2B-it-qat-w4a16-ct",
@@ -28,11 +28,14 @@ def _check(d: disc.Discovery) -> None:
     by = {e.name: e for e in d.endpoints}
     assert set(by) == {"g6", "sagemaker", "bedrock"}
     g6 = by["g6"]
-    assert (g6.kind, g6.instance_id, g6.port, g6.ssh_user, g6.base_url) == ("openai", "i-0123456789abcdef0", 8000, "ubuntu", None)
+    assert (g6.protocol, g6.instance_id, g6.port, g6.ssh_user, g6.base_url) == ("openai", "i-0123456789abcdef0", 8000, "ubuntu", None)
     assert g6.tool_calls and g6.instance_type == "g6.xlarge" and g6.stack_name == "G6Stack"
-    assert (by["sagemaker"].kind, by["sagemaker"].endpoint_name) == ("sagemaker", "kit-sagemaker-g6")
-    assert (by["bedrock"].kind, by["bedrock"].model_id, by["bedrock"].instance_type) == \
+    assert (by["sagemaker"].protocol, by["sagemaker"].endpoint_name) == ("sagemaker", "kit-sagemaker-g6")
+    assert (by["bedrock"].protocol, by["bedrock"].model_id, by["bedrock"].instance_type) == \
         ("bedrock", "us.amazon.nova-micro-v1:0", None)
+    # protocol: how the harness speaks; service: what bills (the stack's Service output)
+    assert {n: (e.protocol, e.service) for n, e in by.items()} == \
+        {"g6": ("openai", "ec2"), "sagemaker": ("sagemaker", "sagemaker"), "bedrock": ("bedrock", "bedrock")}
     assert "inf2: Inf2Stack not deployed" in d.notes
 
 
@@ -69,8 +72,8 @@ def test_endpoint_args_and_model_probe():
     with FakeOpenAI(SCRIPTS["good"], model="served/model-x") as srv:
         url = f"http://127.0.0.1:{srv.port}"  # no /v1: appended
         [ep] = disc.from_endpoint_args([f"laptop={url}"])
-        assert (ep.name, ep.kind, ep.base_url, ep.model_id, ep.tool_calls) == \
-            ("laptop", "openai", url + "/v1", "served/model-x", True)
+        assert (ep.name, ep.protocol, ep.service, ep.base_url, ep.model_id, ep.tool_calls) == \
+            ("laptop", "openai", None, url + "/v1", "served/model-x", True)
         [ep] = disc.from_endpoint_args([f"laptop={url}/v1/"], ["laptop=other/model"], ["laptop"])
         assert ep.model_id == "other/model" and not ep.tool_calls
     for bad in ["laptop", "=http://x", "laptop=ftp://x", "a b=http://x"]:

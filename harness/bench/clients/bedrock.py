@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.bench.backends.boto import Retry, call_with_retry, classify, error_code, make_client, \
+from harness.bench.clients.boto import Retry, boto_client, call_with_retry, classify, error_code, \
     run_in_thread
 from harness.bench.profiles import BenchRequest
 from harness.bench.record import Record, now_ns
@@ -20,8 +20,8 @@ _ERROR_EVENTS = {"internalServerException": "stream_error", "modelStreamErrorExc
                  "serviceUnavailableException": "throttled"}
 
 
-class BedrockBackend:
-    kind = "bedrock"
+class BedrockClient:
+    protocol = "bedrock"
 
     def __init__(self, model: str, *, region: str | None = None, client: Any = None,
                  read_timeout: float = 600.0, retry: Retry | None = None) -> None:
@@ -33,7 +33,7 @@ class BedrockBackend:
 
     async def start(self, max_concurrency: int) -> None:
         if self.client is None:
-            self.client = make_client("bedrock-runtime", self.region, max_concurrency,
+            self.client = boto_client("bedrock-runtime", self.region, max_concurrency,
                                       self.read_timeout)
 
     async def close(self) -> None:

@@ -9,7 +9,7 @@ Sources, combined in this order:
   ``GET /v1/models`` unless given).
 
 Every backend stack emits the same outputs (the contract with ``stacks/``): ``BackendId``,
-``Service`` (bedrock|sagemaker|ec2), ``Region``, ``ModelId``, ``InstanceType``, and per kind
+``Service`` (bedrock|sagemaker|ec2), ``Region``, ``ModelId``, ``InstanceType``, and per service
 ``InstanceId`` + ``Port`` + ``SshUser`` (EC2), ``EndpointName`` (SageMaker), or just ``ModelId`` (Bedrock).
 """
 from __future__ import annotations
@@ -87,18 +87,18 @@ def endpoint_from_outputs(stack_name: str, outputs: Mapping[str, str],
 
     common: dict[str, Any] = dict(name=b.id, model_id=model_id, label=b.label, region=region,
                                   tool_calls=b.tool_calls, instance_type=instance_type,
-                                  stack_name=stack_name)
+                                  stack_name=stack_name, service=service)
     if service == "bedrock":
-        return Endpoint(kind="bedrock", **{**common, "instance_type": None})
+        return Endpoint(protocol="bedrock", **{**common, "instance_type": None})
     if service == "sagemaker":
-        return Endpoint(kind="sagemaker", endpoint_name=need("EndpointName"), **common)
+        return Endpoint(protocol="sagemaker", endpoint_name=need("EndpointName"), **common)
     if service == "ec2":
         raw_port = need("Port")
         try:
             port = int(raw_port)
         except ValueError:
             raise DiscoveryError(f"stack {stack_name}: output 'Port' is not a number: {outputs['Port']!r}") from None
-        return Endpoint(kind="openai", instance_id=need("InstanceId"), port=port,
+        return Endpoint(protocol="openai", instance_id=need("InstanceId"), port=port,
                         ssh_user=outputs.get("SshUser") or None, **common)
     raise DiscoveryError(f"stack {stack_name}: Service output {service!r} is not one of bedrock, sagemaker, ec2")
 
@@ -229,6 +229,6 @@ def from_endpoint_args(values: Iterable[str], models: Iterable[str] = (),
         if any(e.name == name for e in out):
             raise DiscoveryError(f"--endpoint {v!r}: name {name!r} given twice")
         model_id = per_model.get(name) or default_model or probe_model_id(url)
-        out.append(Endpoint(name=name, kind="openai", model_id=model_id, label=f"{name} ({url})",
+        out.append(Endpoint(name=name, protocol="openai", model_id=model_id, label=f"{name} ({url})",
                             base_url=url, tool_calls=name not in plain))
     return out

@@ -20,11 +20,11 @@ def build_model(endpoint: Endpoint, *, timeout: float = 60.0, max_tokens: int = 
                 temperature: float = 0.0, client: Any = None, boto_session: Any = None):
     """A Strands ``Model`` speaking to ``endpoint``.
 
-    ``client``: for kind ``sagemaker`` a ``sagemaker-runtime`` client, for ``bedrock`` a
+    ``client``: for protocol ``sagemaker`` a ``sagemaker-runtime`` client, for ``bedrock`` a
     ``bedrock-runtime`` client; replaces the one Strands builds (the seam the tests use).
     """
     boto_session = _session_for(endpoint, boto_session)
-    if endpoint.kind == "openai":
+    if endpoint.protocol == "openai":
         from strands.models.openai import OpenAIModel
 
         if not endpoint.base_url:
@@ -35,7 +35,7 @@ def build_model(endpoint: Endpoint, *, timeout: float = 60.0, max_tokens: int = 
             model_id=endpoint.model_id,
             params={"max_tokens": max_tokens, "temperature": temperature},
         )
-    if endpoint.kind == "sagemaker":
+    if endpoint.protocol == "sagemaker":
         from strands.models.sagemaker import SageMakerAIModel
 
         if not endpoint.endpoint_name:
@@ -54,7 +54,7 @@ def build_model(endpoint: Endpoint, *, timeout: float = 60.0, max_tokens: int = 
         if client is not None:
             model.client = client
         return model
-    if endpoint.kind == "bedrock":
+    if endpoint.protocol == "bedrock":
         from strands.models.bedrock import BedrockModel
 
         kwargs: dict[str, Any] = {"model_id": endpoint.model_id, "max_tokens": max_tokens,
@@ -68,7 +68,7 @@ def build_model(endpoint: Endpoint, *, timeout: float = 60.0, max_tokens: int = 
         if client is not None:
             model.client = client
         return model
-    raise ValueError(f"unknown endpoint kind {endpoint.kind!r}; valid: openai, sagemaker, bedrock")
+    raise ValueError(f"unknown endpoint protocol {endpoint.protocol!r}; valid: openai, sagemaker, bedrock")
 
 
 def _session_for(endpoint: Endpoint, session: Any) -> Any:
