@@ -21,8 +21,6 @@ PACKAGES = ("harness", "stacks", "ami")
 # lead empties this list once they are gone). Each entry is the set of modules of one cycle.
 ALLOWED: list[frozenset[str]] = [
     # being removed by issue 10
-    frozenset({"harness.bench.backends", "harness.bench.backends.openai", "harness.bench.backends.sagemaker"}),
-    # being removed by issue 10
     frozenset({"harness.cost.model", "harness.cost.run_cost"}),
 ]
 
