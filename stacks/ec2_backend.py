@@ -5,8 +5,8 @@ Catalog facts read (harness/catalog.py): ``Backend.image`` (the image family, he
 the userdata/engine-*.sh script, stacks/image_families.py), ``Backend.port`` and
 ``Backend.engine_settings`` for the instance type and model: vLLM's tool-call flags
 (KIT_VLLM_ARGS), the Neuron platform (KIT_NEURON_PLATFORM) and the tensor-parallel degrees the
-runtime supports on the instance (KIT_TP_DEGREE, the largest). The boot scripts receive these
-values as they are and do not re-derive them.
+runtime supports on the instance (KIT_TP_DEGREES). The boot scripts receive these values as they
+are and do not re-derive them.
 """
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ class Ec2BackendStack(cdk.Stack):
         if engine.vllm_args is not None:
             env["KIT_VLLM_ARGS"] = engine.vllm_args
         if engine.tp_degrees:
-            env["KIT_TP_DEGREE"] = str(max(engine.tp_degrees))
+            env["KIT_TP_DEGREES"] = ",".join(map(str, engine.tp_degrees))
             env["KIT_NEURON_PLATFORM"] = engine.neuron_platform
         self.server = InferenceInstance(
             self, "Server", vpc=vpc, eice_security_group=eice_security_group,

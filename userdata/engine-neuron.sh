@@ -4,13 +4,14 @@
 # engine-vllm-gpu.sh. Safe to run again after a reboot or a stop/start: the checkpoint is
 # downloaded once and compiled graphs are reused from the persistent cache on EBS.
 #
-# KIT_TP_DEGREE comes from the stack: the NeuronCore count of the instance type in
-# harness/catalog.py, rounded down to a degree the Neuron runtime supports on
-# KIT_NEURON_PLATFORM. It is a ceiling: the degree served must also divide the model's attention
-# heads (32 on trn1.32xlarge would be refused for an 8-head model), known once the checkpoint is here.
+# Catalog facts it reads (harness/catalog.py, decided by the stack, stacks/ec2_backend.py):
+#   KIT_TP_DEGREES       tensor-parallel degrees the Neuron runtime supports on this instance type
+#                        (neuron_tp_degrees), e.g. 1,2 on inf2.xlarge
+#   KIT_NEURON_PLATFORM  the instance's Neuron platform (neuron_platform; trn1n runs as trn1)
+# Both go to the engine as they are; the engine serves the largest degree that also divides the
+# checkpoint's attention heads (ami/neuron/neuron_config.py), known once the checkpoint is here.
 
 KIT_NEURON_VENV=${KIT_NEURON_VENV:-/opt/inference-kit/neuron}
-KIT_NEURON_APP=${KIT_NEURON_APP:-/opt/inference-kit/app}  # holds ami/neuron (the image pipeline)
 KIT_NEURON_SERVE=$KIT_NEURON_VENV/bin/kit-neuron-serve
 # neuron-ls lives here, not on the PATH systemd gives the unit (aws-neuron/aws-neuron-sdk#447;
 # ami/pins.py NEURON_TOOLS_BIN): called by path.
@@ -35,18 +36,6 @@ engine_exec() {
     "$KIT_NEURON_VENV/bin/hf" download "$KIT_MODEL" --local-dir "$KIT_MODEL_DIR" >/dev/null
     touch "$KIT_MODEL_DIR/.kit-complete"
   fi
-  local tp
-  tp=$(kit_neuron_tp "$KIT_MODEL_DIR")
   exec "$KIT_NEURON_SERVE" --model "$KIT_MODEL_DIR" --served-model-name "$KIT_SERVED_MODEL" \
-    --host 127.0.0.1 --port "$KIT_PORT" --tp-degree "$tp"
-}
-
-# kit_neuron_tp CHECKPOINT_DIR: the largest degree up to KIT_TP_DEGREE that the runtime supports
-# on KIT_NEURON_PLATFORM and that divides the checkpoint's attention heads (the engine's own rule).
-kit_neuron_tp() {
-  PYTHONPATH=$KIT_NEURON_APP "$KIT_NEURON_VENV/bin/python" -c '
-import json, sys
-from ami.neuron.neuron_config import choose_tp_degree, text_config
-heads = text_config(json.load(open(sys.argv[1] + "/config.json")))["num_attention_heads"]
-print(choose_tp_degree(int(sys.argv[2]), sys.argv[3], heads))' "$1" "$KIT_TP_DEGREE" "$KIT_NEURON_PLATFORM"
+    --host 127.0.0.1 --port "$KIT_PORT" --tp-degrees "$KIT_TP_DEGREES" --platform "$KIT_NEURON_PLATFORM"
 }

@@ -90,7 +90,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", default="bf16",
                    help="weight dtype: bf16 (default) or fp16 (cpu with --model also fp32); int4 is refused")
     p.add_argument("--tp-degree", type=_positive, metavar="N",
-                   help="neuron: tensor-parallel degree (default: all NeuronCores the runtime allows)")
+                   help="neuron: tensor-parallel degree (default: the largest of --tp-degrees that fits)")
+    p.add_argument("--tp-degrees", type=_ints, metavar="N,N,..",
+                   help="neuron: degrees the Neuron runtime supports on this instance (kit-boot passes the "
+                        "catalog's); the largest that fits the NeuronCores and divides the heads is served")
+    p.add_argument("--platform", metavar="NAME",
+                   help="neuron: Neuron platform the graphs are compiled for (inf2, trn1; kit-boot passes the "
+                        "catalog's), part of the compiled-cache key")
     p.add_argument("--compiled-dir", default=DEFAULT_CACHE_ROOT, metavar="DIR",
                    help=f"neuron: root of the compiled-model cache (default {DEFAULT_CACHE_ROOT})")
     p.add_argument("--neuron-model-src", default=DEFAULT_MODEL_SRC, metavar="DIR",
@@ -139,7 +145,8 @@ def compile_only(args: argparse.Namespace) -> str:
     from . import neuron_backend
     try:
         cfg = neuron_backend.engine_config(args.model, args.shapes, args.dtype, args.tp_degree,
-                                           args.compiled_dir, args.served_model_name)
+                                           args.compiled_dir, args.served_model_name,
+                                           args.tp_degrees or (), args.platform)
         neuron_backend.build_model(args.model, cfg, args.neuron_model_src, args.neuron_model_class,
                                    args.neuron_config_class, load=False)
     except ConfigError as exc:
@@ -158,7 +165,8 @@ def build_generator(args: argparse.Namespace):
     from . import neuron_backend
     try:
         cfg = neuron_backend.engine_config(args.model, shapes, args.dtype, args.tp_degree,
-                                           args.compiled_dir, args.served_model_name)
+                                           args.compiled_dir, args.served_model_name,
+                                           args.tp_degrees or (), args.platform)
         return neuron_backend.make_generator(args.served_model_name, args.model, cfg, limits, wait_s,
                                              args.neuron_model_src, args.neuron_model_class,
                                              args.neuron_config_class)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from .chat import ChatFormat
 from .generator import BatchedGenerator, Limits
-from .neuron_config import ConfigError, NeuronEngineConfig, parse_neuron_ls, platform_of, plan
+from .neuron_config import ConfigError, NeuronEngineConfig, parse_neuron_ls, plan
 from .scheduler import Row
 
 log = logging.getLogger(__name__)
@@ -88,14 +88,6 @@ def detect_neuron_cores() -> int:
     return parse_neuron_ls(out.stdout)
 
 
-def detect_instance_type() -> str | None:
-    """EC2 Nitro instances expose their type as the DMI product name (no IMDS call needed)."""
-    try:
-        return Path("/sys/devices/virtual/dmi/id/product_name").read_text().strip() or None
-    except OSError:
-        return None
-
-
 def _import(spec: str):
     module, _, name = spec.partition(":")
     try:
@@ -105,7 +97,8 @@ def _import(spec: str):
 
 
 def engine_config(model_dir: str, shapes, dtype: str, tp_degree: int | None, cache_root: str,
-                  served_name: str) -> NeuronEngineConfig:
+                  served_name: str, tp_degrees=(), platform: str | None = None) -> NeuronEngineConfig:
+    """``tp_degrees`` and ``platform`` are the catalog's for this instance (--tp-degrees, --platform)."""
     with open(os.path.join(model_dir, "config.json")) as f:
         model_config = json.load(f)
     if importlib.util.find_spec("neuronx_distributed_inference") is None:
@@ -117,7 +110,7 @@ def engine_config(model_dir: str, shapes, dtype: str, tp_degree: int | None, cac
     # On-disk weights (vision and audio towers included, which the text port does not load):
     # an upper bound for the memory check.
     weight_bytes = sum(p.stat().st_size for p in Path(model_dir).glob("*.safetensors")) or None
-    return plan(model_config, neuron_cores=cores, platform=platform_of(detect_instance_type()),
+    return plan(model_config, neuron_cores=cores, tp_degrees=tp_degrees, platform=platform,
                 shapes=shapes, dtype=dtype, tp_degree=tp_degree, cache_root=cache_root,
                 sdk_version=str(sdk), model_name=served_name, weight_bytes=weight_bytes)
 

@@ -5,8 +5,12 @@ rule here is unit-tested on a machine without a NeuronCore.
 Facts behind the rules (see README, "Why these shapes"):
 - Neuron graphs are compiled ahead of time for fixed shapes: a request longer than the largest
   prompt bucket or the total sequence length cannot run, it must be refused.
-- NxD Inference tensor-parallel degrees the runtime supports (Neuron SDK 2.28 API guide):
-  inf2 1, 2, 4, 8, 24; trn1 1, 2, 8, 16, 32. The attention head count must divide by it.
+- Tensor parallelism: which degrees the Neuron runtime supports on an instance, and the
+  instance's Neuron platform, are catalog facts (harness/catalog.py ``neuron_tp_degrees``,
+  ``neuron_platform``). The stack decides them, userdata/engine-neuron.sh hands them over as
+  ``--tp-degrees`` and ``--platform``, and this module only picks the largest of those degrees
+  that fits the NeuronCores it sees and divides the model's attention heads (known once the
+  checkpoint is on disk). The engine ships without the harness, so it never imports the catalog.
 - A single embedding gather above ~4-5 GB returned zeros without an error in the seed's port;
   Gemma 4 E2B's per-layer embedding table is 262144 x 8960 (4.70 GB in bf16), so it is split
   across NeuronCores (NxD's ParallelEmbedding shards it along the embedding dimension) and we
@@ -20,8 +24,8 @@ import hashlib
 import json
 import math
 from dataclasses import asdict, dataclass
+from typing import Sequence
 
-TP_DEGREES = {"inf2": (1, 2, 4, 8, 24), "trn1": (1, 2, 8, 16, 32)}
 DTYPES = {"bf16": ("bfloat16", 2), "fp16": ("float16", 2)}
 REFUSED_DTYPES = {
     "int4": "int4 weights are widened to bf16 before every matmul on NeuronCore-v2 "
@@ -143,20 +147,25 @@ def check_precision(model_config: dict, dtype: str) -> None:
                           "this engine compiles bf16/fp16 weights; point --model at the bf16 checkpoint")
 
 
-def choose_tp_degree(neuron_cores: int, platform: str | None, num_attention_heads: int) -> int:
-    """Largest tensor-parallel degree the runtime supports on this platform that fits the
-    instance's NeuronCores and divides the attention heads."""
+def choose_tp_degree(neuron_cores: int, tp_degrees: Sequence[int], num_attention_heads: int) -> int:
+    """Largest of ``tp_degrees`` (those the runtime supports on this instance, from the catalog)
+    that fits the NeuronCores and divides the attention heads."""
     if neuron_cores < 1:
         raise ConfigError(f"no NeuronCores found (count {neuron_cores}); is the Neuron driver loaded?")
-    allowed = TP_DEGREES.get(platform or "", tuple(sorted(set(TP_DEGREES["inf2"]) & set(TP_DEGREES["trn1"]))))
-    fits = [d for d in allowed if d <= neuron_cores and num_attention_heads % d == 0]
+    if not tp_degrees:
+        raise ConfigError("no tensor-parallel degree: pass --tp-degree N, or --tp-degrees N,N,.. (the degrees "
+                          "the Neuron runtime supports on this instance; harness/catalog.py lists them)")
+    fits = [d for d in tp_degrees if d <= neuron_cores and num_attention_heads % d == 0]
+    if not fits:
+        raise ConfigError(f"none of the tp degrees {list(tp_degrees)} fits the {neuron_cores} NeuronCores "
+                          f"and divides the model's {num_attention_heads} attention heads")
     return max(fits)
 
 
-def check_tp_degree(tp: int, neuron_cores: int, platform: str | None, num_attention_heads: int) -> None:
-    allowed = TP_DEGREES.get(platform or "")
-    if allowed and tp not in allowed:
-        raise ConfigError(f"--tp-degree {tp} is not supported on {platform}; valid: {allowed}")
+def check_tp_degree(tp: int, neuron_cores: int, tp_degrees: Sequence[int], num_attention_heads: int) -> None:
+    if tp_degrees and tp not in tp_degrees:
+        raise ConfigError(f"--tp-degree {tp} is not one the Neuron runtime supports on this instance; "
+                          f"valid: {list(tp_degrees)}")
     if tp > neuron_cores:
         raise ConfigError(f"--tp-degree {tp} exceeds the {neuron_cores} NeuronCores of this instance")
     if num_attention_heads % tp:
@@ -213,17 +222,19 @@ def cache_key(model_config: dict, shapes: Shapes, tp_degree: int, dtype: str, sd
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def plan(model_config: dict, *, neuron_cores: int, platform: str | None, shapes: Shapes = DEFAULT_SHAPES,
-         dtype: str = "bf16", tp_degree: int | None = None, cache_root: str = DEFAULT_CACHE_ROOT,
+def plan(model_config: dict, *, neuron_cores: int, tp_degrees: Sequence[int] = (), platform: str | None = None,
+         shapes: Shapes = DEFAULT_SHAPES, dtype: str = "bf16", tp_degree: int | None = None, cache_root: str = DEFAULT_CACHE_ROOT,
          sdk_version: str = "unknown", max_gather_bytes: int = MAX_GATHER_BYTES,
          model_name: str = "model", weight_bytes: int | None = None) -> NeuronEngineConfig:
-    """The whole compile configuration from the checkpoint's config.json and the instance."""
+    """The whole compile configuration from the checkpoint's config.json and the instance.
+    ``tp_degrees`` and ``platform`` are the catalog's, as the stack passed them; ``tp_degree``
+    forces one degree (checked against ``tp_degrees`` when given)."""
     check_precision(model_config, dtype)
     heads = text_config(model_config)["num_attention_heads"]
     if tp_degree is None:
-        tp_degree = choose_tp_degree(neuron_cores, platform, heads)
+        tp_degree = choose_tp_degree(neuron_cores, tp_degrees, heads)
     else:
-        check_tp_degree(tp_degree, neuron_cores, platform, heads)
+        check_tp_degree(tp_degree, neuron_cores, tp_degrees, heads)
     largest = max(embedding_tables(model_config, DTYPES[dtype][1]), key=lambda t: t.bytes)
     per_rank = math.ceil(largest.bytes / tp_degree)
     if per_rank > max_gather_bytes:
@@ -250,10 +261,3 @@ def parse_neuron_ls(text: str) -> int:
     except (ValueError, TypeError, KeyError) as exc:
         raise ConfigError(f"cannot read NeuronCore count from neuron-ls output: {exc}") from None
 
-
-def platform_of(instance_type: str | None) -> str | None:
-    """'inf2.xlarge' -> 'inf2'; None when unknown."""
-    if not instance_type:
-        return None
-    family = instance_type.strip().split(".")[0]
-    return family if family in TP_DEGREES else None

@@ -32,6 +32,7 @@ def run_cli(args, cwd=REPO, pythonpath=REPO):
     (["--backend", "cpu", "--tiny-random", "--max-total-tokens", "128", "--prompt-buckets", "128"],
      "must exceed the largest prompt bucket"),
     (["--backend", "cpu", "--tiny-random", "--batch-size", "0"], "positive integer"),
+    (["--backend", "cpu", "--tiny-random", "--tp-degrees", "1,x"], "comma-separated integers"),
     (["--backend", "cpu", "--tiny-random", "--compile-only"], "--compile-only needs --backend neuron"),
     (["--backend", "cpu", "--tiny-random", "--model", "x"], "either --model DIR or --tiny-random"),
 ])
@@ -78,7 +79,8 @@ def test_runs_from_an_installed_copy_of_the_directory(tmp_path):
     r = run_cli(["--help"], cwd=tmp_path, pythonpath=tmp_path / "site")
     assert r.returncode == 0, r.stderr
     for flag in ("--backend", "--model", "--tiny-random", "--host", "--port", "--prompt-buckets",
-                 "--max-total-tokens", "--batch-size", "--dtype", "--tp-degree", "--compiled-dir"):
+                 "--max-total-tokens", "--batch-size", "--dtype", "--tp-degree", "--tp-degrees", "--platform",
+                 "--compiled-dir"):
         assert flag in r.stdout
     # The chat template file travels with the package (read with importlib.resources).
     probe = subprocess.run([sys.executable, "-c", "import ami.neuron.tiny as t, ami.neuron.server as s; "

@@ -6,9 +6,11 @@ import json
 import pytest
 
 from ami.neuron.neuron_config import (DEFAULT_SHAPES, MAX_GATHER_BYTES, ConfigError, cache_key,
-                                      choose_tp_degree, embedding_tables, make_shapes,
-                                      parse_neuron_ls, plan, platform_of)
-from harness.catalog import BACKENDS, INSTANCES
+                                      choose_tp_degree, embedding_tables, make_shapes, parse_neuron_ls, plan)
+from harness.catalog import BACKENDS, INSTANCES, neuron_platform, neuron_tp_degrees
+
+# What the stack passes on a 2-NeuronCore instance (inf2.xlarge, trn1.2xlarge): harness/catalog.py.
+TWO = (1, 2)
 
 # Gemma 4 E2B's text settings as its config.json nests them (also in harness/models.py).
 E2B = {"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": {
@@ -30,7 +32,9 @@ def test_default_shapes_are_the_documented_ones():
 
 @pytest.mark.parametrize("backend", ["inf2", "trn1"])
 def test_kit_backends_compile_tp2_bf16_with_the_per_layer_table_split_in_two(backend):
-    cfg = plan(E2B, neuron_cores=neuron_cores(backend), platform=backend, sdk_version="2.28.0",
+    itype = BACKENDS[backend].instance_type
+    cfg = plan(E2B, neuron_cores=neuron_cores(backend), tp_degrees=neuron_tp_degrees(itype),
+               platform=neuron_platform(itype), sdk_version="2.28.0",
                cache_root="/var/cache/ami-neuron", model_name="google/gemma-4-E2B-it")
     assert cfg.tp_degree == 2 and cfg.dtype == "bf16" and cfg.torch_dtype == "bfloat16"
     assert cfg.embedding_shards == 2
@@ -50,7 +54,7 @@ def test_tp1_would_put_the_whole_per_layer_table_in_one_gather_and_is_refused():
     assert tables["embed_tokens_per_layer"].bytes == 4_697_620_480  # 262144 x 8960 bf16
     assert tables["embed_tokens"].bytes == 805_306_368
     with pytest.raises(ConfigError, match=r"4\.70 GB per NeuronCore.*at least 2"):
-        plan(E2B, neuron_cores=2, platform="inf2", tp_degree=1)
+        plan(E2B, neuron_cores=2, tp_degrees=TWO, platform="inf2", tp_degree=1)
 
 
 @pytest.mark.parametrize("instance, expected", [
@@ -58,48 +62,54 @@ def test_tp1_would_put_the_whole_per_layer_table_in_one_gather_and_is_refused():
     ("trn1.2xlarge", 2), ("trn1.32xlarge", 8),
 ])
 def test_tp_degree_from_the_catalog_core_count(instance, expected):
-    # Largest runtime-supported degree that fits the cores and divides E2B's 8 heads.
-    assert choose_tp_degree(INSTANCES[instance].neuron_cores, platform_of(instance), 8) == expected
+    # Largest runtime-supported degree (the catalog's, as the stack passes them) that fits the
+    # cores and divides E2B's 8 heads.
+    assert choose_tp_degree(INSTANCES[instance].neuron_cores, neuron_tp_degrees(instance), 8) == expected
 
 
 def test_tp_degree_rules():
-    assert choose_tp_degree(24, "inf2", 48) == 24
-    assert choose_tp_degree(12, "inf2", 48) == 8  # 12 is not a degree the inf2 runtime supports
-    assert choose_tp_degree(32, "trn1", 64) == 32
-    assert choose_tp_degree(4, None, 8) == 2  # unknown platform: degrees valid on both
+    inf2_48, trn1_32 = (1, 2, 4, 8, 24), (1, 2, 8, 16, 32)
+    assert choose_tp_degree(24, inf2_48, 48) == 24
+    assert choose_tp_degree(24, inf2_48, 12) == 4  # 24 and 8 do not divide 12 heads; inf2 has no 6 or 12
+    assert choose_tp_degree(12, inf2_48, 48) == 8  # NEURON_RT_NUM_CORES=12: 24 does not fit
+    assert choose_tp_degree(32, trn1_32, 64) == 32
     with pytest.raises(ConfigError, match="no NeuronCores"):
-        choose_tp_degree(0, "inf2", 8)
-    with pytest.raises(ConfigError, match="not supported on trn1"):
-        plan(E2B, neuron_cores=32, platform="trn1", tp_degree=4)
+        choose_tp_degree(0, TWO, 8)
+    with pytest.raises(ConfigError, match="pass --tp-degree N, or --tp-degrees"):
+        plan(E2B, neuron_cores=2)  # nothing passed: the engine does not guess the runtime's degrees
+    with pytest.raises(ConfigError, match=r"none of the tp degrees \[2\] .* 3 attention heads"):
+        choose_tp_degree(2, (2,), 3)
+    with pytest.raises(ConfigError, match=r"not one the Neuron runtime supports on this instance; valid: \[1, 2, 8"):
+        plan(E2B, neuron_cores=32, tp_degrees=trn1_32, tp_degree=4)
     with pytest.raises(ConfigError, match="exceeds the 2 NeuronCores"):
-        plan(E2B, neuron_cores=2, platform="inf2", tp_degree=4)
+        plan(E2B, neuron_cores=2, tp_degree=4)  # a forced degree without --tp-degrees is still checked
     with pytest.raises(ConfigError, match="does not divide the model's 8 attention heads"):
-        plan(E2B, neuron_cores=24, platform="inf2", tp_degree=24)
+        plan(E2B, neuron_cores=24, tp_degrees=inf2_48, tp_degree=24)
 
 
 def test_int4_is_refused_with_the_reason():
     with pytest.raises(ConfigError, match="27x slower"):
-        plan(E2B, neuron_cores=2, platform="inf2", dtype="int4")
+        plan(E2B, neuron_cores=2, tp_degrees=TWO, platform="inf2", dtype="int4")
     qat = {**E2B, "quantization_config": {"quant_method": "compressed-tensors", "config_groups": {
         "group_0": {"weights": {"num_bits": 4, "type": "int"}}}}}
     with pytest.raises(ConfigError, match="int4 checkpoint refused.*27x"):
-        plan(qat, neuron_cores=2, platform="inf2")
+        plan(qat, neuron_cores=2, tp_degrees=TWO, platform="inf2")
     with pytest.raises(ConfigError, match="not one of bf16, fp16"):
-        plan(E2B, neuron_cores=2, platform="inf2", dtype="bf17")
-    assert plan(E2B, neuron_cores=2, platform="inf2", dtype="fp16").torch_dtype == "float16"
+        plan(E2B, neuron_cores=2, tp_degrees=TWO, platform="inf2", dtype="bf17")
+    assert plan(E2B, neuron_cores=2, tp_degrees=TWO, platform="inf2", dtype="fp16").torch_dtype == "float16"
 
 
 def test_cache_path_is_stable_and_changes_with_anything_compiled_in():
-    base = plan(E2B, neuron_cores=2, platform="inf2", sdk_version="2.28.0")
-    assert plan(E2B, neuron_cores=2, platform="inf2", sdk_version="2.28.0").compiled_dir == base.compiled_dir
+    base = plan(E2B, neuron_cores=2, tp_degrees=TWO, platform="inf2", sdk_version="2.28.0")
+    assert plan(E2B, neuron_cores=2, tp_degrees=TWO, platform="inf2", sdk_version="2.28.0").compiled_dir == base.compiled_dir
     other_shapes = make_shapes((128, 512), 1024, 4)
     variants = [
-        plan(E2B, neuron_cores=2, platform="inf2", sdk_version="2.28.1"),
-        plan(E2B, neuron_cores=2, platform="inf2", sdk_version="2.28.0", shapes=other_shapes),
-        plan(E2B, neuron_cores=2, platform="inf2", sdk_version="2.28.0", dtype="fp16"),
+        plan(E2B, neuron_cores=2, tp_degrees=TWO, platform="inf2", sdk_version="2.28.1"),
+        plan(E2B, neuron_cores=2, tp_degrees=TWO, platform="inf2", sdk_version="2.28.0", shapes=other_shapes),
+        plan(E2B, neuron_cores=2, tp_degrees=TWO, platform="inf2", sdk_version="2.28.0", dtype="fp16"),
         plan({**E2B, "text_config": {**E2B["text_config"], "vocab_size": 262143}},
-             neuron_cores=2, platform="inf2", sdk_version="2.28.0"),
-        plan(E2B, neuron_cores=2, platform="trn1", sdk_version="2.28.0"),  # baked on inf2, run on trn1
+             neuron_cores=2, tp_degrees=TWO, platform="inf2", sdk_version="2.28.0"),
+        plan(E2B, neuron_cores=2, tp_degrees=TWO, platform="trn1", sdk_version="2.28.0"),  # baked on inf2, run on trn1
     ]
     assert len({v.compiled_dir for v in variants} | {base.compiled_dir}) == 6
     assert json.loads(json.dumps(base.marker()))["cache_key"] == base.cache_key
@@ -129,8 +139,6 @@ def test_neuron_ls_core_count():
     assert parse_neuron_ls(two) == 4
     with pytest.raises(ConfigError, match="cannot read NeuronCore count"):
         parse_neuron_ls("neuron-ls: command not found")
-    assert platform_of("inf2.xlarge") == "inf2" and platform_of("trn1.2xlarge") == "trn1"
-    assert platform_of("m7i.large") is None and platform_of(None) is None
 
 
 def test_memory_check_counts_weights_per_core_and_a_replicated_kv_cache():
@@ -139,8 +147,8 @@ def test_memory_check_counts_weights_per_core_and_a_replicated_kv_cache():
     from ami.neuron.neuron_config import kv_cache_bytes
     assert kv_cache_bytes(full, DEFAULT_SHAPES, 2) == 15 * 2 * 1 * 512 * 4096 * 4 * 2
     # The E2B checkpoint on disk (~10.2 GB with its vision/audio towers) fits at tp 2.
-    cfg = plan(full, neuron_cores=2, platform="inf2", weight_bytes=10_200_000_000)
+    cfg = plan(full, neuron_cores=2, tp_degrees=TWO, platform="inf2", weight_bytes=10_200_000_000)
     assert cfg.bytes_per_core == 5_100_000_000 + 15 * 2 * 512 * 4096 * 4 * 2
     # A 26B-class checkpoint does not, and says what to change.
     with pytest.raises(ConfigError, match=r"52\.0 GB of weights over tp degree 2.*raise the tp degree"):
-        plan(full, neuron_cores=2, platform="inf2", weight_bytes=52_000_000_000)
+        plan(full, neuron_cores=2, tp_degrees=TWO, platform="inf2", weight_bytes=52_000_000_000)

@@ -224,9 +224,15 @@ def test_backend_user_data_for_custom_silicon(kit):
     assert "--tool-call-parser gemma4" in g5g
     for stack in ("Inf2Stack", "Trn1Stack"):
         text = kit.stacks[stack].server.user_data_text
-        assert "KIT_TP_DEGREE=2\n" in text  # inf2.xlarge and trn1.2xlarge: 2 NeuronCores
+        # inf2.xlarge and trn1.2xlarge: 2 NeuronCores, the runtime's degrees up to 2 (harness/catalog.py)
+        assert "KIT_TP_DEGREES=1,2\n" in text
         assert f"KIT_NEURON_PLATFORM={stack[:4].lower()}\n" in text
-        assert '--tp-degree "$tp"' in text and 'tp=$(kit_neuron_tp "$KIT_MODEL_DIR")' in text
+
+
+def test_trn1n_runs_as_trn1_with_trn1s_degrees(tmp_path):
+    s = synth(tmp_path, backends="trn1", trn1_instance_type="trn1n.32xlarge")
+    text = s.stacks["Trn1Stack"].server.user_data_text
+    assert "KIT_TP_DEGREES=1,2,8,16,32\n" in text and "KIT_NEURON_PLATFORM=trn1\n" in text
 
 
 def test_g6_prebuilt_image_neuron_parent_override_and_backend_selection(tmp_path):

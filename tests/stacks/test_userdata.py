@@ -361,22 +361,40 @@ def test_serve_exports_the_token_without_logging_it(stand, tmp_path):
     assert "hf_TEST" not in r.stdout + r.stderr
 
 
-@pytest.mark.parametrize("cap, platform, heads, served", [
-    (2, "inf2", 8, 2),     # inf2.xlarge / trn1.2xlarge: the catalog's degree
-    (32, "trn1", 8, 8),    # trn1.32xlarge: 32 would not divide 8 heads; the engine refuses it
-    (24, "inf2", 8, 8),    # inf2.48xlarge
-    (24, "inf2", 12, 4),   # 12 heads: 24 and 8 do not divide, inf2 has no 6 or 12
-])
-def test_neuron_tp_degree_is_capped_by_the_instance_and_divides_the_heads(tmp_path, cap, platform, heads, served):
-    """engine-neuron.sh's kit_neuron_tp with the real ami/neuron rule, on a checkpoint's config.json."""
+@pytest.mark.parametrize("degrees, platform", [("1,2", "inf2"), ("1,2,8,16,32", "trn1")])
+def test_neuron_engine_receives_the_catalogs_degrees_and_platform_as_they_are(tmp_path, degrees, platform):
+    """engine-neuron.sh's engine_exec, run: it fetches the checkpoint once and starts the engine
+    with the stack's KIT_TP_DEGREES and KIT_NEURON_PLATFORM, deciding nothing itself."""
     venv = tmp_path / "venv" / "bin"
     venv.mkdir(parents=True)
-    (venv / "python").symlink_to(Path(sys.executable))
-    ckpt = tmp_path / "ckpt"
-    ckpt.mkdir()
-    (ckpt / "config.json").write_text(json.dumps({"text_config": {"num_attention_heads": heads}}))
-    env = {"PATH": os.environ["PATH"], "KIT_MODEL": "google/gemma-4-E2B-it", "KIT_TP_DEGREE": str(cap),
-           "KIT_NEURON_PLATFORM": platform, "KIT_NEURON_VENV": str(tmp_path / "venv"), "KIT_NEURON_APP": str(ROOT)}
-    r = run_bash(["bash", "-c", f"set -euo pipefail; . {ROOT}/userdata/engine-neuron.sh; kit_neuron_tp {ckpt}"], env=env)
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.strip() == str(served)
+    calls = tmp_path / "calls"
+    (venv / "hf").write_text(f'#!/bin/bash\necho "hf $*" >> {calls}\nmkdir -p "$4"\n')
+    (venv / "kit-neuron-serve").write_text(f'#!/bin/bash\necho "serve $*" >> {calls}\n')
+    for f in venv.iterdir():
+        f.chmod(0o755)
+    model = "google/gemma-4-E2B-it"
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "KIT_MODEL": model, "KIT_SERVED_MODEL": model,
+           "KIT_PORT": "8000", "KIT_TP_DEGREES": degrees, "KIT_NEURON_PLATFORM": platform,
+           "KIT_NEURON_VENV": str(tmp_path / "venv")}
+    script = (ROOT / "userdata/engine-neuron.sh").read_text().replace("/opt/inference-kit/models", str(tmp_path / "m"))
+    (tmp_path / "engine.sh").write_text(script)
+    for _ in range(2):  # a second start (reboot, stop/start) reuses the checkpoint
+        r = run_bash(["bash", "-c", f"set -euo pipefail; . {tmp_path}/engine.sh; engine_exec"], env=env)
+        assert r.returncode == 0, r.stderr
+    hf, serve1, serve2 = calls.read_text().splitlines()
+    assert hf == f"hf download {model} --local-dir {tmp_path}/m/{model}"
+    assert serve1 == serve2 == (f"serve --model {tmp_path}/m/{model} --served-model-name {model} --host 127.0.0.1 "
+                                f"--port 8000 --tp-degrees {degrees} --platform {platform}")
+
+
+def test_every_flag_the_boot_script_passes_is_one_the_engine_takes():
+    """engine-neuron.sh and ami/neuron/cli.py agree on the engine's command line."""
+    import re
+
+    from ami.neuron.cli import build_parser
+
+    script = (ROOT / "userdata/engine-neuron.sh").read_text()
+    exec_line = script[script.index('exec "$KIT_NEURON_SERVE"'):].split("\n}", 1)[0]
+    passed = set(re.findall(r"(--[a-z][a-z-]+)", exec_line))
+    known = {o for a in build_parser()._actions for o in a.option_strings}
+    assert {"--tp-degrees", "--platform"} <= passed and passed <= known, passed - known
