@@ -105,7 +105,7 @@ def check_options(a: argparse.Namespace, prog: str, prefix: str = "") -> dict[st
 
 def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, dict[str, Any]]:
     a = build_parser().parse_args(argv)
-    from harness.endpoints import DiscoveryError, parse_endpoint_arg, parse_model_args
+    from harness.discovery import DiscoveryError, parse_endpoint_arg, parse_model_args
 
     if not a.endpoint:
         raise UsageError("harness.accuracy: no backend: give --endpoint NAME=URL (repeatable)")
@@ -206,7 +206,7 @@ def main(argv: list[str] | None = None, *, echo: Callable[[str], None] = print) 
     except UsageError as e:
         print(e, file=sys.stderr)
         return 2
-    from harness.endpoints import DiscoveryError, from_endpoint_args
+    from harness.discovery import DiscoveryError, from_endpoint_args
 
     try:
         eps = from_endpoint_args(a.endpoint, a.model)

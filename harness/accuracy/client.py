@@ -108,7 +108,7 @@ def _boto_call(call: Callable[[], Any]) -> Any:
 
 def sagemaker_ask(ep: Endpoint, s: Settings, client: Any) -> Callable[[Messages], str]:
     """The OpenAI chat body on /invocations, as the kit's SageMaker backend serves it
-    (harness.bench.backends.sagemaker sends the same body)."""
+    (harness.bench.clients.sagemaker sends the same body)."""
 
     def once(msgs: Messages) -> str:
         body = json.dumps({"model": ep.model_id, "messages": msgs, "temperature": 0, "seed": s.seed,
