@@ -10,14 +10,21 @@ Layout of one run (every report is re-rendered from these files alone):
         requests.jsonl, summary.json, summary.csv
       cost.json                       cost model output
       report.md, report.html
+
+Reading a run back (cost and report both do): ``read_json``, ``endpoints_from_meta``,
+``load_bench``. A hand-edited or foreign file of the wrong shape reads as missing, never as a
+crash: a report must still render.
 """
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from pathlib import Path
 from typing import Any, Iterator
+
+from harness.endpoint import saved_endpoint
 
 DEFAULT_ROOT = Path("results")
 
@@ -66,3 +73,47 @@ def write_json(path: Path, data: Any) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
     tmp.replace(path)
+
+
+def read_json(path: Path) -> Any | None:
+    """Parsed JSON, or None when the file is absent or unreadable."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def endpoints_from_meta(meta: dict) -> dict[str, dict]:
+    """Endpoint name -> its description in meta.json (a list of ``Endpoint.to_dict()``, or a
+    name-keyed object in older runs), in today's words (``harness.endpoint.saved_endpoint``)."""
+    eps = meta.get("endpoints") or {}
+    if isinstance(eps, list):
+        return {e["name"]: saved_endpoint(e) for e in eps if isinstance(e, dict) and isinstance(e.get("name"), str)}
+    if not isinstance(eps, dict):
+        return {}
+    return {k: saved_endpoint({"name": k} | v) for k, v in eps.items() if isinstance(v, dict)}
+
+
+def load_bench(results_dir: Path) -> dict[str, list[dict]]:
+    """Endpoint name -> its levels from bench/<name>/summary.json (unusable levels skipped)."""
+    out: dict[str, list[dict]] = {}
+    bench = Path(results_dir) / "bench"
+    if not bench.is_dir():
+        return out
+    for d in sorted(p for p in bench.iterdir() if p.is_dir()):
+        data = read_json(d / "summary.json")
+        if isinstance(data, dict):  # tolerate {"levels": [...]}
+            data = data.get("levels")
+        if isinstance(data, list):
+            out[d.name] = [lv for lv in data if _usable_level(lv)]
+    return out
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _usable_level(lv: Any) -> bool:
+    """A dict whose load and throughput, when given, are numbers."""
+    return isinstance(lv, dict) and all(_number(lv[k]) for k in ("concurrency", "rate", "output_tok_s")
+                                        if lv.get(k) is not None)

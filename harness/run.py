@@ -179,7 +179,7 @@ def _stage_bench(endpoints: list[Endpoint], run_dir: Path, args: argparse.Namesp
 
 
 def _stage_cost(run_dir: Path, echo: Callable[[str], None]) -> str:
-    from harness.cost.model import cost_for_run
+    from harness.cost.run_cost import cost_for_run
     from harness.cost.prices import PriceBook
 
     cost = cost_for_run(run_dir, PriceBook.auto())

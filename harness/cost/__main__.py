@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"harness.cost: {a.results_dir} is not a results directory (no meta.json, no bench/)",
                   file=sys.stderr)
             return 2
-        from harness.cost.model import cost_for_run
+        from harness.cost.run_cost import cost_for_run
 
         try:
             cost = cost_for_run(a.results_dir, PriceBook.auto(offline=a.offline), a.input_per_output)
@@ -100,7 +100,7 @@ def _usd(text: str) -> float:
 
 
 def _payback(argv: list[str]) -> int:
-    from harness.cost.model import payback
+    from harness.cost.formulas import payback
 
     p = _Parser(prog="python -m harness.cost payback", description="Payback and ROI of a migration.")
     p.add_argument("--before", type=_usd, required=True, help="monthly cost today (USD)")

@@ -1,6 +1,6 @@
 """On-demand prices: the AWS Price List API, with a dated snapshot in the repo as the fallback.
 
-API (used by harness.cost.plan, harness.cost.model and harness.run):
+API (used by harness.cost.plan, harness.cost.run_cost and harness.run):
 
     book = PriceBook.auto(offline=False)          # live when credentials exist, else snapshot
     q = book.instance("g6.xlarge", "us-east-1")   # Quote(usd_per_hour=…, source="live"|"snapshot", as_of=…)
@@ -67,14 +67,6 @@ def location_for_region(region: str) -> str:
         return _region_names()[region]
     except KeyError:
         raise ValueError(f"unknown AWS region {region!r} (expected e.g. us-east-1)") from None
-
-
-def region_for_location(location: str) -> str:
-    """Region code of a Price List ``location``: "EU (Ireland)" -> eu-west-1."""
-    for code, name in _region_names().items():
-        if name == location:
-            return code
-    raise ValueError(f"unknown Price List location {location!r} (expected e.g. 'US East (Ohio)')")
 
 
 # -- parsing ----------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """Decode roofline: how many tokens/s one stream could reach if the engine were perfect.
 
-One decode step reads the weights it needs (``harness.models``) and the KV cache, so a single
+One decode step reads the weights it needs (``harness.cost.architecture``) and the KV cache, so a single
 stream is bounded by ``memory bandwidth / bytes read per token``. Bandwidth and precision
 support come from ``harness.catalog`` (the one source of truth). Measured / ceiling is the
 engine's efficiency, the third of the seed's three variables.
@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from harness import catalog, models
+from harness import catalog
+from harness.cost import architecture
 
 DEFAULT_CONTEXT_TOKENS = 512  # the seed's Neuron graphs: 512 tokens in total
 
@@ -77,16 +78,16 @@ _SUPPORT_WARNINGS = {
 
 def roofline(instance_type: str, model_id: str, precision: str, *,
              context_tokens: int = DEFAULT_CONTEXT_TOKENS, embed_precision: str | None = None,
-             group_size: int | None = models.DEFAULT_GROUP_SIZE) -> Roofline:
+             group_size: int | None = architecture.DEFAULT_GROUP_SIZE) -> Roofline:
     spec = catalog.INSTANCES.get(instance_type)
     if spec is None:
         raise ValueError(f"no bandwidth known for {instance_type!r}; known: {', '.join(sorted(catalog.INSTANCES))}")
-    arch = models.arch_for(model_id)
+    arch = architecture.arch_for(model_id)
     if arch is None:
-        raise ValueError(f"no architecture known for model {model_id!r}; known: {', '.join(models.MODELS)}")
+        raise ValueError(f"no architecture known for model {model_id!r}; known: {', '.join(architecture.MODELS)}")
     if context_tokens < 0:
         raise ValueError(f"context_tokens must be >= 0, got {context_tokens}")
-    embed_precision = embed_precision or ("bf16" if precision in models.GROUP_SCALED else precision)
+    embed_precision = embed_precision or ("bf16" if precision in architecture.GROUP_SCALED else precision)
     weights = arch.weights_read_per_token(precision, embed_precision, group_size)
     kv = arch.kv_read_per_token(context_tokens)
     support = spec.chip.precision.get(precision, "unknown")
@@ -112,6 +113,6 @@ def backend_roofline(backend_id: str, *, context_tokens: int = DEFAULT_CONTEXT_T
     b = catalog.backend(backend_id)
     inst = instance_type or b.instance_type
     model_id = model_id or b.model_id
-    if inst is None or models.arch_for(model_id) is None:
+    if inst is None or architecture.arch_for(model_id) is None:
         return None
     return roofline(inst, model_id, precision or b.precision, context_tokens=context_tokens)

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from harness import catalog
-from harness.cost.run_cost import endpoints_from_meta, load_bench, read_json
-from harness.results import read_jsonl
+from harness.bench import metrics as bench_metrics
+from harness.results import endpoints_from_meta, load_bench, read_json, read_jsonl
 
 DEFAULT_SLO_TTFT_P99_MS = 800.0  # seed 004's SLO: P99 TTFT <= 800 ms
 
@@ -102,12 +102,12 @@ def load_run(results_dir: str | Path) -> RunData:
 
 def _offline_cost(path: Path) -> tuple[dict | None, str]:
     """Cost computed from the snapshot, in memory: the run's files are left untouched."""
-    from harness.cost import run_cost
     from harness.cost.prices import PriceBook
+    from harness.cost.run_cost import cost_for_run
 
     book = PriceBook.auto(offline=True)
     try:
-        cost = run_cost.cost_for_run(path, book, 5.0, write=False)
+        cost = cost_for_run(path, book, 5.0, write=False)
     except ValueError as e:
         return None, f"cost could not be computed: {e}"
     return cost, (f"no cost.json in this run: costs computed offline from the price snapshot dated "
@@ -139,16 +139,15 @@ def sweeps(levels: list[dict]) -> list[tuple[str, list[dict]]]:
     return out
 
 
-def knee_index(sweep: list[dict], latency: str = "e2e_ms") -> int | None:
-    """Index of the knee in one sweep (load order): the bench's own ``knee`` flag when it set one,
-    else, by the bench's definition, the last level before the first step where median latency
-    grew by a larger factor than output throughput."""
+def knee_index(sweep: list[dict]) -> int | None:
+    """Index of the knee in one sweep (load order): the bench's own ``knee`` flag when it wrote
+    one, else ``harness.bench.metrics.knee_index`` (the one definition) on the saved levels."""
     if any("knee" in lv for lv in sweep):
         return next((i for i, lv in enumerate(sweep) if lv.get("knee")), None)
-    for i in range(1, len(sweep)):
-        a, b = sweep[i - 1], sweep[i]
-        la, lb = metric(a, latency, "p50"), metric(b, latency, "p50")
-        ta, tb = a.get("output_tok_s"), b.get("output_tok_s")
-        if la and lb and ta and tb and (lb / la) > (tb / ta):
-            return i - 1
-    return None
+    return bench_metrics.knee_index(sweep)
+
+
+def per_token(row: dict) -> bool:
+    """A cost row of a per-token service (Bedrock). cost.json written before rows carried
+    ``service`` named it ``kind``, whose value for Bedrock was the same word."""
+    return row.get("service", row.get("kind")) == "bedrock"

@@ -7,9 +7,9 @@ import json
 from datetime import datetime, timezone
 from typing import Any, Callable
 
-from harness.report import plots
-from harness.cost.run_cost import endpoints_from_meta
-from harness.report.data import RunData, knee_index, load_label, metric, sweeps
+from harness.report.data import RunData, knee_index, load_label, metric, per_token, sweeps
+from harness.report.plots import cost_per_m, decode_vs_ceiling, latency_throughput
+from harness.results import endpoints_from_meta
 
 
 def _f(v: Any, spec: str = ".1f", none: str = "—") -> str:
@@ -35,19 +35,13 @@ def _ordered(run: RunData) -> list[tuple[str, dict]]:
 Table = tuple[list[str], list[list[str]]]
 
 
-def _per_token(e: dict) -> bool:
-    """A cost row billed per token (Bedrock). cost.json written before rows carried ``service``
-    named it ``kind``, whose value for Bedrock was the same word."""
-    return e.get("service", e.get("kind")) == "bedrock"
-
-
 def roofline_table(run: RunData) -> Table:
     head = ["backend", "instance", "precision", "decode tok/s", "ceiling tok/s", "of ceiling", "notes"]
     rows = []
     for n, e in _ordered(run):
         r = e.get("roofline") or {}
         notes = "; ".join(r.get("warnings", []) + e.get("missing", []))
-        if _per_token(e):
+        if per_token(e):
             notes = "model and hardware undisclosed: no ceiling"
         rows.append([n, e.get("instance_type") or "managed", e.get("precision") or "—",
                      _f((e.get("measured") or {}).get("decode_tok_s")), _f(r.get("ceiling_tok_s"), ".0f"),
@@ -61,7 +55,7 @@ def cost_table(run: RunData) -> Table:
     rows = []
     for n, e in _ordered(run):
         price = e.get("price") or {}
-        if _per_token(e):
+        if per_token(e):
             per_m = e.get("usd_per_m_output_incl_input")
             rows.append([n, e.get("model_id") or "", "per token", "$0 idle", _money(per_m), _money(per_m), "—",
                          price.get("label", "—")])
@@ -146,7 +140,7 @@ def headlines(run: RunData) -> list[tuple[str, str]]:
     out = []
     ends = (run.cost or {}).get("endpoints", {})
     speeds = [(e["measured"]["decode_tok_s"], n) for n, e in ends.items()
-              if (e.get("measured") or {}).get("decode_tok_s") and not _per_token(e)]
+              if (e.get("measured") or {}).get("decode_tok_s") and not per_token(e)]
     if speeds:
         v, n = max(speeds)
         out.append(("fastest self-hosted single stream", f"{n}: {v:.1f} tok/s"))
@@ -184,13 +178,13 @@ def _md_table(t: Table) -> str:
 
 
 SECTIONS: list[tuple[str, str, Callable[[RunData], Table], Callable[[RunData], bytes | None] | None, str]] = [
-    ("speed", "Decode speed against the roofline", roofline_table, plots.decode_vs_ceiling,
+    ("speed", "Decode speed against the roofline", roofline_table, decode_vs_ceiling,
      "Ceiling = memory bandwidth / bytes read per generated token (weights actually read, tied LM head "
      "included, embedding tables only looked up, plus the KV cache at 512 tokens of context)."),
-    ("cost", "Cost per million output tokens", cost_table, plots.cost_per_m,
+    ("cost", "Cost per million output tokens", cost_table, cost_per_m,
      "Instances priced running 24x7 flat out at the measured throughput; break-even is the average output "
      "rate at which the instance costs what Bedrock Nova Micro would."),
-    ("latency", "Latency against throughput", bench_table, plots.latency_throughput,
+    ("latency", "Latency against throughput", bench_table, latency_throughput,
      "Each point is one load level (c = concurrent streams, req/s = Poisson rate). Failed requests are "
      "excluded from latencies and counted. The knee is the last level before median latency grows by a "
      "larger factor than throughput (the bench's definition)."),

@@ -9,7 +9,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from harness.report.data import RunData, knee_index, load_label, metric, sweeps  # noqa: E402
+from harness.report.data import RunData, knee_index, load_label, metric, per_token, sweeps  # noqa: E402
 
 COLORS = {"bedrock": "#ff9900", "sagemaker": "#1f77b4", "g6": "#2ca02c", "g5g": "#9467bd",
           "inf2": "#d62728", "trn1": "#8c564b"}
@@ -52,7 +52,7 @@ def decode_vs_ceiling(run: RunData) -> bytes | None:
             f" = {eff:.0%} of ceiling" if eff else ("" if ceil else "  (ceiling undisclosed)"))
         ax.text(max(tok or 0, ceil or 0), y, txt, va="center", ha="left", fontsize=9, fontweight="bold")
     ax.set_yticks(list(ys), [r[0] for r in rows])
-    ax.set_xlabel("output tokens/s, one stream (decode: 1000 / median time per output token)")
+    ax.set_xlabel("decode tokens/s of one stream (1000 / median time per output token)")
     ax.set_xlim(0, max(max(r[1] or 0, r[2] or 0) for r in rows) * 1.45)
     ax.set_title("How close does each engine get to its chip's memory-bandwidth ceiling?")
     from matplotlib.patches import Patch
@@ -69,7 +69,7 @@ def cost_per_m(run: RunData) -> bytes | None:
     rows = []
     for n in run.endpoint_names():
         e = ends.get(n, {})
-        if "usd_per_m_output" in e:  # per-token service: the same at any concurrency
+        if per_token(e) and e.get("usd_per_m_output_incl_input"):  # the same at any concurrency
             rows.append((n, e["usd_per_m_output_incl_input"], e["usd_per_m_output_incl_input"], True))
         elif e.get("usd_per_hour") is not None:
             rows.append((n, e.get("usd_per_m_output_single"), e.get("usd_per_m_output_c16"), False))
@@ -77,7 +77,7 @@ def cost_per_m(run: RunData) -> bytes | None:
         return None
     fig, ax = plt.subplots(figsize=(9, 4.6))
     w = 0.38
-    for i, (n, one, sixteen, per_token) in enumerate(rows):
+    for i, (n, one, sixteen, by_token) in enumerate(rows):
         for dx, v, alpha, lab in ((-w / 2, one, 1.0, "1 stream"), (w / 2, sixteen, 0.55, "16 streams")):
             if v:
                 ax.bar(i + dx, v, w, color=color(n), alpha=alpha, edgecolor=color(n))

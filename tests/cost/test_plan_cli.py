@@ -45,14 +45,15 @@ def test_json_interface(tmp_path):
     plan = json.loads(p.stdout)
     assert set(plan) == {"bedrock", "sagemaker", "g6", "g5g", "inf2", "trn1"}
     for bid, row in plan.items():
-        for key in ("usd_per_hour", "usd_per_month_24x7", "ceiling_tok_s", "price_source"):
+        for key in ("service", "instance_type", "model_id", "usd_per_month_24x7", "price", "measured"):
             assert key in row
-        assert row["price_source"].startswith("snapshot ")
+        assert row["price"]["label"].startswith("snapshot ")
     assert round(plan["g6"]["break_even_tok_s"]) == 710
     assert round(plan["sagemaker"]["usd_per_m_output_c16"], 3) == 0.291
     assert "usd_per_m_output_c16" not in plan["inf2"]
-    assert plan["inf2"]["ceiling_tok_s"] > plan["g6"]["ceiling_tok_s"] / 2
-    assert "break_even_tok_s" not in plan["bedrock"]
+    assert plan["inf2"]["roofline"]["ceiling_tok_s"] > plan["g6"]["roofline"]["ceiling_tok_s"] / 2
+    assert "break_even_tok_s" not in plan["bedrock"] and "roofline" not in plan["bedrock"]
+    assert plan["bedrock"]["usd_per_m_output"] == 0.14 and plan["bedrock"]["usd_per_month_24x7"] == 0
 
 
 def test_ratio_changes_break_even(tmp_path):

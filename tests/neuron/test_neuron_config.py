@@ -12,7 +12,7 @@ from harness.catalog import BACKENDS, INSTANCES, neuron_platform, neuron_tp_degr
 # What the stack passes on a 2-NeuronCore instance (inf2.xlarge, trn1.2xlarge): harness/catalog.py.
 TWO = (1, 2)
 
-# Gemma 4 E2B's text settings as its config.json nests them (also in harness/models.py).
+# Gemma 4 E2B's text settings as its config.json nests them (also in harness/cost/architecture.py).
 E2B = {"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": {
     "vocab_size": 262144, "hidden_size": 1536, "num_hidden_layers": 35, "num_attention_heads": 8,
     "num_key_value_heads": 1, "head_dim": 256, "hidden_size_per_layer_input": 256,

@@ -47,7 +47,7 @@ def test_full_run_renders_markdown_and_self_contained_html(full_report):
 
 def test_existing_cost_json_is_used_as_saved(tmp_path):
     run = make_results(tmp_path)
-    from harness.cost.model import cost_for_run
+    from harness.cost.run_cost import cost_for_run
     from harness.cost.prices import PriceBook
 
     cost = cost_for_run(run, PriceBook.auto(offline=True))
@@ -60,7 +60,7 @@ def test_existing_cost_json_is_used_as_saved(tmp_path):
 def test_results_saved_before_the_protocol_rename_render_the_same(tmp_path):
     """meta.json and cost.json written before endpoints carried ``protocol``/``service`` named the
     protocol ``kind``; such a run renders exactly as the same run saved in today's words."""
-    from harness.cost.model import cost_for_run
+    from harness.cost.run_cost import cost_for_run
     from harness.cost.prices import PriceBook
 
     pages = {}
@@ -193,9 +193,26 @@ def test_unwritable_results_dir_is_one_line(tmp_path, monkeypatch, capsys):
     assert len(err) == 1 and err[0].startswith("harness.report: cannot write the report into ")
 
 
-def test_render_stays_the_function_after_a_report_was_written(tmp_path):
-    # A submodule named like the function would replace harness.report.render on first use.
-    import harness.report
+def test_results_written_before_the_metric_and_service_renames_render_the_same(tmp_path):
+    """A run priced by the earlier code: cost.json rows say "kind" (the protocol word), not
+    "service"; its bench levels carry no knee flags. The fixture is that code's own cost.json."""
+    run = make_results(tmp_path)
+    (run / "cost.json").write_text((Path(__file__).parent / "fixtures" / "cost_before_service.json").read_text())
+    text = render(run)[0].read_text()
+    assert "- **fastest self-hosted single stream**: g6: 135.1 tok/s" in text  # 1000 / 7.4 ms, not Bedrock's
+    assert "| bedrock | us.amazon.nova-micro-v1:0 | per token | $0 idle | $0.315 | $0.315 | — |" in text
+    assert "| endpoint | g6 | openai · g6.xlarge · google/gemma-4-E2B-it-qat-w4a16-ct · us-east-1 |" in text
+    assert "no cost.json" not in text
 
-    render(make_results(tmp_path, parts=("meta",)))
-    assert callable(harness.report.render) and harness.report.render is render
+
+def test_knee_skips_a_level_cut_short(tmp_path):
+    # sagemaker's knee is c=16 (latency x3.0 vs throughput x1.4 to c=64); with c=64 cut short
+    # by the time limit there is no later complete level, so no knee
+    run = make_results(tmp_path, parts=("bench",))
+    path = run / "bench" / "sagemaker" / "summary.json"
+    levels = json.loads(path.read_text())
+    levels[2]["complete"] = False
+    path.write_text(json.dumps(levels))
+    rows = [l for l in render(run)[0].read_text().splitlines() if l.startswith("| sagemaker | c=")]
+    assert len(rows) == 3 and rows[2].startswith("| sagemaker | c=64 (incomplete) |")
+    assert not any(r.rstrip().endswith("| knee |") for r in rows)

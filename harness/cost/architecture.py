@@ -12,7 +12,7 @@ transformers 5.23 (``models/gemma4``): hidden_size 1536, 35 layers, intermediate
 256 on sliding layers and ``global_head_dim`` 512 on full-attention layers, layer pattern four
 sliding : one full (sliding window 512), ``num_kv_shared_layers`` 20 (the last 20 layers reuse the
 K/V of earlier layers and have no K/V projections), vocab 262,144, tied input/output embeddings,
-PLE width 256 per layer over a 262,144-entry vocabulary. ``tests/cost/test_models.py`` checks
+PLE width 256 per layer over a 262,144-entry vocabulary. ``tests/cost/test_architecture.py`` checks
 these counts against transformers' own Gemma 4 module built on the meta device.
 
 The vision and audio encoders of the checkpoint are not read while decoding text and are left
@@ -157,14 +157,6 @@ class DecoderArch:
                 span = min(context_tokens, self.sliding_window)
             total += 2 * span * self.layer_kv_heads(i) * self.layer_head_dim(i) * kv_bytes
         return total
-
-    def stored_bytes(self, precision: str, embed_precision: str | None = None,
-                     group_size: int | None = DEFAULT_GROUP_SIZE) -> float:
-        """Bytes of the text model's weights at rest (embedding tables included)."""
-        wb = weight_bytes(precision, group_size)
-        eb = weight_bytes(embed_precision or precision, group_size)
-        return ((self.decoder_params + self.ple_projection_params) * wb
-                + (self.embed_params + self.lm_head_params + self.ple_table_params) * eb)
 
 
 GEMMA_4_E2B = DecoderArch(

@@ -1,4 +1,4 @@
-"""The cost model as pure functions (no I/O), plus ``cost_for_run`` for a saved run.
+"""The dollar formulas of the cost model, as pure functions (no I/O, no prices, no results).
 
     usd_per_month(usd_per_hour)                        24x7, 730 hours a month
     usd_per_m_output(usd_per_hour, tok_s)              instance $ per million output tokens
@@ -7,9 +7,7 @@
                                                        instance costs what the service would
     payback(monthly_before, monthly_after, engineering_usd) -> Payback(saving, months, roi(h))
 
-    cost_for_run(results_dir, prices=None, input_per_output=5.0) -> dict
-        reads results/<run>/{meta.json, bench/*/summary.json}, prices each endpoint (live or
-        snapshot, labelled), adds the roofline, writes results/<run>/cost.json and returns it.
+Rows that apply them to prices and throughputs: ``harness.cost.rows.cost_row``.
 
 Every function raises ValueError with one line naming the bad value.
 """
@@ -17,7 +15,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 HOURS_PER_MONTH = 730.0  # AWS's convention for a month of on-demand use
@@ -25,7 +22,7 @@ SECONDS_PER_HOUR = 3600.0
 PER_MILLION = 1_000_000.0
 
 
-def _positive(name: str, value: float, allow_zero: bool = False) -> float:
+def positive(name: str, value: float, allow_zero: bool = False) -> float:
     try:
         v = float(value)
     except (TypeError, ValueError):
@@ -37,21 +34,21 @@ def _positive(name: str, value: float, allow_zero: bool = False) -> float:
 
 
 def usd_per_month(usd_per_hour: float, hours: float = HOURS_PER_MONTH) -> float:
-    return _positive("usd_per_hour", usd_per_hour, True) * _positive("hours", hours)
+    return positive("usd_per_hour", usd_per_hour, True) * positive("hours", hours)
 
 
 def usd_per_m_output(usd_per_hour: float, output_tok_s: float) -> float:
     """What a million output tokens cost on an instance producing ``output_tok_s`` flat out."""
-    tok_per_hour = _positive("output_tok_s", output_tok_s) * SECONDS_PER_HOUR
-    return _positive("usd_per_hour", usd_per_hour, True) / tok_per_hour * PER_MILLION
+    tok_per_hour = positive("output_tok_s", output_tok_s) * SECONDS_PER_HOUR
+    return positive("usd_per_hour", usd_per_hour, True) / tok_per_hour * PER_MILLION
 
 
 def bedrock_usd_per_m_output(usd_per_m_input: float, usd_per_m_output_: float,
                              input_per_output: float) -> float:
     """Per-token service: cost of a million output tokens plus the input tokens that come with them."""
-    return (_positive("usd_per_m_input", usd_per_m_input, True)
-            * _positive("input_per_output", input_per_output, True)
-            + _positive("usd_per_m_output", usd_per_m_output_, True))
+    return (positive("usd_per_m_input", usd_per_m_input, True)
+            * positive("input_per_output", input_per_output, True)
+            + positive("usd_per_m_output", usd_per_m_output_, True))
 
 
 def break_even_tok_s(usd_per_hour: float, usd_per_m_input: float, usd_per_m_output_: float,
@@ -60,7 +57,7 @@ def break_even_tok_s(usd_per_hour: float, usd_per_m_input: float, usd_per_m_outp
     per_m = bedrock_usd_per_m_output(usd_per_m_input, usd_per_m_output_, input_per_output)
     if per_m == 0:
         raise ValueError("the per-token service is free at these prices: no break-even exists")
-    return _positive("usd_per_hour", usd_per_hour, True) / SECONDS_PER_HOUR / (per_m / PER_MILLION)
+    return positive("usd_per_hour", usd_per_hour, True) / SECONDS_PER_HOUR / (per_m / PER_MILLION)
 
 
 @dataclass(frozen=True)
@@ -81,7 +78,7 @@ class Payback:
 
     def roi(self, horizon_months: float) -> float:
         """(saving over the horizon - engineering) / engineering; 1.0 means the money doubled."""
-        h = _positive("horizon_months", horizon_months)
+        h = positive("horizon_months", horizon_months)
         if self.engineering_usd == 0:
             raise ValueError("engineering_usd is 0: ROI is undefined (payback is immediate)")
         return (self.monthly_saving_usd * h - self.engineering_usd) / self.engineering_usd
@@ -96,17 +93,7 @@ class Payback:
 
 
 def payback(monthly_before_usd: float, monthly_after_usd: float, engineering_usd: float) -> Payback:
-    return Payback(_positive("monthly_before_usd", monthly_before_usd, True),
-                   _positive("monthly_after_usd", monthly_after_usd, True),
-                   _positive("engineering_usd", engineering_usd, True))
+    return Payback(positive("monthly_before_usd", monthly_before_usd, True),
+                   positive("monthly_after_usd", monthly_after_usd, True),
+                   positive("engineering_usd", engineering_usd, True))
 
-
-def cost_for_run(results_dir: str | Path, prices: Any = None, input_per_output: float = 5.0) -> dict:
-    """Price a saved run; writes ``cost.json`` into ``results_dir`` and returns its content.
-
-    ``prices`` is a ``harness.cost.prices.PriceBook`` (default: ``PriceBook.auto()``: live with
-    credentials, the snapshot without).
-    """
-    from harness.cost.run_cost import cost_for_run as impl
-
-    return impl(Path(results_dir), prices, input_per_output)
