@@ -7,7 +7,7 @@ validation plugin during synthesis: a finding without acknowledgment makes synth
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -27,9 +27,18 @@ class Synth:
     stacks: dict[str, Any]
     templates: dict[str, dict]  # stack name -> template JSON as written to cdk.out
     outdir: Path
+    _assertions: dict = field(default_factory=dict, repr=False)
 
     def resources(self, stack: str, type_: str) -> dict[str, dict]:
         return {k: v for k, v in self.templates[stack]["Resources"].items() if v["Type"] == type_}
+
+    def template(self, stack: str):
+        """The stack's template for aws_cdk.assertions (has_resource_properties, resource_count_is)."""
+        from aws_cdk.assertions import Template
+
+        if stack not in self._assertions:
+            self._assertions[stack] = Template.from_json(self.templates[stack])
+        return self._assertions[stack]
 
     def one(self, stack: str, type_: str) -> tuple[str, dict]:
         found = self.resources(stack, type_)
