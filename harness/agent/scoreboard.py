@@ -1,7 +1,9 @@
 """The scoreboard agent (seed): an agent on Bedrock whose tools are the deployed backends.
 
 Each tool ``ask_<backend>(question)`` asks its backend a short question and measures wall-clock
-seconds and output tokens per second itself. The table is built by this code from those
+seconds and ``wall_tok_s`` itself: the answer's output tokens / those seconds (prefill and the
+agent framework included; not the bench's ``output_tok_s`` of a level nor the cost's
+``decode_tok_s`` of one stream). The table is built by this code from those
 measurements and sorted by seconds here, not by the model: the orchestrating model decides only
 which tools to call, so it can neither misquote a timing nor reorder the board.
 """
@@ -28,7 +30,7 @@ class Score:
     answer: str | None = None
     seconds: float | None = None
     output_tokens: int | None = None
-    tok_s: float | None = None
+    wall_tok_s: float | None = None  # output tokens / wall-clock seconds of this one answer
     error: str | None = None
     called: bool = False
 
@@ -57,7 +59,7 @@ def ask(endpoint: Endpoint, model: Any, question: str, timeout: float) -> Score:
     s.answer = str(result).strip().splitlines()[0][:60] if str(result).strip() else ""
     s.output_tokens = (result.metrics.accumulated_usage or {}).get("outputTokens")
     if s.output_tokens and s.seconds:
-        s.tok_s = round(s.output_tokens / s.seconds, 1)
+        s.wall_tok_s = round(s.output_tokens / s.seconds, 1)
     return s
 
 
@@ -110,11 +112,11 @@ def run_scoreboard(endpoints: list[Endpoint], *, orchestrator: Any,
 
 
 def format_board(board: dict[str, Any]) -> str:
-    lines = ["| backend | answer | seconds | tok/s |", "| --- | --- | --- | --- |"]
+    lines = ["| backend | answer | seconds | tok/s (wall) |", "| --- | --- | --- | --- |"]
     for r in board["rows"]:
         answer = r["answer"] if r["error"] is None else f"error: {r['error']}"
         sec = f"{r['seconds']:.3f}" if r["seconds"] is not None and r["error"] is None else "—"
-        toks = f"{r['tok_s']:.1f}" if r["tok_s"] is not None else "—"
+        toks = f"{r['wall_tok_s']:.1f}" if r["wall_tok_s"] is not None else "—"
         lines.append(f"| {r['label']} | {answer} | {sec} | {toks} |")
     if board.get("orchestrator_error"):
         lines.append(f"(orchestrating agent: {board['orchestrator_error']})")

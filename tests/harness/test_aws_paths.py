@@ -146,11 +146,11 @@ def test_scoreboard_table_sorted_by_code(fake_aws):
     assert [r["backend"] for r in rows] == ["fast", "slow", "down", "idle"]
     assert rows[0]["answer"] == "Paris" and rows[1]["answer"] == "Paris, the capital."
     assert rows[1]["output_tokens"] == 3  # the server's usage, not the model's say-so
-    assert rows[1]["tok_s"] == round(3 / rows[1]["seconds"], 1)
+    assert rows[1]["wall_tok_s"] == round(3 / rows[1]["seconds"], 1)
     assert rows[1]["seconds"] > rows[0]["seconds"]
     assert rows[2]["error"] and rows[3]["error"] == "not called by the orchestrating agent"
     table = format_board(board).splitlines()
-    assert table[0] == "| backend | answer | seconds | tok/s |" and table[2].startswith("| fast server | Paris |")
+    assert table[0] == "| backend | answer | seconds | tok/s (wall) |" and table[2].startswith("| fast server | Paris |")
 
 
 def test_no_credentials_prints_plan_and_exits_0(tmp_path):
