@@ -36,6 +36,8 @@ engine_exec() {
     "$KIT_NEURON_VENV/bin/hf" download "$KIT_MODEL" --local-dir "$KIT_MODEL_DIR" >/dev/null
     touch "$KIT_MODEL_DIR/.kit-complete"
   fi
+  # The engine checks a first boot fits this window (ami/neuron/boot_budget.py).
+  export KIT_READY_TIMEOUT_S
   exec "$KIT_NEURON_SERVE" --model "$KIT_MODEL_DIR" --served-model-name "$KIT_SERVED_MODEL" \
     --host 127.0.0.1 --port "$KIT_PORT" --tp-degrees "$KIT_TP_DEGREES" --platform "$KIT_NEURON_PLATFORM"
 }

@@ -20,6 +20,7 @@ import sys
 import types
 from pathlib import Path
 
+from .boot_budget import boot_budget, check_boot_budget, host_memory_bytes
 from .chat import ChatFormat
 from .generator import BatchedGenerator, Limits
 from .neuron_config import ConfigError, NeuronEngineConfig, parse_neuron_ls, plan
@@ -110,9 +111,24 @@ def engine_config(model_dir: str, shapes, dtype: str, tp_degree: int | None, cac
     # On-disk weights (vision and audio towers included, which the text port does not load):
     # an upper bound for the memory check.
     weight_bytes = sum(p.stat().st_size for p in Path(model_dir).glob("*.safetensors")) or None
-    return plan(model_config, neuron_cores=cores, tp_degrees=tp_degrees, platform=platform,
-                shapes=shapes, dtype=dtype, tp_degree=tp_degree, cache_root=cache_root,
-                sdk_version=str(sdk), model_name=served_name, weight_bytes=weight_bytes)
+    cfg = plan(model_config, neuron_cores=cores, tp_degrees=tp_degrees, platform=platform,
+               shapes=shapes, dtype=dtype, tp_degree=tp_degree, cache_root=cache_root,
+               sdk_version=str(sdk), model_name=served_name, weight_bytes=weight_bytes)
+    host = host_memory_bytes()
+    if weight_bytes and host:
+        # Does this boot fit the host memory and the readiness window (KIT_READY_TIMEOUT_S, from
+        # userdata/engine-neuron.sh)? Refused in one line if not (ami/neuron/boot_budget.py).
+        window = os.environ.get("KIT_READY_TIMEOUT_S")
+        budget = check_boot_budget(boot_budget(weight_bytes, cfg.tp_degree, shapes, host,
+                                               float(window) if window else None, is_compiled(cfg)))
+        log.info("boot budget: %s", budget.line())
+    return cfg
+
+
+def is_compiled(cfg: NeuronEngineConfig) -> bool:
+    """The cache holds this exact configuration (the marker is written after a whole compile)."""
+    marker = Path(cfg.compiled_dir) / MARKER
+    return marker.exists() and json.loads(marker.read_text()).get("cache_key") == cfg.cache_key
 
 
 def build_model(model_dir: str, cfg: NeuronEngineConfig, model_src: str | None, model_class: str,
@@ -135,7 +151,7 @@ def build_model(model_dir: str, cfg: NeuronEngineConfig, model_src: str | None, 
     model = model_cls(model_dir, config)
 
     marker = Path(cfg.compiled_dir) / MARKER
-    if marker.exists() and json.loads(marker.read_text()).get("cache_key") == cfg.cache_key:
+    if is_compiled(cfg):
         log.info("reusing compiled model in %s", cfg.compiled_dir)
     else:
         log.info("compiling for %s into %s (once per configuration)", cfg.marker(), cfg.compiled_dir)
