@@ -5,7 +5,8 @@ import json
 
 import pytest
 
-from ami.neuron.boot_budget import GIB, HOSTS, Allowances, boot_budget, check_boot_budget, graph_count
+from ami.neuron.boot_budget import (GIB, HOSTS, Allowances, boot_budget, check_boot_budget, graph_count,
+                                    host_memory_bytes)
 from ami.neuron.neuron_config import DEFAULT_SHAPES, ConfigError, make_shapes
 from harness.catalog import INSTANCES
 
@@ -27,19 +28,19 @@ def test_first_boot_memory_is_the_checkpoint_plus_one_rank_shard_plus_the_baseli
     assert b.host_bytes == 16 * GIB
     assert b.compile_s == graph_count(DEFAULT_SHAPES) * allow.compile_s_per_graph
     assert graph_count(DEFAULT_SHAPES) == len(DEFAULT_SHAPES.prompt_buckets) + len(DEFAULT_SHAPES.token_buckets)
-    check_boot_budget(b)  # fits, barely: 15.5 GiB of 16
+    check_boot_budget(b)  # fits, barely: 15.0 GiB of 16
 
 
 def test_a_checkpoint_too_big_for_inf2_xlarge_is_refused_in_one_line():
-    b = boot_budget(11 * 10**9, 2, DEFAULT_SHAPES, "inf2.xlarge", WINDOW_S)
+    b = boot_budget(11.5e9, 2, DEFAULT_SHAPES, "inf2.xlarge", WINDOW_S)
     with pytest.raises(ConfigError) as e:
         check_boot_budget(b)
     msg = str(e.value)
-    assert "\n" not in msg and "does not fit" in msg and "inf2.xlarge" in msg and "of 16 GiB" in msg
+    assert "\n" not in msg and "does not fit" in msg and "inf2.xlarge" in msg and "of 16.0 GiB" in msg
     # The same checkpoint fits trn1.2xlarge's 32 GiB, and a second boot of inf2.xlarge that finds
     # its compiled graphs (no shard held beside the checkpoint).
-    check_boot_budget(boot_budget(11 * 10**9, 2, DEFAULT_SHAPES, "trn1.2xlarge", WINDOW_S))
-    cached = check_boot_budget(boot_budget(11 * 10**9, 2, DEFAULT_SHAPES, "inf2.xlarge", WINDOW_S, cached=True))
+    check_boot_budget(boot_budget(11.5e9, 2, DEFAULT_SHAPES, "trn1.2xlarge", WINDOW_S))
+    cached = check_boot_budget(boot_budget(11.5e9, 2, DEFAULT_SHAPES, "inf2.xlarge", WINDOW_S, cached=True))
     assert cached.compile_s == cached.shard_s == cached.download_s == 0 and "cached" in cached.line()
 
 
@@ -78,7 +79,7 @@ def test_is_compiled_needs_the_marker_with_this_cache_key(tmp_path):
 
     config = {"text_config": {"num_attention_heads": 8, "vocab_size": 1000, "hidden_size": 64,
                               "num_hidden_layers": 2}}
-    cfg = plan(config, neuron_cores=2, platform="inf2", cache_root=str(tmp_path))
+    cfg = plan(config, neuron_cores=2, tp_degrees=(1, 2), platform="inf2", cache_root=str(tmp_path))
     assert not neuron_backend.is_compiled(cfg)
     (tmp_path / cfg.compiled_dir.rsplit("/", 1)[1]).mkdir()
     marker = tmp_path / cfg.compiled_dir.rsplit("/", 1)[1] / neuron_backend.MARKER
@@ -86,3 +87,13 @@ def test_is_compiled_needs_the_marker_with_this_cache_key(tmp_path):
     assert not neuron_backend.is_compiled(cfg)
     marker.write_text(json.dumps(cfg.marker()))
     assert neuron_backend.is_compiled(cfg)
+
+
+def test_on_the_instance_the_kernels_memtotal_is_the_host(tmp_path):
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:       15896060 kB\nMemFree:        1 kB\n")
+    host = host_memory_bytes(str(meminfo))
+    assert host == 15896060 * 1024
+    b = boot_budget(10 * 10**9, 2, DEFAULT_SHAPES, host, WINDOW_S)
+    assert b.host == "this host" and "of 15.2 GiB" in b.line()
+    assert host_memory_bytes(str(tmp_path / "missing")) is None
