@@ -96,11 +96,23 @@ def _load(src: Source, name: str) -> torch.Tensor:
         return f.get_tensor(name)
 
 
-def _int4(w: torch.Tensor, name: str) -> grid.Quantized:
-    """Recover a whole tensor's grid in row chunks; report the first off-grid group of the tensor."""
+@dataclass
+class Packed:
+    """A tensor as written: int32-packed integers, bf16 scales, and how many values round-trip."""
+
+    packed: torch.Tensor
+    scale: torch.Tensor
+    shape: tuple[int, int]
+    bit_identical: int
+    values: int
+
+
+def _int4(w: torch.Tensor, name: str) -> Packed:
+    """Recover and pack a tensor's grid in row chunks (bounded memory even for the 262144 x 8960
+    per-layer table); report the tensor's first off-grid group and how many there are."""
     rows, cols = w.shape
     step = max(1, ROW_CHUNK_VALUES // max(cols, 1))
-    qs, ss, same, first_bad, bad = [], [], 0, None, 0
+    ps, ss, same, first_bad, bad = [], [], 0, None, 0
     for r0 in range(0, rows, step):
         try:
             part = grid.recover_int4(w[r0:r0 + step], name)
@@ -108,18 +120,24 @@ def _int4(w: torch.Tensor, name: str) -> grid.Quantized:
             bad += e.count
             first_bad = first_bad or (r0 + e.row, e.group)
             continue
-        qs.append(part.q)
-        ss.append(part.scale)
+        if not bad:
+            ps.append(grid.pack_int32(part.q, 4))
+            ss.append(part.scale)
         same += part.bit_identical
     if bad:
         raise grid.OffGrid(name, first_bad[0], first_bad[1], bad)
-    return grid.Quantized(torch.cat(qs), torch.cat(ss), same, w.numel())
+    return Packed(torch.cat(ps), torch.cat(ss), (rows, cols), same, w.numel())
 
 
-def _write_quantized(shards: Shards, module: str, qt: grid.Quantized, bits: int) -> int:
-    n = shards.add(f"{module}.weight_packed", grid.pack_int32(qt.q, bits))
-    n += shards.add(f"{module}.weight_scale", qt.scale)
-    n += shards.add(f"{module}.weight_shape", torch.tensor(list(qt.q.shape), dtype=torch.int64))
+def _int8(w: torch.Tensor, name: str) -> Packed:
+    qt = grid.round_int8_per_channel(w, name)
+    return Packed(grid.pack_int32(qt.q, 8), qt.scale, tuple(w.shape), qt.bit_identical, qt.values)
+
+
+def _write_quantized(shards: Shards, module: str, p: Packed) -> int:
+    n = shards.add(f"{module}.weight_packed", p.packed)
+    n += shards.add(f"{module}.weight_scale", p.scale)
+    n += shards.add(f"{module}.weight_shape", torch.tensor(list(p.shape), dtype=torch.int64))
     return n
 
 
@@ -154,7 +172,7 @@ def convert(src: Source, s: Scheme, work: Path, log=print) -> dict:
     before = dict.fromkeys(GROUPS, 0)
     after = dict.fromkeys(GROUPS, 0)
     ignore: list[str] = []
-    embed_q: grid.Quantized | None = None
+    embed_q: Packed | None = None
     source_untied_head = not tied_source and any(p == layout.LM_HEAD for _, p in pairs)
 
     for sname, pname in pairs:
@@ -176,14 +194,14 @@ def convert(src: Source, s: Scheme, work: Path, log=print) -> dict:
             if s.source_kind != "qat":
                 raise PackageError(f"scheme {s.name}: int4 needs a QAT source")
             qt = _int4(w, sname)
-            n = _write_quantized(shards, module, qt, 4)
+            n = _write_quantized(shards, module, qt)
             t.bit_identical += qt.bit_identical
             t.values += qt.values
             if pname == layout.EMBED:
                 embed_q = qt
         elif fmt == "int8":
-            qt = grid.round_int8_per_channel(w, sname)
-            n = _write_quantized(shards, module, qt, 8)
+            qt = _int8(w, sname)
+            n = _write_quantized(shards, module, qt)
             t.bit_identical += qt.bit_identical
             t.values += qt.values
         else:
@@ -196,8 +214,9 @@ def convert(src: Source, s: Scheme, work: Path, log=print) -> dict:
         # The untied int4 lm_head: the embedding's own integers and scales, stored once more.
         if embed_q is None:
             raise PackageError(f"scheme {s.name}: an untied int4 lm_head needs int4 token embeddings")
-        head = grid.Quantized(embed_q.q, embed_q.scale.clone(), embed_q.bit_identical, embed_q.values)
-        n = _write_quantized(shards, "lm_head", head, 4)
+        head = Packed(embed_q.packed.clone(), embed_q.scale.clone(), embed_q.shape, embed_q.bit_identical,
+                      embed_q.values)
+        n = _write_quantized(shards, "lm_head", head)
         after["lm_head"] += n
         tables["lm_head.weight"] = Table("lm_head.weight", "lm_head", "int4", 0, n, 0,
                                          embed_q.bit_identical, embed_q.values)

@@ -248,3 +248,18 @@ def test_transformers_loads_the_package_as_gemma4_for_causal_lm(source, tmp_path
     assert _same_bits(sd["lm_head.weight"], src["model.language_model.embed_tokens.weight"])
     logits = m(torch.tensor([[1, 2, 3]])).logits
     assert logits.shape == (1, 3, tiny.TEXT_CONFIG["vocab_size"]) and bool(torch.isfinite(logits).all())
+
+
+def test_row_chunks_recover_the_same_package(source, tmp_path, monkeypatch):
+    """The build recovers big tables in row chunks; chunk boundaries change nothing."""
+    import harness.package.build as b
+
+    monkeypatch.setattr(b, "ROW_CHUNK_VALUES", 64 * 3)  # 3 rows of the 64-wide tables per chunk
+    out = tmp_path / "chunked"
+    build(str(source[0]), str(out), SCHEMES["emb4"], log=lambda _: None)
+    _, src = source
+    deq = _decompress(out)
+    for n, t in deq.items():
+        ref = src["model.language_model.embed_tokens.weight"] if n == "lm_head.weight" else \
+            src["model.language_model." + n[len("model."):]]
+        assert _same_bits(t, ref), n
