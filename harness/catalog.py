@@ -212,6 +212,7 @@ class Backend:
     open_weights: bool = True
     # Boot-image choices (``-c <id>_image=...``), the first the default: word -> what it does.
     image_choices: tuple[tuple[str, str], ...] = ()
+    color: str | None = None  # the report's plot colour for this backend
 
     def instance_problem(self, instance_type: str) -> str | None:
         """Why this backend cannot run on ``instance_type``, None when it can. The text follows
@@ -263,24 +264,25 @@ BACKENDS: dict[str, Backend] = {
     b.id: b
     for b in [
         Backend("bedrock", "BedrockStack", "Amazon Bedrock", "bedrock", "bedrock", "managed", "managed API",
-                NOVA_MICRO, "undisclosed", tool_calls=True, open_weights=False),
+                NOVA_MICRO, "undisclosed", tool_calls=True, open_weights=False, color="#ff9900"),
         Backend("sagemaker", "SageMakerStack", "SageMaker endpoint (vLLM, L4)", "sagemaker", "sagemaker",
                 "vllm", "AWS vLLM container", DEFAULT_MODEL["int4"], "int4", tool_calls=True,
-                instance_type="ml.g6.xlarge", port=8080, hardware=SAGEMAKER_GPU),
+                instance_type="ml.g6.xlarge", port=8080, hardware=SAGEMAKER_GPU, color="#1f77b4"),
         Backend("g6", "G6Stack", "vLLM on EC2 g6 (L4)", "ec2", "openai", "vllm", "vLLM",
                 DEFAULT_MODEL["int4"], "int4", tool_calls=True, instance_type="g6.xlarge", port=8000,
-                image="gpu-x86", hardware=GPU_X86,
+                image="gpu-x86", hardware=GPU_X86, color="#2ca02c",
                 image_choices=(("dlami", "install vLLM at boot"),
                                ("prebuilt", "the vllm-cuda image pipeline's AMI"))),
         Backend("g5g", "G5gStack", "vLLM on EC2 g5g (Graviton2 + T4G)", "ec2", "openai", "vllm",
                 "vLLM built from source for sm_75, shared-memory patch", DEFAULT_MODEL["fp16"], "fp16",
-                tool_calls=True, instance_type="g5g.2xlarge", port=8000, image="gpu-arm64", hardware=GPU_ARM64),
+                tool_calls=True, instance_type="g5g.2xlarge", port=8000, image="gpu-arm64", hardware=GPU_ARM64,
+                color="#9467bd"),
         Backend("inf2", "Inf2Stack", "Neuron engine on EC2 inf2 (Inferentia2)", "ec2", "openai", "neuron",
                 "kit Neuron engine (ami/neuron)", DEFAULT_MODEL["bf16"], "bf16", tool_calls=True,
-                instance_type="inf2.xlarge", port=8000, image="neuron", hardware=NEURON),
+                instance_type="inf2.xlarge", port=8000, image="neuron", hardware=NEURON, color="#d62728"),
         Backend("trn1", "Trn1Stack", "Neuron engine on EC2 trn1 (Trainium)", "ec2", "openai", "neuron",
                 "kit Neuron engine (ami/neuron)", DEFAULT_MODEL["bf16"], "bf16", tool_calls=True,
-                instance_type="trn1.2xlarge", port=8000, image="neuron", hardware=NEURON),
+                instance_type="trn1.2xlarge", port=8000, image="neuron", hardware=NEURON, color="#8c564b"),
     ]
 }
 

@@ -2,6 +2,9 @@
 
 Nothing here bills by the hour (Bedrock charges per token), so there is no guardrail to add.
 
+Catalog facts read: none directly; the model id comes from the config (``<id>_model``, else the
+catalog's default), the stack name and label from stacks/wiring.py.
+
 What may be invoked (``bedrock:InvokeModel`` and ``bedrock:InvokeModelWithResponseStream``; the
 Converse and ConverseStream APIs are authorized by those same two actions):
 - a cross-region inference profile id (``us.amazon.nova-micro-v1:0``): the profile ARN in the

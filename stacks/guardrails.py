@@ -1,5 +1,7 @@
 """Guardrails on every billable resource, on by default: nothing keeps billing by accident.
 
+Catalog facts read: none (the backend stacks pass the instance or endpoints, the config the limits).
+
 EC2 backends (three independent layers, so one failing does not leave an instance running):
 1. On the instance, every minute (``kit-boot guard``, userdata/lib.sh): stop after
    ``idle_stop_minutes`` (the ``kit-idle-stop-minutes`` tag) without a request (vLLM's Prometheus request counters, or an open

@@ -20,6 +20,9 @@ Used by every EC2 backend (g6, g5g, inf2, trn1; see stacks/ec2_backend.py). What
   would only say "received FAILURE signal". The handle is a presigned URL in the user data that
   can do nothing but signal this one condition.
 
+Catalog facts read: none; it is backend-independent. stacks/ec2_backend.py passes what the
+catalog decided (instance type, port, image family, the engine's settings as KIT_* variables).
+
 The instance's logical id carries a digest of the user data, so a change to the scripts or the
 variables replaces the instance (user data runs on first boot only) instead of silently doing
 nothing; the wait condition and its handle carry the same digest, so a new instance is waited for

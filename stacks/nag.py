@@ -1,7 +1,7 @@
 """cdk-nag (3.x, validation-plugin API) wiring and the one helper for acknowledgments.
 
 Every acknowledgment is made next to the construct it excuses, with a reason a reviewer can
-check; this module only holds the mechanics.
+check; this module only holds the mechanics. Catalog facts read: none.
 """
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
 """NetworkStack: the VPC every EC2 backend shares, with no NAT gateway and no inbound path.
 
+Catalog facts read: none (backend-independent).
+
 Design (cost and exposure):
 - No NAT gateway (~$33/month each plus data). Instances sit in *public* subnets with a public
   IPv4 address so they can download engines and weights (PyPI, Hugging Face) directly; their

@@ -5,6 +5,8 @@ Keys (identical on every backend stack; docs/stacks.md documents them):
   service=ec2       InstanceId, Port, SshUser
   service=sagemaker EndpointName (first instance type), EndpointNames (type=name,...)
   service=bedrock   ModelArn (inference profile or foundation model), InvokePolicyArn, InvokeRoleArn
+Catalog facts read: none directly; the caller passes the backend's id and ``service`` (the
+catalog's word for what bills), which picks the service-specific keys above.
 Values that do not apply are never invented: Bedrock's InstanceType is "managed", a disabled
 TTL is "disabled", a disabled idle stop is 0.
 """

@@ -3,6 +3,8 @@
 # shared-memory patch, baked into the vllm-sm75 image by the image pipelines (stacks/images.py,
 # docs/images.md); the build takes hours, so nothing is compiled here. Contract: see
 # engine-vllm-gpu.sh. Both functions are safe to run again after a reboot or a stop/start.
+# Catalog facts it reads: KIT_VLLM_ARGS (vLLM's tool-call flags for the model,
+# Backend.engine_settings), KIT_MODEL, KIT_PORT; see engine-vllm-gpu.sh.
 
 KIT_VENV=/opt/inference-kit/vllm
 

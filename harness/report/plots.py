@@ -9,10 +9,10 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from harness import catalog  # noqa: E402
 from harness.report.data import RunData, knee_index, load_label, metric, per_token, sweeps  # noqa: E402
 
-COLORS = {"bedrock": "#ff9900", "sagemaker": "#1f77b4", "g6": "#2ca02c", "g5g": "#9467bd",
-          "inf2": "#d62728", "trn1": "#8c564b"}
+COLORS = {b.id: b.color for b in catalog.BACKENDS.values() if b.color}  # each backend's colour
 _SPARE = ["#17becf", "#bcbd22", "#e377c2", "#7f7f7f"]
 plt.rcParams.update({"font.size": 10, "axes.titlesize": 12, "axes.titleweight": "bold",
                      "axes.spines.top": False, "axes.spines.right": False})
