@@ -170,6 +170,7 @@ def run_accuracy(targets: list[Target], opts: dict[str, Any], out_dir: Path, *,
                                   if s["backend"] == name]
         if not b["complete"] and not reasons:
             reasons = [f"{len(keys) - b['n']} of {len(keys)} items have no answer"]
+        b["complete"] = b["complete"] and not reasons  # a task it could not run leaves it incomplete
         run["backends"][name]["status"] = "complete" if b["complete"] else "incomplete: " + "; ".join(reasons)
     write_json(out_dir / "accuracy.json", acc)
     write_json(out_dir / "run.json", run)

@@ -47,27 +47,34 @@ class TaskResult:
     incomplete: dict[str, str] = field(default_factory=dict)  # backend -> why
 
 
-_MANAGERS: dict[tuple[str, ...], Any] = {}
+_MANAGERS: dict[tuple[tuple[str, ...], bool], Any] = {}
 
 
-def _task_manager(task_paths: list[Path]):
-    """lm-eval's TaskManager (its index scans ~14,700 task YAMLs: ~10 s of CPU), built once."""
-    key = tuple(str(p) for p in task_paths)
-    if key not in _MANAGERS:
-        try:
-            from lm_eval.tasks import TaskManager
-        except ImportError:
-            raise TaskError(f"--tasks needs lm-evaluation-harness: {REQUIREMENTS}") from None
-        logging.getLogger("lm_eval").setLevel(logging.WARNING)
-        _MANAGERS[key] = TaskManager(include_path=list(key) or None)
-    return _MANAGERS[key]
+def _task_manager(task_paths: list[Path], tasks: list[str] | None = None):
+    """lm-eval's TaskManager, built once. Its index of the built-in tasks scans ~14,700 YAMLs
+    (~10 s of CPU), so when every task asked for is in --task-path only those are indexed."""
+    paths = tuple(str(p) for p in task_paths)
+    try:
+        from lm_eval.tasks import TaskManager
+    except ImportError:
+        raise TaskError(f"--tasks needs lm-evaluation-harness: {REQUIREMENTS}") from None
+    logging.getLogger("lm_eval").setLevel(logging.WARNING)
+    if paths:
+        if (paths, False) not in _MANAGERS:
+            _MANAGERS[(paths, False)] = TaskManager(include_path=list(paths), include_defaults=False)
+        own = _MANAGERS[(paths, False)]
+        if tasks is not None and all(t in own.all_tasks for t in tasks):
+            return own
+    if (paths, True) not in _MANAGERS:
+        _MANAGERS[(paths, True)] = TaskManager(include_path=list(paths) or None)
+    return _MANAGERS[(paths, True)]
 
 
 def check_tasks(tasks: list[str], task_paths: list[Path]) -> None:
     for p in task_paths:
         if not p.is_dir():
             raise TaskError(f"--task-path {p}: no such directory")
-    tm = _task_manager(task_paths)
+    tm = _task_manager(task_paths, tasks)
     known = set(tm.all_tasks)
     for t in tasks:
         if t not in known:
@@ -79,7 +86,7 @@ def check_tasks(tasks: list[str], task_paths: list[Path]) -> None:
 
 def leaf_tasks(task: str, task_paths: list[Path]) -> dict[str, str]:
     """leaf task name -> output type, for a task, group or tag name."""
-    tm = _task_manager(task_paths)
+    tm = _task_manager(task_paths, [task])
     loaded = tm.load([task])
     return {name: str(getattr(t, "OUTPUT_TYPE", None) or t.config.output_type)
             for name, t in loaded["tasks"].items()}
@@ -113,11 +120,12 @@ def _model_args(target: Any, kind: str, opts: dict[str, Any]) -> dict[str, Any]:
 
 
 def _is_right(value: Any) -> bool | None:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, (int, float)) and value in (0, 1):
-        return value == 1
-    return None
+    """True/False for a 0/1 metric value (Python or numpy bool, int or float), else None."""
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return None
+    return bool(v == 1.0) if v in (0.0, 1.0) else None
 
 
 def records_from_samples(backend: str, model: str, samples: list[dict[str, Any]]) -> tuple[
@@ -155,7 +163,7 @@ def run_task(task: str, targets: list[Any], writer: Any, out_dir: Path, opts: di
     res = TaskResult()
     leaves = leaf_tasks(task, opts["task_paths"])
     res.info = {"leaves": leaves, "engine": "lm-evaluation-harness"}
-    tm = _task_manager(opts["task_paths"])
+    tm = _task_manager(opts["task_paths"], [task])
     if evaluate is None:
         from lm_eval import simple_evaluate as evaluate
     keys_by_leaf: dict[str, list[tuple[str, str, str]]] = {}

@@ -1,0 +1,160 @@
+"""lm-evaluation-harness as the engine: a task YAML written by the test over a local JSONL file
+(no hub download: HF_DATASETS_OFFLINE / HF_HUB_OFFLINE), run end to end against scripted local
+OpenAI-compatible servers."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("lm_eval", reason="requirements-accuracy.txt not installed")
+
+from harness.accuracy.cli import main  # noqa: E402
+from tests.accuracy import oracle  # noqa: E402
+from tests.accuracy.scripted import ScriptedServer, numbered  # noqa: E402
+
+N = 12
+A_RIGHT = set(range(10))  # 10 of 12
+B_RIGHT = set(range(4)) | {10, 11}  # 6 of 12: both 4, a_only 6, b_only 2, neither 0
+
+GEN_TASK = """task: acc_local_gen
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    test: {data}
+test_split: test
+output_type: generate_until
+doc_to_text: "Q{{{{idx}}}}: what is {{{{idx}}}} plus {{{{idx}}}}?"
+doc_to_target: "{{{{answer}}}}"
+generation_kwargs:
+  until: []
+  do_sample: false
+  temperature: 0.0
+  max_gen_toks: 64
+filter_list:
+  - name: answer-line
+    filter:
+      - function: regex
+        regex_pattern: "Answer: (-?[0-9]+)"
+      - function: take_first
+metric_list:
+  - metric: exact_match
+    aggregation: mean
+    higher_is_better: true
+metadata:
+  version: 1.0
+"""
+
+MC_TASK = """task: acc_local_mc
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    test: {data}
+test_split: test
+output_type: multiple_choice
+doc_to_text: "Q{{{{idx}}}}: what is {{{{idx}}}} plus {{{{idx}}}}?"
+doc_to_choice: ["{{{{answer}}}}", "{{{{answer}}}}1"]
+doc_to_target: 0
+metric_list:
+  - metric: acc
+metadata:
+  version: 1.0
+"""
+
+
+@pytest.fixture(scope="module")
+def task_dir(tmp_path_factory):
+    """One directory for the module: lm-eval's task index (~14,700 YAMLs) is built once per path."""
+    tmp = tmp_path_factory.mktemp("lmeval")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HF_DATASETS_OFFLINE", "1")
+        mp.setenv("HF_HUB_OFFLINE", "1")
+        mp.setenv("HF_HOME", str(tmp / "hf"))  # nothing cached from elsewhere is used
+        data = tmp / "data.jsonl"
+        data.write_text("".join(json.dumps({"idx": i, "answer": str(2 * i)}) + "\n" for i in range(N)))
+        d = tmp / "tasks"
+        d.mkdir()
+        (d / "acc_local_gen.yaml").write_text(GEN_TASK.format(data=data))
+        (d / "acc_local_mc.yaml").write_text(MC_TASK.format(data=data))
+        yield d
+
+
+def test_generative_task_end_to_end(tmp_path, task_dir):
+    a, b = ScriptedServer(numbered(A_RIGHT)), ScriptedServer(numbered(B_RIGHT))
+    out = tmp_path / "out"
+    try:
+        rc = main(["--endpoint", f"a={a.url}", "--endpoint", f"b={b.url}", "--tasks", "acc_local_gen",
+                   "--task-path", str(task_dir), "--out", str(out), "--concurrency", "1"], echo=lambda s: None)
+    finally:
+        a.stop(), b.stop()
+    assert rc == 0
+    acc = json.loads((out / "accuracy.json").read_text())
+    assert acc["backends"]["a"]["n"] == N and acc["backends"]["a"]["correct"] == len(A_RIGHT)
+    assert acc["backends"]["b"]["correct"] == len(B_RIGHT)
+    [pair] = acc["pairs"]
+    assert {k: pair[k] for k in ("n", "both", "a_only", "b_only", "neither")} == \
+        {"n": N, "both": 4, "a_only": 6, "b_only": 2, "neither": 0}
+    assert pair["p_mcnemar"] == pytest.approx(oracle.mcnemar_p(6, 2))
+    lines = [json.loads(x) for x in (out / "items.jsonl").read_text().splitlines()]
+    assert len(lines) == 2 * N and {r["task"] for r in lines} == {"acc_local_gen"}
+    for r in lines:
+        i = int(r["id"])
+        assert r["correct"] is (i in (A_RIGHT if r["backend"] == "a" else B_RIGHT))
+        assert r["extracted"] == str(2 * i if r["correct"] else 2 * i + 1)
+    # chat completions, greedy and seeded, the same questions in the same order on both
+    assert all(body["path"].endswith("/chat/completions") for body in a.bodies)
+    assert all(body["temperature"] == 0 and body["seed"] == 1234 for body in a.bodies + b.bodies)
+    assert sorted(a.questions()) == sorted(b.questions()) and len(a.questions()) == N
+    run = json.loads((out / "run.json").read_text())
+    assert run["tasks"]["acc_local_gen"]["scoring"]["acc_local_gen"] == "exact_match under filter answer-line"
+
+
+def test_loglikelihood_task_skipped_on_a_chat_only_server(tmp_path, task_dir):
+    a = ScriptedServer(numbered(A_RIGHT))
+    out = tmp_path / "out"
+    try:
+        rc = main(["--endpoint", f"a={a.url}", "--tasks", "acc_local_mc", "--task-path", str(task_dir),
+                   "--out", str(out)], echo=lambda s: None)
+    finally:
+        a.stop()
+    assert rc == 1
+    run = json.loads((out / "run.json").read_text())
+    [skip] = run["skipped"]
+    assert skip["backend"] == "a" and skip["task"] == "acc_local_mc"
+    assert "/v1/completions with echo" in skip["reason"]
+    assert "incomplete" in run["backends"]["a"]["status"] and "could not run" in run["backends"]["a"]["status"]
+    assert not [b for b in a.bodies if "messages" in b]  # nothing was asked of the chat endpoint
+
+
+def test_server_dies_mid_task_then_resume_uses_the_request_cache(tmp_path, task_dir):
+    """lm-eval scores a task when it has every answer: a backend that dies mid-task is marked
+    incomplete with no records for that task (the pair has no shared items); lm-eval's request
+    cache keeps its answers, so --resume asks a new server only the rest."""
+    a = ScriptedServer(numbered(A_RIGHT))
+    c = ScriptedServer(numbered(B_RIGHT), die_after=5)
+    out = tmp_path / "out"
+    args = ["--tasks", "acc_local_gen", "--task-path", str(task_dir), "--out", str(out),
+            "--concurrency", "1", "--retries", "1"]
+    try:
+        rc = main(["--endpoint", f"a={a.url}", "--endpoint", f"c={c.url}", *args], echo=lambda s: None)
+        assert rc == 1
+        acc = json.loads((out / "accuracy.json").read_text())
+        assert acc["backends"]["a"]["complete"] is True and acc["backends"]["a"]["n"] == N
+        assert acc["backends"]["c"]["complete"] is False and acc["backends"]["c"]["n"] == 0
+        assert acc["pairs"][0]["n"] == 0
+        status = json.loads((out / "run.json").read_text())["backends"]["c"]["status"]
+        assert "lm-eval stopped" in status
+        c2 = ScriptedServer(numbered(B_RIGHT))
+        asked_a = len(a.bodies)
+        rc = main(["--endpoint", f"a={a.url}", "--endpoint", f"c={c2.url}", *args, "--resume"],
+                  echo=lambda s: None)
+        c2.stop()
+    finally:
+        a.stop()
+    assert rc == 0
+    assert len(a.bodies) == asked_a  # every answer of a came from the cache
+    assert len(c2.questions()) == N - 5
+    acc = json.loads((out / "accuracy.json").read_text())
+    assert {k: acc["pairs"][0][k] for k in ("n", "both", "a_only", "b_only", "neither")} == \
+        {"n": N, "both": 4, "a_only": 6, "b_only": 2, "neither": 0}
