@@ -12,6 +12,10 @@ import time
 from dataclasses import dataclass
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
+# Deepest JSON nesting taken anywhere in messages or tools: a tool's parameter schema nests a
+# few levels per object property; 64 leaves room for ~30 and stays far below Python's recursion
+# limit (1000), which the chat template's recursive macros would otherwise hit.
+MAX_DEPTH = 64
 
 
 class RequestError(ValueError):
@@ -19,6 +23,29 @@ class RequestError(ValueError):
                  status: int = 400) -> None:
         super().__init__(message)
         self.param, self.code, self.status = param, code, status
+
+
+def show(value, limit: int = 80) -> str:
+    """A value's repr for an error message, cut so a refusal never echoes a huge input back."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + f"... ({len(text)} characters)"
+
+
+def _flag(obj: dict, key: str, where: str) -> bool:
+    """A JSON boolean or absent/null (false). The string "false" is not false: refuse it."""
+    value = obj.get(key)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise RequestError(f"{where} must be true or false (a JSON boolean), got {show(value)}", where)
+    return value
+
+
+def _id(obj: dict, key: str, where: str) -> str | None:
+    value = obj.get(key)
+    if value is not None and not isinstance(value, str):
+        raise RequestError(f"{where} must be a string, got {show(value)}", where)
+    return value
 
 
 def error_body(message: str, param: str | None = None, code: str | None = None,
@@ -38,6 +65,21 @@ class ChatRequest:
     ignore_eos: bool
 
 
+def depth(value, stop: int = MAX_DEPTH + 1) -> int:
+    """Nesting depth of a JSON value (a scalar is 1), counted without recursion; stops at ``stop``."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        v, d = stack.pop()
+        deepest = max(deepest, d)
+        if deepest >= stop:
+            return deepest
+        if isinstance(v, dict):
+            stack.extend((x, d + 1) for x in v.values())
+        elif isinstance(v, list):
+            stack.extend((x, d + 1) for x in v)
+    return deepest
+
+
 def _number(body: dict, key: str, default: float, lo: float, hi: float, lo_open=False) -> float:
     value = body.get(key)
     if value is None:
@@ -45,7 +87,7 @@ def _number(body: dict, key: str, default: float, lo: float, hi: float, lo_open=
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
             or value > hi or value < lo or (lo_open and value == lo):
         bound = f"({lo}, {hi}]" if lo_open else f"[{lo}, {hi}]"
-        raise RequestError(f"{key} must be a number in {bound}, got {value!r}", key)
+        raise RequestError(f"{key} must be a number in {bound}, got {show(value)}", key)
     return float(value)
 
 
@@ -58,7 +100,7 @@ def _text(content, where: str) -> str:
         parts = []
         for part in content:
             if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
-                raise RequestError(f"{where}: only text content parts are supported, got {part!r:.80}", where)
+                raise RequestError(f"{where}: only text content parts are supported, got {show(part)}", where)
             parts.append(part["text"])
         return "".join(parts)
     raise RequestError(f"{where}: content must be a string or a list of text parts", where)
@@ -83,22 +125,29 @@ def _messages(raw) -> list[dict]:
                 fn = c.get("function") if isinstance(c, dict) else None
                 if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
                     raise RequestError(f"{where}.tool_calls[{j}]: needs function.name", where)
+                call_id = _id(c, "id", f"{where}.tool_calls[{j}].id")
                 args = fn.get("arguments") or "{}"
+                args_at = f"{where}.tool_calls[{j}].function.arguments"
                 try:
                     args = json.loads(args) if isinstance(args, str) else args
                 except json.JSONDecodeError:
                     raise RequestError(f"{where}.tool_calls[{j}]: arguments are not JSON", where) from None
+                except RecursionError:
+                    raise RequestError(f"{args_at} is nested too deeply", args_at) from None
                 if not isinstance(args, dict):
                     raise RequestError(f"{where}.tool_calls[{j}]: arguments must be a JSON object", where)
-                calls.append({"id": c.get("id"), "type": "function",
+                if depth(args) > MAX_DEPTH:
+                    raise RequestError(f"{args_at} is nested deeper than {MAX_DEPTH} levels", args_at)
+                calls.append({"id": call_id, "type": "function",
                               "function": {"name": fn["name"], "arguments": args}})
-                if c.get("id"):
-                    call_names[c["id"]] = fn["name"]
+                if call_id:
+                    call_names[call_id] = fn["name"]
             msg["tool_calls"] = calls
         if role == "tool":
             # The template writes results under the function's name; OpenAI sends only the id.
-            msg["name"] = m.get("name") or call_names.get(m.get("tool_call_id"), "tool")
-            msg["tool_call_id"] = m.get("tool_call_id")
+            call_id = _id(m, "tool_call_id", f"{where}.tool_call_id")
+            msg["name"] = _id(m, "name", f"{where}.name") or call_names.get(call_id, "tool")
+            msg["tool_call_id"] = call_id
         out.append(msg)
     return out
 
@@ -107,7 +156,7 @@ def _tools(body: dict) -> list[dict] | None:
     tools = body.get("tools")
     choice = body.get("tool_choice", "auto")
     if choice not in ("auto", "none", None):
-        raise RequestError(f"tool_choice {choice!r} is not supported; use 'auto' or 'none'",
+        raise RequestError(f"tool_choice {show(choice)} is not supported; use 'auto' or 'none'",
                            "tool_choice")
     if not tools or choice == "none":
         return None
@@ -128,10 +177,11 @@ def parse_chat_request(body, served_model: str) -> ChatRequest:
     if not isinstance(body, dict):
         raise RequestError("request body must be a JSON object")
     if body.get("model") != served_model:
-        raise RequestError(f"model {body.get('model')!r} does not exist; this server serves "
+        raise RequestError(f"model {show(body.get('model'))} does not exist; this server serves "
                            f"{served_model!r}", "model", "model_not_found", status=404)
-    if body.get("n") not in (None, 1):
-        raise RequestError("n must be 1", "n")
+    n = body.get("n")
+    if n is not None and (type(n) is not int or n != 1):  # bool is an int subclass: not a count
+        raise RequestError(f"n must be the integer 1, got {show(n)}", "n")
     if body.get("stop"):
         raise RequestError("stop sequences are not supported by this engine", "stop")
     for key, why in (("seed", "sampling draws from one generator per batch, so a seed cannot be honoured"),
@@ -150,19 +200,19 @@ def parse_chat_request(body, served_model: str) -> ChatRequest:
         max_tokens = body.get("max_tokens")
     if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)
                                    or max_tokens < 1):
-        raise RequestError(f"max_tokens must be a positive integer, got {max_tokens!r}", "max_tokens")
+        raise RequestError(f"max_tokens must be a positive integer, got {show(max_tokens)}", "max_tokens")
     options = body.get("stream_options") or {}
     if not isinstance(options, dict):
         raise RequestError("stream_options must be an object", "stream_options")
     return ChatRequest(
         messages=_messages(body.get("messages")),
         tools=_tools(body),
-        stream=bool(body.get("stream", False)),
-        include_usage=bool(options.get("include_usage", False)),
+        stream=_flag(body, "stream", "stream"),
+        include_usage=_flag(options, "include_usage", "stream_options.include_usage"),
         max_tokens=max_tokens,
         temperature=_number(body, "temperature", 1.0, 0.0, 2.0),
         top_p=_number(body, "top_p", 1.0, 0.0, 1.0, lo_open=True),
-        ignore_eos=bool(body.get("ignore_eos", False)),
+        ignore_eos=_flag(body, "ignore_eos", "ignore_eos"),
     )
 
 

@@ -6,6 +6,7 @@ to it, so tool declarations are written the way the model was trained to read th
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 # Tokens that end a Gemma 4 answer: end of turn, end of text, and the opening of a tool result
@@ -29,6 +30,15 @@ class ChatFormat:
             ids.add(tokenizer.eos_token_id)
         ids.update(i for i in extra_stop_ids if i is not None)
         return cls(tokenizer, frozenset(ids))
+
+    @functools.cached_property
+    def max_token_chars(self) -> int:
+        """Characters in the longest vocabulary entry: no token covers more text than that.
+
+        Byte-level BPE spells every byte as one character (a UTF-8 character is 1-4 bytes) and
+        SentencePiece-style vocabularies spell the text itself, so a text of C characters needs at
+        least C / max_token_chars tokens, as long as the normaliser does not drop characters."""
+        return max((len(t) for t in self.tokenizer.get_vocab()), default=1) or 1
 
     def render(self, messages: list[dict], tools: list[dict] | None) -> list[int]:
         text = self.tokenizer.apply_chat_template(messages, tools=tools or None,

@@ -63,6 +63,16 @@ def _nonneg_float(text: str) -> float:
     return value
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.1 <= value <= 3600:  # also refuses nan and inf
+        raise argparse.ArgumentTypeError(f"expected seconds in 0.1..3600, got {text!r}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     d = DEFAULT_SHAPES
     p = _Parser(prog=PROG, description="OpenAI-compatible server of the kit's Neuron engine.")
@@ -108,6 +118,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compile-only", action="store_true",
                    help="neuron: compile into the cache (if not there yet) and exit, e.g. while baking an image")
     p.add_argument("--cpu-threads", type=_positive, metavar="N", help="cpu: torch threads (default min(4, cores))")
+    p.add_argument("--header-timeout", type=_seconds, default=10.0, metavar="S",
+                   help="close a connection that sends no complete request head within S seconds, "
+                        "or stays idle that long between requests (default 10)")
+    p.add_argument("--body-timeout", type=_seconds, default=30.0, metavar="S",
+                   help="answer 408 to a request whose body is not received within S seconds (default 30)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return p
 

@@ -9,15 +9,17 @@ Neuron SDK) happen only after the command line is checked, so a bad flag fails i
 """
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import AsyncIterator
 
 from aiohttp import web
 
-from . import api
+from . import api, intake, logs
 from .generator import Generator, LimitError, SamplingParams
 from .reasoning import ThoughtStream
 from .toolcalls import ContentDelta, ToolCall, ToolCallStream
@@ -25,10 +27,48 @@ from .toolcalls import ContentDelta, ToolCall, ToolCallStream
 log = logging.getLogger("ami.neuron.server")
 GENERATOR = web.AppKey("generator", object)
 BACKEND = web.AppKey("backend", str)
+INTAKE = web.AppKey("intake", object)  # (ThreadPoolExecutor, IntakeLimits)
+BODY_TIMEOUT = web.AppKey("body_timeout", float)
+MAX_BODY = web.AppKey("max_body", int)
+
+MAX_BODY_BYTES = 16 * 1024 * 1024  # aiohttp's client_max_size: a larger body is a 413
+DEFAULT_HEADER_TIMEOUT_S = 10.0  # a connection sending no complete request head in time is closed
+DEFAULT_BODY_TIMEOUT_S = 30.0  # a body not fully received in time is a 408
+ROUTES = "POST /v1/chat/completions, GET /v1/models, GET /health"
 
 
-def _json_error(status: int, message: str, param=None, code=None, kind="invalid_request_error"):
-    return web.json_response(api.error_body(message, param, code, kind), status=status)
+def _json_error(status: int, message: str, param=None, code=None, kind="invalid_request_error",
+                headers=None):
+    return web.json_response(api.error_body(message, param, code, kind), status=status, headers=headers)
+
+
+@web.middleware
+async def _errors_as_json(request: web.Request, handler):
+    """Every error the server answers is OpenAI-style JSON: routing (404/405), body size (413),
+    and anything unexpected (500, logged once, bounded). A client gone away is one INFO line."""
+    where = f"{request.method} {request.path[:200]}"
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        if exc.status == 404:
+            return _json_error(404, f"no route {where}; this server serves {ROUTES}", None, "not_found")
+        if exc.status == 405:
+            allow = exc.headers.get("Allow", "")
+            return _json_error(405, f"method {request.method} is not allowed on {request.path[:200]}; "
+                                    f"allowed: {allow}", None, "method_not_allowed", headers={"Allow": allow})
+        if exc.status == 413:
+            return _json_error(413, f"request body is larger than {request.app[MAX_BODY]} bytes, "
+                                    "the most this server reads", None, "body_too_large")
+        return _json_error(exc.status, f"{where}: {exc.reason}", None, None)
+    except ConnectionResetError as exc:
+        log.info("client went away during %s: %s", where, exc)
+        return web.Response(status=400)  # nobody reads it; aiohttp drops it quietly
+    except Exception:
+        log.exception("request %s failed", where)
+        return _json_error(500, "internal error while serving the request; see the server log",
+                           kind="server_error")
 
 
 async def _events(gen: Generator, prompt_ids: list[int], params: SamplingParams, tools: bool,
@@ -79,22 +119,22 @@ def _as_tuple(ev):
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     gen: Generator = request.app[GENERATOR]
+    timeout = request.app[BODY_TIMEOUT]
     try:
-        body = await request.json()
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        return _json_error(400, "request body is not valid JSON")
+        async with asyncio.timeout(timeout):
+            raw = await request.read()  # 413 past client_max_size, answered by _errors_as_json
+    except TimeoutError:
+        return _json_error(408, f"request body not received within {timeout:g} s", None, "body_timeout",
+                           headers={"Connection": "close"})
+    pool, limits = request.app[INTAKE]
     try:
-        req = api.parse_chat_request(body, gen.model_id)
-        try:
-            prompt_ids = gen.chat.render(req.messages, req.tools)
-        except Exception as exc:  # the template refused the conversation (e.g. role order)
-            raise api.RequestError(f"cannot render the conversation with the chat template: {exc}",
-                                   "messages") from None
-        max_new = gen.limits.resolve_max_tokens(len(prompt_ids), req.max_tokens)
+        # JSON, limits, template and tokenizer in the intake thread: the loop keeps serving.
+        prepared = await asyncio.get_running_loop().run_in_executor(pool, intake.prepare, raw, gen, limits)
     except api.RequestError as exc:
         return _json_error(exc.status, str(exc), exc.param, exc.code)
     except LimitError as exc:
         return _json_error(400, str(exc), exc.param, exc.code)
+    req, prompt_ids, max_new = prepared.request, prepared.prompt_ids, prepared.max_new
 
     params = SamplingParams(max_new, req.temperature, req.top_p, req.ignore_eos)
     completion = api.Completion(gen.model_id)
@@ -147,13 +187,16 @@ async def _stream(request, completion: api.Completion, events, include_usage: bo
                     await send(completion.chunk({}, finish_reason=value, usage_field=include_usage))
                     continue
                 await send(completion.chunk(delta, usage_field=include_usage))
-    except RuntimeError as exc:
-        await send(api.error_body(str(exc), kind="server_error"))
-    else:
         if include_usage:
             await send(completion.usage_chunk(prompt_tokens, counter[0]))
-    await resp.write(b"data: [DONE]\n\n")
-    await resp.write_eof()
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+    except ConnectionResetError as exc:  # the client went away; its row was cancelled above
+        log.info("client %s went away mid-stream after %d tokens (%s)", request.remote, counter[0], exc)
+    except RuntimeError as exc:
+        await send(api.error_body(str(exc), kind="server_error"))
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
     return resp
 
 
@@ -176,10 +219,17 @@ async def health(request: web.Request) -> web.Response:
         "scheduler": stats}, status=200 if ok else 503)
 
 
-def build_app(generator: Generator, backend: str) -> web.Application:
-    app = web.Application(client_max_size=16 * 1024 * 1024)
+def build_app(generator: Generator, backend: str, body_timeout: float = DEFAULT_BODY_TIMEOUT_S,
+              max_body: int = MAX_BODY_BYTES) -> web.Application:
+    app = web.Application(client_max_size=max_body, middlewares=[_errors_as_json])
     app[GENERATOR] = generator
     app[BACKEND] = backend
+    app[BODY_TIMEOUT] = body_timeout
+    app[MAX_BODY] = max_body
+    # One intake thread: requests are checked and tokenized one at a time, off the event loop
+    # (one thread also keeps the tokenizer's encode calls from overlapping).
+    app[INTAKE] = (ThreadPoolExecutor(1, thread_name_prefix="intake"),
+                   intake.IntakeLimits.for_generator(generator))
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_get("/v1/models", models)
     app.router.add_get("/health", health)
@@ -188,6 +238,7 @@ def build_app(generator: Generator, backend: str) -> web.Application:
         await generator.start()
         yield
         await generator.close()
+        app[INTAKE][0].shutdown(wait=False, cancel_futures=True)
 
     app.cleanup_ctx.append(lifecycle)
     return app
@@ -196,7 +247,7 @@ def build_app(generator: Generator, backend: str) -> web.Application:
 def main(argv: list[str] | None = None) -> int:
     from .cli import build_generator, compile_only, parse_args
     args = parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logs.setup(args.log_level)
     if args.compile_only:
         log.info("compiled model ready in %s", compile_only(args))
         return 0
@@ -209,8 +260,12 @@ def main(argv: list[str] | None = None) -> int:
                          f"{type(exc).__name__}: {first}") from None
     log.info("serving %s (%s) on http://%s:%d", generator.model_id, args.backend, args.host, args.port)
     try:
-        web.run_app(build_app(generator, args.backend), host=args.host, port=args.port,
-                    print=None, access_log=None, handle_signals=True)
+        # aiohttp's keep-alive timer starts when a connection opens and closes it if no complete
+        # request head has arrived when it fires (aiohttp 3.14 web_protocol.RequestHandler:
+        # connection_made / _process_keepalive), so it is also the header timeout.
+        web.run_app(build_app(generator, args.backend, args.body_timeout), host=args.host,
+                    port=args.port, print=None, access_log=None, handle_signals=True,
+                    keepalive_timeout=args.header_timeout)
     except OSError as exc:  # taken between the check and the bind
         raise SystemExit(_bind_error(args.host, args.port, exc)) from None
     return 0

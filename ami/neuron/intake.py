@@ -1,0 +1,108 @@
+"""Request bytes -> checked request + prompt token ids, cheapest checks first.
+
+The server runs ``prepare`` in its intake thread, never on the event loop, so the cost of a
+hostile body lands on that thread and ``/health`` keeps answering. The order is what keeps the
+cost small: the body size is capped by aiohttp before this runs; then UTF-8, JSON (a nesting
+too deep for the parser is a 400), the number of messages and tools, a budget of characters
+and nesting depth over both, the field types (``api.parse_chat_request``), and only then the
+chat template and the tokenizer, on a conversation already known to be small enough to fit.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from . import api
+from .generator import Generator
+
+
+@dataclass(frozen=True)
+class IntakeLimits:
+    """Limits implied by the compiled prompt length: a request over one cannot fit anyway."""
+
+    max_messages: int  # every message writes at least its turn (or call/result) marker token
+    max_tools: int  # every tool writes at least its declaration marker token
+    max_chars: int  # prompt tokens x the longest token's characters (see ChatFormat.max_token_chars)
+    max_depth: int = api.MAX_DEPTH
+
+    @classmethod
+    def for_generator(cls, gen: Generator) -> "IntakeLimits":
+        tokens = gen.limits.max_prompt_tokens
+        return cls(tokens, tokens, tokens * gen.chat.max_token_chars)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    request: api.ChatRequest
+    prompt_ids: list[int]
+    max_new: int
+
+
+def load_json(raw: bytes):
+    # RFC 8259 section 8.1: JSON exchanged between systems MUST be UTF-8; section 11: no
+    # "charset" parameter is defined for application/json, so whatever one says is ignored.
+    # (https://www.rfc-editor.org/rfc/rfc8259)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise api.RequestError(f"request body is not UTF-8 (byte {exc.start}); JSON must be "
+                               "UTF-8 (RFC 8259)", None, "invalid_json") from None
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise api.RequestError("request body is nested too deeply to parse; at most "
+                               f"{api.MAX_DEPTH} levels are taken", None, "invalid_json") from None
+    except json.JSONDecodeError as exc:
+        raise api.RequestError(f"request body is not valid JSON: {exc.msg} at line {exc.lineno} "
+                               f"column {exc.colno}", None, "invalid_json") from None
+
+
+def check_size(body: dict, lim: IntakeLimits) -> None:
+    """Counts, then one walk over messages and tools that stops as soon as a budget is spent:
+    each string costs its length, every other value 1, so the walk is at most ``max_chars`` long."""
+    for key, most in (("messages", lim.max_messages), ("tools", lim.max_tools)):
+        value = body.get(key)
+        if isinstance(value, list) and len(value) > most:
+            raise api.RequestError(
+                f"{key} has {len(value)} entries; this server takes at most {most} (its largest "
+                f"prompt bucket is {lim.max_messages} tokens and each entry takes at least one)",
+                key, f"too_many_{key}")
+    used = 0
+    for key in ("messages", "tools"):
+        stack = [(body.get(key), 1)]
+        while stack:
+            value, level = stack.pop()
+            if level > lim.max_depth:
+                raise api.RequestError(f"{key} is nested deeper than {lim.max_depth} levels", key,
+                                       "too_deep")
+            if isinstance(value, str):
+                used += len(value)
+            elif isinstance(value, dict):
+                used += 1 + sum(len(k) if isinstance(k, str) else 1 for k in value)
+                stack.extend((x, level + 1) for x in value.values())
+            elif isinstance(value, list):
+                used += 1
+                stack.extend((x, level + 1) for x in value)
+            else:
+                used += 1
+            if used > lim.max_chars:
+                raise api.RequestError(
+                    f"messages and tools hold more than {lim.max_chars} characters, more than "
+                    f"fits in this server's largest prompt bucket ({lim.max_messages} tokens)",
+                    key, "prompt_too_long")
+
+
+def prepare(raw: bytes, gen: Generator, lim: IntakeLimits) -> Prepared:
+    """Raises api.RequestError or generator.LimitError for a request that cannot be served."""
+    body = load_json(raw)
+    if not isinstance(body, dict):
+        raise api.RequestError("request body must be a JSON object")
+    check_size(body, lim)
+    req = api.parse_chat_request(body, gen.model_id)
+    try:
+        prompt_ids = gen.chat.render(req.messages, req.tools)
+    except Exception as exc:  # the template refused the conversation (e.g. role order)
+        raise api.RequestError("cannot render the conversation with the chat template: "
+                               f"{api.show(str(exc), 300)}", "messages") from None
+    return Prepared(req, prompt_ids, gen.limits.resolve_max_tokens(len(prompt_ids), req.max_tokens))
+
