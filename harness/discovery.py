@@ -67,40 +67,46 @@ def _stack_backend(stack_name: str, outputs: Mapping[str, str]) -> catalog.Backe
     return None
 
 
+# What each service's stack adds to the common outputs (the contract in stacks/outputs.py,
+# ``KIND_KEYS``): Endpoint field <- output key, all required. EC2 stacks also emit SshUser.
+SERVICE_OUTPUTS: dict[str, dict[str, str]] = {
+    "ec2": {"port": "Port", "instance_id": "InstanceId"},
+    "sagemaker": {"endpoint_name": "EndpointName"},
+    "bedrock": {},
+}
+# A managed service's InstanceType output (stacks/outputs.py: "never invented").
+NO_INSTANCE = "managed"
+
+
 def endpoint_from_outputs(stack_name: str, outputs: Mapping[str, str],
                           default_region: str | None = None) -> Endpoint:
-    """One backend stack's outputs -> an Endpoint. Raises DiscoveryError naming a missing key."""
+    """One backend stack's outputs -> an Endpoint. Raises DiscoveryError naming a missing key.
+
+    The protocol is the catalog backend's; the service (what bills) is the stack's own output."""
     b = _stack_backend(stack_name, outputs)
     if b is None:
         raise DiscoveryError(f"stack {stack_name!r} is not a kit backend (no BackendId output); "
                              f"valid backends: {', '.join(catalog.BACKEND_IDS)}")
     service = outputs.get("Service", b.service)
-    region = outputs.get("Region") or default_region
-    model_id = outputs.get("ModelId") or b.model_id
+    if service not in SERVICE_OUTPUTS:
+        raise DiscoveryError(f"stack {stack_name}: Service output {service!r} is not one of "
+                             f"{', '.join(sorted(SERVICE_OUTPUTS))}")
     instance_type = outputs.get("InstanceType") or b.instance_type
-
-    def need(key: str) -> str:
+    fields: dict[str, Any] = {}
+    for name, key in SERVICE_OUTPUTS[service].items():
         v = outputs.get(key)
         if not v:
             raise DiscoveryError(f"stack {stack_name}: output {key!r} missing (service {service})")
-        return str(v)
-
-    common: dict[str, Any] = dict(name=b.id, model_id=model_id, label=b.label, region=region,
-                                  tool_calls=b.tool_calls, instance_type=instance_type,
-                                  stack_name=stack_name, service=service)
-    if service == "bedrock":
-        return Endpoint(protocol="bedrock", **{**common, "instance_type": None})
-    if service == "sagemaker":
-        return Endpoint(protocol="sagemaker", endpoint_name=need("EndpointName"), **common)
-    if service == "ec2":
-        raw_port = need("Port")
+        fields[name] = str(v)
+    if "port" in fields:
         try:
-            port = int(raw_port)
+            fields["port"] = int(fields["port"])
         except ValueError:
             raise DiscoveryError(f"stack {stack_name}: output 'Port' is not a number: {outputs['Port']!r}") from None
-        return Endpoint(protocol="openai", instance_id=need("InstanceId"), port=port,
-                        ssh_user=outputs.get("SshUser") or None, **common)
-    raise DiscoveryError(f"stack {stack_name}: Service output {service!r} is not one of bedrock, sagemaker, ec2")
+    return Endpoint(name=b.id, protocol=b.protocol, service=service, model_id=outputs.get("ModelId") or b.model_id,
+                    label=b.label, region=outputs.get("Region") or default_region, tool_calls=b.tool_calls,
+                    instance_type=None if instance_type == NO_INSTANCE else instance_type,
+                    stack_name=stack_name, ssh_user=outputs.get("SshUser") or None, **fields)
 
 
 def ttl_note(backend_id: str, outputs: Mapping[str, str], now: float | None = None) -> str | None:

@@ -339,7 +339,7 @@ def _open_access(endpoints: list[Endpoint], stack: contextlib.ExitStack, session
     pins = HostKeyPins()
     live: list[Endpoint] = []
     for ep in endpoints:
-        if ep.protocol != "openai" or ep.base_url:
+        if ep.instance_id is None or ep.base_url:  # only an EC2 instance is reached by a tunnel
             live.append(ep)
             continue
         opener = open_access or (lambda e: eic_tunnel(

@@ -1,8 +1,10 @@
 """Strands model providers for an ``Endpoint``: OpenAI-compatible, SageMaker, Bedrock.
 
-Clients can be injected (tests pass moto's SageMaker runtime or a recorded Bedrock client); in
-a real run they are built from the default boto3 session with per-call timeouts and no silent
-retries below the agent (the trial does its own, visible, backoff on throttling).
+``build_model`` picks the provider through the protocol registry (harness.protocols); each
+``*_model`` function is one registry entry. Clients can be injected (tests pass moto's SageMaker
+runtime or a recorded Bedrock client); in a real run they are built from the default boto3
+session with per-call timeouts and no silent retries below the agent (the trial does its own,
+visible, backoff on throttling).
 """
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from typing import Any
 
 from botocore.config import Config as BotocoreConfig
 
+from harness import protocols
 from harness.endpoint import Endpoint
 
 # OpenAI-compatible servers are given a placeholder key: vLLM accepts any when none is set.
@@ -23,52 +26,58 @@ def build_model(endpoint: Endpoint, *, timeout: float = 60.0, max_tokens: int = 
     ``client``: for protocol ``sagemaker`` a ``sagemaker-runtime`` client, for ``bedrock`` a
     ``bedrock-runtime`` client; replaces the one Strands builds (the seam the tests use).
     """
-    boto_session = _session_for(endpoint, boto_session)
-    if endpoint.protocol == "openai":
-        from strands.models.openai import OpenAIModel
+    build = protocols.load(protocols.ready(endpoint).agent_model)
+    return build(endpoint, timeout=timeout, max_tokens=max_tokens, temperature=temperature,
+                 client=client, boto_session=_session_for(endpoint, boto_session))
 
-        if not endpoint.base_url:
-            raise ValueError(f"endpoint {endpoint.name!r} has no base_url (tunnel not open?)")
-        return OpenAIModel(
-            client_args={"base_url": endpoint.base_url, "api_key": PLACEHOLDER_API_KEY,
-                         "timeout": timeout, "max_retries": 0},
-            model_id=endpoint.model_id,
-            params={"max_tokens": max_tokens, "temperature": temperature},
-        )
-    if endpoint.protocol == "sagemaker":
-        from strands.models.sagemaker import SageMakerAIModel
 
-        if not endpoint.endpoint_name:
-            raise ValueError(f"endpoint {endpoint.name!r} has no SageMaker endpoint name")
-        endpoint_config: dict[str, Any] = {"endpoint_name": endpoint.endpoint_name}
-        if endpoint.region:
-            endpoint_config["region_name"] = endpoint.region
-        # stream=False: InvokeEndpoint returns the server's token usage, which Strands' streaming
-        # path for SageMaker does not report; the trial needs tokens, not time to first token.
-        model = SageMakerAIModel(
-            endpoint_config=endpoint_config,
-            payload_config={"max_tokens": max_tokens, "temperature": temperature, "stream": False},
-            boto_session=boto_session,
-            boto_client_config=_boto_config(timeout),
-        )
-        if client is not None:
-            model.client = client
-        return model
-    if endpoint.protocol == "bedrock":
-        from strands.models.bedrock import BedrockModel
+def openai_model(endpoint: Endpoint, *, timeout: float, max_tokens: int, temperature: float,
+                 client: Any = None, boto_session: Any = None):
+    from strands.models.openai import OpenAIModel
 
-        kwargs: dict[str, Any] = {"model_id": endpoint.model_id, "max_tokens": max_tokens,
-                                  "temperature": temperature,
-                                  "boto_client_config": _boto_config(timeout)}
-        if boto_session is not None:
-            kwargs["boto_session"] = boto_session
-        elif endpoint.region:
-            kwargs["region_name"] = endpoint.region
-        model = BedrockModel(**kwargs)
-        if client is not None:
-            model.client = client
-        return model
-    raise ValueError(f"unknown endpoint protocol {endpoint.protocol!r}; valid: openai, sagemaker, bedrock")
+    return OpenAIModel(
+        client_args={"base_url": endpoint.base_url, "api_key": PLACEHOLDER_API_KEY,
+                     "timeout": timeout, "max_retries": 0},
+        model_id=endpoint.model_id,
+        params={"max_tokens": max_tokens, "temperature": temperature},
+    )
+
+
+def sagemaker_model(endpoint: Endpoint, *, timeout: float, max_tokens: int, temperature: float,
+                    client: Any = None, boto_session: Any = None):
+    from strands.models.sagemaker import SageMakerAIModel
+
+    endpoint_config: dict[str, Any] = {"endpoint_name": endpoint.endpoint_name}
+    if endpoint.region:
+        endpoint_config["region_name"] = endpoint.region
+    # stream=False: InvokeEndpoint returns the server's token usage, which Strands' streaming
+    # path for SageMaker does not report; the trial needs tokens, not time to first token.
+    model = SageMakerAIModel(
+        endpoint_config=endpoint_config,
+        payload_config={"max_tokens": max_tokens, "temperature": temperature, "stream": False},
+        boto_session=boto_session,
+        boto_client_config=_boto_config(timeout),
+    )
+    if client is not None:
+        model.client = client
+    return model
+
+
+def bedrock_model(endpoint: Endpoint, *, timeout: float, max_tokens: int, temperature: float,
+                  client: Any = None, boto_session: Any = None):
+    from strands.models.bedrock import BedrockModel
+
+    kwargs: dict[str, Any] = {"model_id": endpoint.model_id, "max_tokens": max_tokens,
+                              "temperature": temperature,
+                              "boto_client_config": _boto_config(timeout)}
+    if boto_session is not None:
+        kwargs["boto_session"] = boto_session
+    elif endpoint.region:
+        kwargs["region_name"] = endpoint.region
+    model = BedrockModel(**kwargs)
+    if client is not None:
+        model.client = client
+    return model
 
 
 def _session_for(endpoint: Endpoint, session: Any) -> Any:

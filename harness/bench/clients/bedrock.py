@@ -14,6 +14,7 @@ from harness.bench.clients.boto import Retry, boto_client, call_with_retry, clas
     run_in_thread
 from harness.bench.profiles import BenchRequest
 from harness.bench.record import Record, now_ns
+from harness.endpoint import Endpoint
 
 _ERROR_EVENTS = {"internalServerException": "stream_error", "modelStreamErrorException": "stream_error",
                  "validationException": "stream_error", "throttlingException": "throttled",
@@ -93,3 +94,10 @@ class BedrockClient:
         if record.error is None and not stopped:
             record.fail("dropped", "stream ended without messageStop")
         record.finish(ok=record.error is None)
+
+
+def for_endpoint(endpoint: Endpoint, *, client: Any = None, vllm_extras: bool = True,
+                 api_key: str | None = None, request_timeout: float = 600.0) -> BedrockClient:
+    """The ``bedrock`` entry of harness.protocols (Converse has no vLLM extras; IAM signs)."""
+    return BedrockClient(endpoint.model_id, region=endpoint.region, client=client,
+                         read_timeout=request_timeout)

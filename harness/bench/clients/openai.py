@@ -6,6 +6,7 @@ SSE parser, no SDK. Client CPU per chunk is what limits how much load one proces
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import aiohttp
 
@@ -21,6 +22,7 @@ from harness.bench.clients.body import chat_body, http_error_class
 from harness.bench.profiles import BenchRequest
 from harness.bench.record import Record, now_ns
 from harness.bench.sse import OpenAIStreamParser
+from harness.endpoint import Endpoint
 
 
 class _StampedBody(aiohttp.BytesPayload):
@@ -167,3 +169,11 @@ async def discover_model(base_url: str, *, api_key: str | None = None, timeout: 
     if not models:
         raise RuntimeError(f"{base_url}/models lists no model; pass --model")
     return models[0]
+
+
+def for_endpoint(endpoint: Endpoint, *, client: Any = None, vllm_extras: bool = True,
+                 api_key: str | None = None, request_timeout: float = 600.0) -> OpenAIClient:
+    """The ``openai`` entry of harness.protocols (``client`` and ``request_timeout`` are the boto3
+    clients' options: a stream here is bounded by the driver's timeout)."""
+    return OpenAIClient(endpoint.base_url or "", endpoint.model_id, vllm_extras=vllm_extras,
+                        api_key=api_key)

@@ -22,6 +22,7 @@ from harness.bench.clients.boto import Retry, boto_client, call_with_retry, clas
 from harness.bench.profiles import BenchRequest
 from harness.bench.record import Record, now_ns
 from harness.bench.sse import OpenAIStreamParser
+from harness.endpoint import Endpoint
 
 
 class SageMakerClient:
@@ -86,3 +87,10 @@ class SageMakerClient:
         if record.error is None and not parser.complete():
             record.fail("dropped", "stream ended without finish_reason or [DONE]")
         record.finish(ok=record.error is None)
+
+
+def for_endpoint(endpoint: Endpoint, *, client: Any = None, vllm_extras: bool = True,
+                 api_key: str | None = None, request_timeout: float = 600.0) -> SageMakerClient:
+    """The ``sagemaker`` entry of harness.protocols (IAM signs the calls: no ``api_key``)."""
+    return SageMakerClient(endpoint.endpoint_name or "", endpoint.model_id, region=endpoint.region,
+                           client=client, vllm_extras=vllm_extras, read_timeout=request_timeout)

@@ -1,0 +1,66 @@
+"""The protocol registry: every protocol word the catalog uses builds a bench client and a Strands
+model of that protocol; a missing field or an unknown word is one clear ValueError."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness import catalog, protocols
+from harness.agent.providers import build_model
+from harness.bench.clients import make_client
+from harness.endpoint import Endpoint
+
+REPO = Path(__file__).resolve().parents[2]
+
+# One endpoint per protocol, with what that protocol needs.
+ENDPOINTS = {
+    "openai": Endpoint("local", "openai", "m", base_url="http://127.0.0.1:9/v1"),
+    "sagemaker": Endpoint("sagemaker", "sagemaker", "m", region="us-east-1", endpoint_name="ep"),
+    "bedrock": Endpoint("bedrock", "bedrock", "us.amazon.nova-micro-v1:0", region="us-east-1"),
+}
+# The Strands provider each protocol must get (strands-agents: strands.models.*).
+STRANDS = {"openai": "OpenAIModel", "sagemaker": "SageMakerAIModel", "bedrock": "BedrockModel"}
+
+
+def test_every_catalog_protocol_is_registered_and_nothing_else():
+    assert {b.protocol for b in catalog.BACKENDS.values()} == set(protocols.WORDS) == set(ENDPOINTS)
+
+
+@pytest.mark.parametrize("word", sorted(ENDPOINTS))
+def test_each_protocol_builds_its_bench_client_and_strands_model(word, monkeypatch):
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    ep = ENDPOINTS[word]
+    client = make_client(ep, client=object())
+    assert client.protocol == word and client.model == ep.model_id
+    assert type(build_model(ep)).__name__ == STRANDS[word]
+
+
+@pytest.mark.parametrize("ep, field", [
+    (Endpoint("g6", "openai", "m", instance_id="i-0123456789abcdef0", port=8000), "base_url"),
+    (Endpoint("sm", "sagemaker", "m", region="us-east-1"), "endpoint_name"),
+])
+def test_a_missing_field_is_named_before_anything_is_built(ep, field):
+    for build in (make_client, build_model):
+        with pytest.raises(ValueError, match=f"^endpoint {ep.name}: protocol {ep.protocol} needs {field}, "):
+            build(ep)
+
+
+def test_an_unknown_protocol_names_the_valid_ones():
+    ep = Endpoint("x", "grpc", "m")  # type: ignore[arg-type]
+    for build in (make_client, build_model):
+        with pytest.raises(ValueError, match="^protocol 'grpc' is not one of openai, sagemaker, bedrock$"):
+            build(ep)
+
+
+def test_the_registry_loads_nothing_until_asked():
+    """Importing the registry (as the bench, the agent and discovery do) imports no client and
+    no provider: each one is imported when its protocol is first used."""
+    code = ("import sys, harness.protocols\n"
+            "bad = [m for m in sys.modules if m.startswith(('harness.bench', 'harness.agent', 'strands', 'aiohttp'))]\n"
+            "assert not bad, bad\n")
+    p = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
