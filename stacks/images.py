@@ -221,11 +221,29 @@ def engine_pip_specs() -> str:
     return " ".join(engine + [locked[n.lower()] for n in ENGINE_EXTRA])
 
 
+NEURON_BUILD_INSTANCE = "inf2.xlarge"
+
+
+def neuron_precompile(config: KitConfig) -> dict[str, str]:
+    """What the Neuron image compiles in (neuron-engine.yaml, PrecompileModel): the inf2
+    backend's model with the engine settings its boot passes on the build host's type, so an
+    inf2 boot on that type finds graphs with the same cache key and loads without compiling.
+    Nothing when the inf2 backend is not selected or runs on another instance type."""
+    from harness.catalog import BACKENDS
+
+    inf2 = config.backend("inf2")
+    if inf2 is None or inf2.instance_type != NEURON_BUILD_INSTANCE:
+        return {"PrecompileModel": "none", "TpDegrees": "none", "NeuronPlatform": "none"}
+    engine = BACKENDS["inf2"].engine_settings(NEURON_BUILD_INSTANCE, inf2.model_id)
+    return {"PrecompileModel": inf2.model_id, "TpDegrees": ",".join(map(str, engine.tp_degrees)),
+            "NeuronPlatform": engine.neuron_platform}
+
+
 def neuron_spec(config: KitConfig, parent_ami: str | None = None) -> ImageSpec:
     def pipelines(assets: str) -> tuple[PipelineSpec, ...]:
         return (PipelineSpec(
             key="build", parent_image=parent_ami or "ssm:" + NEURON_DLAMI,
-            instance_types=("inf2.xlarge",), volume_gib=200, tests_enabled=True,
+            instance_types=(NEURON_BUILD_INSTANCE,), volume_gib=200, tests_enabled=True,
             publish_parameter=IMAGE_PARAMETERS["neuron"],
             description=f"Neuron SDK {pins.NEURON_SDK} pins and the kit's Neuron engine for inf2/trn1",
             components=(_uv(), ComponentUse("neuron-engine.yaml", {
@@ -234,7 +252,8 @@ def neuron_spec(config: KitConfig, parent_ami: str | None = None) -> ImageSpec:
                 "NeuronApt": pins.neuron_apt_specs(), "TorchVersion": pins.NEURON_TORCH_VERSION,
                 "EnginePip": engine_pip_specs(), "NxdiRepo": pins.NXDI_REPO, "NxdiCommit": pins.NXDI_COMMIT,
                 "TorchIndexUrl": pins.TORCH_CPU_INDEX, "NeuronIndexUrl": pins.NEURON_PIP_INDEX,
-                "NeuronToolsBin": pins.NEURON_TOOLS_BIN,
+                "NeuronToolsBin": pins.NEURON_TOOLS_BIN, "HfTokenSecret": config.hf_token_secret,
+                **neuron_precompile(config),
             })),
         ),)
 

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Image test for the Neuron engine: start the image's launcher on 127.0.0.1 over a checkpoint
+# directory baked into the image, wait for /health, ask for one chat completion, stop the server.
+# Exit 0 only if the answer has text. The Neuron sibling of smoke-completion.sh (vLLM).
+#
+#   neuron-smoke-completion.sh LAUNCHER MODEL_DIR SERVED_NAME [extra launcher args...]
+#
+# SMOKE_REQUIRE_CACHED=1: fail unless the engine reused compiled graphs (its log says "reusing
+# compiled model"), i.e. the image's graphs match what a boot asks for.
+# SMOKE_TIMEOUT: seconds to wait for /health (default 1800: loading, or compiling if the
+# image's graphs do not match). SMOKE_PORT, SMOKE_POLL: loopback port (default 18000) and seconds
+# between health checks (5). Tools by path or from systemd's default PATH only (curl, jq).
+set -euo pipefail
+
+launcher=${1:?usage: neuron-smoke-completion.sh LAUNCHER MODEL_DIR SERVED_NAME [args...]}
+model_dir=${2:?usage: neuron-smoke-completion.sh LAUNCHER MODEL_DIR SERVED_NAME [args...]}
+served=${3:?usage: neuron-smoke-completion.sh LAUNCHER MODEL_DIR SERVED_NAME [args...]}
+shift 3
+port=${SMOKE_PORT:-18000}
+poll=${SMOKE_POLL:-5}
+timeout=${SMOKE_TIMEOUT:-1800}
+log=$(mktemp /tmp/smoke-neuron.XXXXXX.log)
+
+"$launcher" --model "$model_dir" --served-model-name "$served" --host 127.0.0.1 --port "$port" "$@" \
+  >"$log" 2>&1 &
+server=$!
+cleanup() {
+  kill "$server" 2>/dev/null || true
+  wait "$server" 2>/dev/null || true
+}
+trap cleanup EXIT
+
+deadline=$((SECONDS + timeout))
+until curl -fsS "http://127.0.0.1:$port/health" >/dev/null 2>&1; do
+  if ! kill -0 "$server" 2>/dev/null; then
+    echo "the Neuron engine exited before it was healthy; last lines of its log:" >&2
+    tail -n 40 "$log" >&2
+    exit 1
+  fi
+  if [ "$SECONDS" -ge "$deadline" ]; then
+    echo "the Neuron engine was not healthy after ${timeout}s; last lines of its log:" >&2
+    tail -n 40 "$log" >&2
+    exit 1
+  fi
+  sleep "$poll"
+done
+if [ "${SMOKE_REQUIRE_CACHED:-0}" = 1 ] && ! grep -q "reusing compiled model" "$log"; then
+  echo "the engine did not reuse the image's compiled graphs (they do not match this configuration):" >&2
+  tail -n 40 "$log" >&2
+  exit 1
+fi
+
+body=$(jq -n --arg m "$served" \
+  '{model: $m, max_tokens: 32, temperature: 0,
+    messages: [{role: "user", content: "Name the capital of France in one word."}]}')
+reply=$(curl -fsS "http://127.0.0.1:$port/v1/chat/completions" \
+  -H 'Content-Type: application/json' -d "$body")
+text=$(printf '%s' "$reply" | jq -r '.choices[0].message.content // empty')
+if [ -z "$text" ]; then
+  echo "completion had no text: $reply" >&2
+  tail -n 40 "$log" >&2
+  exit 1
+fi
+echo "neuron smoke completion ok: $text"

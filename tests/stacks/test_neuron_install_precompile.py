@@ -1,0 +1,139 @@
+"""The Neuron image compiles the inf2 backend's model in, with the arguments an inf2 boot passes,
+so the boot finds graphs with the same cache key and loads without compiling.
+
+Shown three ways: the synthesized image parameters equal the synthesized Inf2Stack's kit.env;
+the component's PrecompileModel step, run under the agent's environment (env -i, systemd's PATH,
+no HOME) with fake hf and launcher at their real paths, puts the checkpoint where
+userdata/engine-neuron.sh looks and calls the launcher with those arguments; the image test's
+smoke script, run against a stand-in server, passes only when the engine reused its graphs.
+"""
+from __future__ import annotations
+
+import shlex
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.stacks.test_ec2_backends import kit_env, user_data
+from tests.stacks.test_images import COMPONENT_NAMES, IMAGE_STACKS, _by_name, _recipe_components
+from tests.stacks.test_neuron_install import agent_env, render, stack_parameters, step_script
+from tests.stacks.test_neuron_install_env import fake_tool
+
+ROOT = Path(__file__).resolve().parents[2]
+SMOKE = ROOT / "ami" / "scripts" / "neuron-smoke-completion.sh"
+
+
+def image_params(kit) -> dict[str, str]:
+    recipe = _by_name(kit, IMAGE_STACKS["neuron"], "AWS::ImageBuilder::ImageRecipe")["inference-kit-neuron-build"]
+    return _recipe_components(kit, IMAGE_STACKS["neuron"], recipe)[COMPONENT_NAMES["neuron-engine.yaml"]]
+
+
+def inf2_env(kit) -> dict[str, str]:
+    (instance,) = kit.resources("Inf2Stack", "AWS::EC2::Instance").values()
+    return {k: v.strip("'") for k, v in kit_env(user_data(instance)).items()}
+
+
+def test_the_image_compiles_what_the_inf2_boot_asks_for(kit):
+    p, env = image_params(kit), inf2_env(kit)
+    assert p["PrecompileModel"] == env["KIT_MODEL"] == env["KIT_SERVED_MODEL"]
+    assert p["TpDegrees"] == env["KIT_TP_DEGREES"]
+    assert p["NeuronPlatform"] == env["KIT_NEURON_PLATFORM"]
+    assert p["HfTokenSecret"] == kit.config.hf_token_secret
+
+
+def test_no_precompile_when_inf2_is_not_selected_or_on_another_type():
+    from stacks.config import KNOWN_KEYS, parse
+    from stacks.images import neuron_precompile
+    from tests.stacks.conftest import CDK_CONTEXT
+
+    base = {k: v for k, v in CDK_CONTEXT.items() if k in KNOWN_KEYS}
+    assert neuron_precompile(parse({**base, "backends": "trn1"}))["PrecompileModel"] == "none"
+    assert neuron_precompile(parse({**base, "inf2_instance_type": "inf2.24xlarge"}))["PrecompileModel"] == "none"
+    assert neuron_precompile(parse(base))["PrecompileModel"] != "none"
+
+
+def run_precompile(tmp_path: Path, **override: str) -> tuple[subprocess.CompletedProcess, Path]:
+    root = tmp_path / "root"
+    venv_bin = root / "opt/inference-kit/neuron/bin"
+    (root / "etc/inference-kit").mkdir(parents=True)
+    # hf writes a checkpoint file; the launcher records its arguments.
+    fake_tool(venv_bin / "hf", 'while [ $# -gt 0 ]; do [ "$1" = --local-dir ] && touch "$2/model.safetensors"; shift; done')
+    fake_tool(venv_bin / "kit-neuron-serve", f'printf "%s\\n" "$@" > {root}/launcher-args')
+    params = {**stack_parameters(), "HfTokenSecret": "none", **override}
+    r = subprocess.run(["/bin/bash", "-c", render(step_script("build", "PrecompileModel"), params, root)],
+                       env=agent_env(), capture_output=True, text=True, timeout=60)
+    return r, root
+
+
+def test_precompile_step_leaves_the_checkpoint_where_the_boot_looks_and_compiles_with_its_arguments(tmp_path):
+    params = stack_parameters()
+    model = params["PrecompileModel"]
+    r, root = run_precompile(tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    # userdata/engine-neuron.sh: KIT_MODEL_DIR=/opt/inference-kit/models/$KIT_MODEL, skipped when complete.
+    engine = (ROOT / "userdata" / "engine-neuron.sh").read_text()
+    assert "KIT_MODEL_DIR=/opt/inference-kit/models/$KIT_MODEL" in engine and ".kit-complete" in engine
+    ckpt = root / "opt/inference-kit/models" / model
+    assert (ckpt / ".kit-complete").exists() and (ckpt / "model.safetensors").exists()
+    args = (root / "launcher-args").read_text().split("\n")
+    assert args[:-1] == ["--model", f"{root}/opt/inference-kit/models/{model}", "--served-model-name", model,
+                         "--tp-degrees", params["TpDegrees"], "--platform", params["NeuronPlatform"], "--compile-only"]
+    # The boot's launch carries the same served name, degrees and platform (and the launcher's
+    # own --compiled-dir, the same file in the image and on the instance).
+    assert '--served-model-name "$KIT_SERVED_MODEL"' in engine
+    assert '--tp-degrees "$KIT_TP_DEGREES" --platform "$KIT_NEURON_PLATFORM"' in engine
+    assert (root / "etc/inference-kit/precompiled-model").read_text().strip() == model
+
+
+def test_precompile_step_does_nothing_without_a_model(tmp_path):
+    r, root = run_precompile(tmp_path, PrecompileModel="none")
+    assert r.returncode == 0 and "first boot downloads and compiles" in r.stdout
+    assert not (root / "launcher-args").exists()
+
+
+STAND_IN = textwrap.dedent('''\
+    import json, sys
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+    args = sys.argv[1:]
+    port = int(args[args.index("--port") + 1])
+    print("reusing compiled model in /cache" if "--cached" in args else "compiling for {} into /cache", flush=True)
+    class H(BaseHTTPRequestHandler):
+        def log_message(self, *a): pass
+        def do_GET(self):
+            self.send_response(200); self.end_headers(); self.wfile.write(b"ok")
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            out = json.dumps({"choices": [{"message": {"content": "Paris (" + body["model"] + ")"}}]}).encode()
+            self.send_response(200); self.send_header("Content-Type", "application/json"); self.end_headers()
+            self.wfile.write(out)
+    HTTPServer(("127.0.0.1", port), H).serve_forever()
+''')
+
+
+@pytest.mark.parametrize("cached", [True, False])
+def test_image_smoke_passes_only_when_the_engine_reused_its_graphs(tmp_path, cached):
+    server = tmp_path / "server.py"
+    server.write_text(STAND_IN)
+    launcher = fake_tool(tmp_path / "kit-neuron-serve", f'exec {shlex.quote(sys.executable)} {server} "$@"')
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    extra = ["--cached"] if cached else []
+    r = subprocess.run([str(SMOKE), str(launcher), str(tmp_path / "ckpt"), "google/gemma-4-E2B-it", *extra],
+                       env=agent_env(SMOKE_REQUIRE_CACHED="1", SMOKE_PORT=str(port), SMOKE_POLL="0.2",
+                                     SMOKE_TIMEOUT="30"),
+                       capture_output=True, text=True, timeout=60)
+    if cached:
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "neuron smoke completion ok: Paris (google/gemma-4-E2B-it)" in r.stdout
+    else:
+        assert r.returncode == 1 and "did not reuse the image's compiled graphs" in r.stderr
+
+
+def test_the_log_lines_the_smoke_reads_are_the_engines():
+    src = (ROOT / "ami" / "neuron" / "neuron_backend.py").read_text()
+    assert '"reusing compiled model in %s"' in src
