@@ -168,3 +168,16 @@ def test_plain_python_modules_do_not_reach_the_cdk(module):
     src = "\n".join((ROOT / (m.replace(".", "/") + ".py")).read_text() for m in seen
                     if (ROOT / (m.replace(".", "/") + ".py")).exists())
     assert "aws_cdk" not in src
+
+
+def test_the_neuron_engine_never_reaches_the_harness():
+    """The Neuron image ships ami/neuron without the harness: the engine gets the catalog's
+    decisions (tp degrees, platform) on its command line, it never imports harness.catalog."""
+    graph = import_graph()
+    seen, todo = set(), [m for m in graph if m.startswith("ami.neuron")]
+    while todo:
+        m = todo.pop()
+        if m not in seen:
+            seen.add(m)
+            todo.extend(graph.get(m, ()))
+    assert not [m for m in seen if m.startswith(("harness", "stacks"))]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import aws_cdk as cdk
+from aws_cdk.assertions import Match
 
 from stacks.bedrock import INVOKE_ACTIONS, invoke_statements
 
@@ -27,10 +28,11 @@ def test_policy_allows_only_the_profile_and_its_models(kit):
 
 
 def test_role_carries_only_that_policy(kit):
-    _, role = kit.one("BedrockStack", "AWS::IAM::Role")
-    (arn,) = role["Properties"]["ManagedPolicyArns"]
-    assert "Ref" in arn  # the stack's own policy, no AWS managed one
-    assert "Policies" not in role["Properties"]
+    t = kit.template("BedrockStack")
+    t.resource_count_is("AWS::IAM::Role", 1)
+    (policy_id,) = t.find_resources("AWS::IAM::ManagedPolicy")
+    # The stack's own policy, no AWS managed one, no inline policy.
+    t.has_resource_properties("AWS::IAM::Role", {"ManagedPolicyArns": [{"Ref": policy_id}], "Policies": Match.absent()})
 
 
 def test_plain_foundation_model_id_is_one_arn_in_the_region():
@@ -47,7 +49,9 @@ def test_unknown_geography_keeps_the_profile_condition():
 
 
 def test_bedrock_outputs(kit):
-    out = {k: v["Value"] for k, v in kit.templates["BedrockStack"]["Outputs"].items()}
-    assert out["ModelId"] == "us.amazon.nova-micro-v1:0" and out["InstanceType"] == "managed"
-    assert "inference-profile/us.amazon.nova-micro-v1:0" in str(out["ModelArn"])
-    assert out["IdleStopMinutes"] == "0"
+    t = kit.template("BedrockStack")
+    t.has_output("ModelId", {"Value": "us.amazon.nova-micro-v1:0"})
+    t.has_output("InstanceType", {"Value": "managed"})
+    t.has_output("IdleStopMinutes", {"Value": "0"})
+    t.has_output("ModelArn", {"Value": {"Fn::Join": ["", Match.array_with(
+        [Match.string_like_regexp("inference-profile/us.amazon.nova-micro-v1:0")])]}})

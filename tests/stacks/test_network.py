@@ -1,12 +1,15 @@
 """NetworkStack: no NAT, Instance Connect Endpoint with its own group, S3 gateway endpoint, flow logs."""
 from __future__ import annotations
 
+from aws_cdk.assertions import Match
+
 
 def test_no_nat_gateway_and_no_public_ip_by_default(kit):
-    assert not kit.resources("NetworkStack", "AWS::EC2::NatGateway")
-    assert not kit.resources("NetworkStack", "AWS::EC2::EIP")
-    for subnet in kit.resources("NetworkStack", "AWS::EC2::Subnet").values():
-        assert subnet["Properties"]["MapPublicIpOnLaunch"] is False
+    t = kit.template("NetworkStack")
+    t.resource_count_is("AWS::EC2::NatGateway", 0)
+    t.resource_count_is("AWS::EC2::EIP", 0)
+    t.resource_count_is("AWS::EC2::Subnet", 4)
+    t.all_resources_properties("AWS::EC2::Subnet", {"MapPublicIpOnLaunch": False})
 
 
 def test_two_azs_resolved_at_deploy_time_by_default(kit):
@@ -31,13 +34,15 @@ def test_instance_connect_endpoint_in_an_isolated_subnet_with_ssh_only_egress(ki
 
 
 def test_s3_gateway_endpoint_and_flow_logs(kit):
-    endpoints = kit.resources("NetworkStack", "AWS::EC2::VPCEndpoint").values()
-    assert [e["Properties"].get("VpcEndpointType", "Gateway") for e in endpoints] == ["Gateway"]
-    assert "s3" in str(next(iter(endpoints))["Properties"]["ServiceName"])
-    _, flow = kit.one("NetworkStack", "AWS::EC2::FlowLog")
-    assert flow["Properties"]["TrafficType"] == "ALL"
-    _, group = kit.one("NetworkStack", "AWS::Logs::LogGroup")
-    assert group["Properties"]["RetentionInDays"] == 7
+    t = kit.template("NetworkStack")
+    t.resource_count_is("AWS::EC2::VPCEndpoint", 1)  # a gateway endpoint: no hourly charge
+    t.has_resource_properties("AWS::EC2::VPCEndpoint", {
+        "VpcEndpointType": "Gateway",
+        "ServiceName": {"Fn::Join": ["", ["com.amazonaws.", {"Ref": "AWS::Region"}, ".s3"]]}})
+    t.resource_count_is("AWS::EC2::FlowLog", 1)
+    t.has_resource_properties("AWS::EC2::FlowLog", {"TrafficType": "ALL"})
+    t.resource_count_is("AWS::Logs::LogGroup", 1)
+    t.has_resource_properties("AWS::Logs::LogGroup", {"RetentionInDays": 7})
 
 
 def test_network_exports_what_backends_import(kit):
