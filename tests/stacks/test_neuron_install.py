@@ -152,6 +152,8 @@ def test_the_record_covers_every_pinned_package():
         name, version = spec.split("==")
         assert (normalize(name), version) in recorded, f"{spec} (engine pins) is not in {DATA.name}"
     assert (normalize("torch"), f"{pins.NEURON_TORCH_VERSION}+cpu") in recorded
+    # PyPI's CUDA build is there too, as on the real default index: the installed CPU build must win.
+    assert (normalize("torch"), pins.NEURON_TORCH_VERSION) in recorded
 
 
 def test_nxd_inference_pins_transformers_4_57_and_the_engine_needs_5():
