@@ -3,9 +3,10 @@ protocol word an ``Endpoint`` (and a catalog ``Backend``) carries.
 
 Every part of the harness that behaves differently per protocol looks it up here instead of
 branching on the word: the load benchmark's client (``harness.bench.clients.make_client``), the
-agent trial's Strands model (``harness.agent.providers.build_model``), and the fields an endpoint
-must have before either can be built. Adding a protocol is one entry here plus its client and its
-provider; nothing else changes.
+agent trial's Strands model (``harness.agent.providers.build_model``), the accuracy stage's ask
+function (``harness.accuracy.client.target_for``), and the fields an endpoint must have before
+any of them can be built. Adding a protocol is one entry here plus what it names; nothing
+else changes.
 
 The pattern is GuideLLM's backend registry (vllm-project/guidellm
 ``src/guidellm/backends/backend.py``: ``@Backend.register("openai_http")`` and
@@ -30,17 +31,22 @@ class Protocol:
     bench_client: str
     # build(endpoint, *, timeout, max_tokens, temperature, client, boto_session) -> strands Model
     agent_model: str
+    # build(endpoint, settings, boto_session) -> ask(messages) -> reply text (harness.accuracy)
+    accuracy_ask: str
 
 
 PROTOCOLS: dict[str, Protocol] = {
     p.word: p
     for p in [
         Protocol("openai", (("base_url", "base URL (for an EC2 backend: the tunnel is not open)"),),
-                 "harness.bench.clients.openai:for_endpoint", "harness.agent.providers:openai_model"),
+                 "harness.bench.clients.openai:for_endpoint", "harness.agent.providers:openai_model",
+                 "harness.accuracy.client:openai_for"),
         Protocol("sagemaker", (("endpoint_name", "SageMaker endpoint name"),),
-                 "harness.bench.clients.sagemaker:for_endpoint", "harness.agent.providers:sagemaker_model"),
+                 "harness.bench.clients.sagemaker:for_endpoint", "harness.agent.providers:sagemaker_model",
+                 "harness.accuracy.client:sagemaker_for"),
         Protocol("bedrock", (),
-                 "harness.bench.clients.bedrock:for_endpoint", "harness.agent.providers:bedrock_model"),
+                 "harness.bench.clients.bedrock:for_endpoint", "harness.agent.providers:bedrock_model",
+                 "harness.accuracy.client:bedrock_for"),
     ]
 }
 WORDS: tuple[str, ...] = tuple(PROTOCOLS)

@@ -14,6 +14,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from harness import protocols
 from harness.endpoint import Endpoint
 
 Messages = list[dict[str, str]]
@@ -143,25 +144,33 @@ def bedrock_ask(ep: Endpoint, s: Settings, client: Any) -> Callable[[Messages], 
     return lambda msgs: _with_retries(lambda: once(msgs), s)
 
 
-def target_for(ep: Endpoint, s: Settings, *, boto_session: Any = None) -> Target:
-    """The Target of a discovered (and, for EC2, tunnelled) endpoint."""
-    protocol = getattr(ep, "protocol", None) or getattr(ep, "kind")
-    label = ep.label or ep.name
-    if protocol == "openai":
-        if not ep.base_url:
-            raise BackendDown(f"{ep.name}: no base URL (tunnel not open)")
-        return Target(ep.name, ep.model_id, protocol, openai_ask(ep.base_url, ep.model_id, s), label,
-                      base_url=ep.base_url)
+def openai_for(ep: Endpoint, s: Settings, boto_session: Any = None) -> Callable[[Messages], str]:
+    return openai_ask(ep.base_url or "", ep.model_id, s)
+
+
+def sagemaker_for(ep: Endpoint, s: Settings, boto_session: Any = None) -> Callable[[Messages], str]:
+    return sagemaker_ask(ep, s, _boto_client("sagemaker-runtime", ep, s, boto_session))
+
+
+def bedrock_for(ep: Endpoint, s: Settings, boto_session: Any = None) -> Callable[[Messages], str]:
+    return bedrock_ask(ep, s, _boto_client("bedrock-runtime", ep, s, boto_session))
+
+
+def _boto_client(service: str, ep: Endpoint, s: Settings, session: Any) -> Any:
     import boto3
     from botocore.config import Config
 
-    session = boto_session or boto3.Session()
     cfg = Config(region_name=ep.region, retries={"mode": "standard", "max_attempts": 1},
                  read_timeout=s.timeout, connect_timeout=15)
-    if protocol == "sagemaker":
-        return Target(ep.name, ep.model_id, protocol,
-                      sagemaker_ask(ep, s, session.client("sagemaker-runtime", config=cfg)), label)
-    if protocol == "bedrock":
-        return Target(ep.name, ep.model_id, protocol,
-                      bedrock_ask(ep, s, session.client("bedrock-runtime", config=cfg)), label)
-    raise BackendDown(f"{ep.name}: protocol {protocol!r} is not one the accuracy stage speaks")
+    return (session or boto3.Session()).client(service, config=cfg)
+
+
+def target_for(ep: Endpoint, s: Settings, *, boto_session: Any = None) -> Target:
+    """The Target of a discovered (and, for EC2, tunnelled) endpoint: the ask function is the
+    protocol's ``accuracy_ask`` entry in harness.protocols (``*_for`` above)."""
+    try:
+        build = protocols.load(protocols.ready(ep).accuracy_ask)
+    except ValueError as e:  # a missing field (tunnel not open) or a protocol the kit does not know
+        raise BackendDown(str(e)) from None
+    return Target(ep.name, ep.model_id, ep.protocol, build(ep, s, boto_session), ep.label or ep.name,
+                  base_url=ep.base_url)

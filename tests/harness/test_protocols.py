@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from harness import catalog, protocols
+from harness.accuracy.client import BackendDown, Settings, target_for
 from harness.agent.providers import build_model
 from harness.bench.clients import make_client
 from harness.endpoint import Endpoint
@@ -47,6 +48,28 @@ def test_a_missing_field_is_named_before_anything_is_built(ep, field):
     for build in (make_client, build_model):
         with pytest.raises(ValueError, match=f"^endpoint {ep.name}: protocol {ep.protocol} needs {field}, "):
             build(ep)
+    # the accuracy stage records it as the backend being down, with the same words
+    with pytest.raises(BackendDown, match=f"^endpoint {ep.name}: protocol {ep.protocol} needs {field}, "):
+        target_for(ep, Settings())
+
+
+# The AWS runtime client each protocol's accuracy stage calls (boto3 service names); openai: none.
+RUNTIME = {"openai": [], "sagemaker": ["sagemaker-runtime"], "bedrock": ["bedrock-runtime"]}
+
+
+@pytest.mark.parametrize("word", sorted(ENDPOINTS))
+def test_each_protocol_gives_the_accuracy_stage_its_own_runtime(word):
+    made = []
+
+    class Session:
+        def client(self, service, config=None):
+            made.append(service)
+            assert config.region_name == "us-east-1"
+            return object()
+
+    target = target_for(ENDPOINTS[word], Settings(), boto_session=Session())
+    assert made == RUNTIME[word] and callable(target.ask)
+    assert target.base_url == ENDPOINTS[word].base_url
 
 
 def test_an_unknown_protocol_names_the_valid_ones():
@@ -54,13 +77,16 @@ def test_an_unknown_protocol_names_the_valid_ones():
     for build in (make_client, build_model):
         with pytest.raises(ValueError, match="^protocol 'grpc' is not one of openai, sagemaker, bedrock$"):
             build(ep)
+    with pytest.raises(BackendDown, match="^protocol 'grpc' is not one of"):
+        target_for(ep, Settings())
 
 
 def test_the_registry_loads_nothing_until_asked():
     """Importing the registry (as the bench, the agent and discovery do) imports no client and
     no provider: each one is imported when its protocol is first used."""
     code = ("import sys, harness.protocols\n"
-            "bad = [m for m in sys.modules if m.startswith(('harness.bench', 'harness.agent', 'strands', 'aiohttp'))]\n"
+            "bad = [m for m in sys.modules if m.startswith(('harness.bench', 'harness.agent', 'harness.accuracy',\n"
+            "                                               'strands', 'aiohttp'))]\n"
             "assert not bad, bad\n")
     p = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr
