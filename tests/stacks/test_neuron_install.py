@@ -122,6 +122,11 @@ def run_install(script: str, indexes: dict[str, Path], root: Path) -> subprocess
     return subprocess.run(["/bin/bash", "-c", body], env=env, capture_output=True, text=True, timeout=120)
 
 
+def params_for_check() -> list[str]:
+    p = stack_parameters()
+    return p["NeuronPip"].split() + p["EnginePip"].split()
+
+
 def installed(venv: Path) -> dict[str, str]:
     found = {}
     for info in venv.glob("lib/python*/site-packages/*.dist-info"):
@@ -185,6 +190,15 @@ def test_the_component_installs_neuron_with_its_pins_then_the_transformers_overr
     problems = [ln for ln in (check.stdout + check.stderr).splitlines() if ln.startswith("The package")]
     assert problems == ["The package `neuronx-distributed-inference` requires `transformers==4.57.*`, "
                         f"but `{have['transformers']}` is installed"], check.stdout + check.stderr
+    # The validate step's version check (its Python part; dpkg-query needs the real apt
+    # packages) accepts what was installed.
+    validate = step_script("validate", "CheckPins")
+    check_py = validate.split("<<'EOF'\n", 1)[1].split("\nEOF", 1)[0]
+    specs = params_for_check()
+    v = subprocess.run([str(venv / "bin/python"), "-", *specs], input=check_py, capture_output=True,
+                       text=True, env=agent_env())
+    assert v.returncode == 0, v.stdout + v.stderr
+    assert len(v.stdout.splitlines()) == len(specs)
     # The launcher and the version stamp land where the unit and the validate step look.
     assert os.access(venv / "bin/kit-neuron-serve", os.X_OK)
     assert pins.NEURON_SDK in (root / "etc/inference-kit/engine-version").read_text()
