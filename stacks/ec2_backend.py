@@ -15,6 +15,7 @@ from datetime import datetime
 import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
 from harness.catalog import BACKENDS
@@ -23,6 +24,7 @@ from stacks.guardrails import Ec2Guardrails
 from stacks.image_families import boot_family
 from stacks.inference_instance import InferenceInstance
 from stacks.outputs import add_outputs
+from stacks import package
 
 
 class Ec2BackendStack(cdk.Stack):
@@ -35,14 +37,21 @@ class Ec2BackendStack(cdk.Stack):
         assert spec.service == "ec2" and spec.image and spec.port, spec
         family = boot_family(spec.image, backend.image_choice)
         self.family = family
+        # A package (stacks/package.py): synced from S3 at boot, served under "package:<scheme>".
+        scheme = package.check_backend(backend.id, backend.model_id)
+        model_id = f"{package.MODEL_WORD}:{scheme}" if scheme else backend.model_id
         env = {
             "KIT_BACKEND": backend.id,
-            "KIT_MODEL": backend.model_id,
-            "KIT_SERVED_MODEL": backend.model_id,
+            "KIT_MODEL": model_id,
+            "KIT_SERVED_MODEL": model_id,
             "KIT_MAX_MODEL_LEN": str(config.max_model_len),
             **family.env,
         }
-        engine = spec.engine_settings(backend.instance_type, backend.model_id)
+        if scheme:
+            env["KIT_MODEL_S3"] = ssm.StringParameter.value_for_string_parameter(
+                self, package.parameter_name(scheme))
+            extra_statements = (*extra_statements, *package.read_statements(scheme))
+        engine = spec.engine_settings(backend.instance_type, package.source_model(scheme) if scheme else model_id)
         if engine.vllm_args is not None:
             env["KIT_VLLM_ARGS"] = engine.vllm_args
         if engine.tp_degrees:
@@ -60,7 +69,9 @@ class Ec2BackendStack(cdk.Stack):
         self.guardrails = Ec2Guardrails(self, "Guardrails", instance=self.server.instance,
                                         idle_stop_minutes=config.idle_stop_minutes, ttl_expires_at=ttl_expires_at,
                                         provisioning_minutes=family.readiness_timeout_minutes)
-        add_outputs(self, backend_id=backend.id, service="ec2", model_id=backend.model_id,
+        if scheme:
+            package.acknowledge_read(self.server.role, scheme)
+        add_outputs(self, backend_id=backend.id, service="ec2", model_id=model_id,
                     instance_type=backend.instance_type, ttl_expires_at=ttl_expires_at,
                     idle_stop_minutes=config.idle_stop_minutes,
                     InstanceId=self.server.instance.instance_id, Port=str(spec.port), SshUser=family.ssh_user)

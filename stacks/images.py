@@ -45,6 +45,7 @@ from ami import pins
 from stacks import nag
 from harness.catalog import BACKENDS, instance_arch
 from stacks.config import ConfigError, KitConfig
+from stacks.package import package_scheme
 
 AMI_DIR = Path(__file__).resolve().parent.parent / "ami"
 COMPONENTS_DIR = AMI_DIR / "components"
@@ -151,6 +152,8 @@ def default_model(image: str) -> str:
 
 def vllm_cuda_spec(config: KitConfig) -> ImageSpec:
     prepull = served_model(config, "vllm-cuda") or "none"
+    if package_scheme(prepull):  # a package is synced from S3 at boot (stacks/package.py), not pulled
+        prepull = "none"
 
     def pipelines(assets: str) -> tuple[PipelineSpec, ...]:
         return (PipelineSpec(

@@ -29,6 +29,7 @@ from datetime import datetime
 import aws_cdk as cdk
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_sagemaker as sagemaker
+from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
 from harness.catalog import INSTANCES, tool_call_parser
@@ -36,6 +37,7 @@ from stacks import nag
 from stacks.config import BackendConfig, KitConfig
 from stacks.guardrails import EndpointTtl
 from stacks.outputs import add_outputs
+from stacks import package
 
 DLC_ACCOUNT = "763104351884"
 # Regions whose Deep Learning Containers live in another registry account (opt-in regions,
@@ -101,6 +103,19 @@ class SageMakerStack(cdk.Stack):
             sid="EndpointMetrics", actions=["cloudwatch:PutMetricData"], resources=["*"],
             conditions={"StringEquals": {"cloudwatch:namespace": "/aws/sagemaker/Endpoints"}}))
 
+        # A package (stacks/package.py): uncompressed S3 model data under /opt/ml/model, served as
+        # "package:<scheme>"; the role reads that scheme's prefix only.
+        scheme = package.check_backend(backend.id, backend.model_id)
+        model_id = f"{package.MODEL_WORD}:{scheme}" if scheme else backend.model_id
+        model_data = None
+        if scheme:
+            uri = ssm.StringParameter.value_for_string_parameter(self, package.parameter_name(scheme))
+            model_data = sagemaker.CfnModel.ModelDataSourceProperty(
+                s3_data_source=sagemaker.CfnModel.S3DataSourceProperty(
+                    s3_uri=cdk.Fn.join("", [uri, "/"]), s3_data_type="S3Prefix", compression_type="None"))
+            for st in package.read_statements(scheme):
+                self.role.add_to_policy(st)
+            package.acknowledge_read(self.role, scheme)
         token = cdk.SecretValue.secrets_manager(config.hf_token_secret).unsafe_unwrap()
         self.endpoints: dict[str, sagemaker.CfnEndpoint] = {}
         log_groups = []
@@ -111,8 +126,11 @@ class SageMakerStack(cdk.Stack):
             model = sagemaker.CfnModel(
                 self, f"Model{sid}", execution_role_arn=self.role.role_arn,
                 primary_container=sagemaker.CfnModel.ContainerDefinitionProperty(
-                    image=image_uri(region, config.sagemaker_vllm_tag),
-                    environment={**vllm_environment(backend.model_id, config.max_model_len, spec.accelerators),
+                    image=image_uri(region, config.sagemaker_vllm_tag), model_data_source=model_data,
+                    environment={**vllm_environment(package.source_model(scheme) if scheme else backend.model_id,
+                                                    config.max_model_len, spec.accelerators),
+                                 **({"SM_VLLM_MODEL": "/opt/ml/model", "SM_VLLM_SERVED_MODEL_NAME": model_id}
+                                    if scheme else {}),
                                  "HF_TOKEN": token}))
             variant = sagemaker.CfnEndpointConfig.ProductionVariantProperty(
                 variant_name="AllTraffic", model_name=model.attr_model_name, instance_type=itype,
@@ -146,7 +164,7 @@ class SageMakerStack(cdk.Stack):
                             "SageMaker names the log streams inside it")
 
         first = backend.instance_types[0]
-        add_outputs(self, backend_id=backend.id, service="sagemaker", model_id=backend.model_id,
+        add_outputs(self, backend_id=backend.id, service="sagemaker", model_id=model_id,
                     instance_type=first, ttl_expires_at=ttl_expires_at, idle_stop_minutes=0,
                     EndpointName=self.endpoints[first].attr_endpoint_name,
                     EndpointNames=",".join(f"{t}={endpoint_name(self.stack_name, t)}" for t in backend.instance_types))

@@ -20,6 +20,7 @@ from stacks.ec2_backend import Ec2BackendStack
 from stacks.guardrails import ttl_expiry
 from stacks.images import ImagePipelineStack, image_specs
 from stacks.network import NetworkStack
+from stacks.package import PackageStack, check_backend
 
 KIT_TAGS = {"project": "aws-inference-kit"}
 
@@ -57,6 +58,12 @@ def build(app: cdk.App, config: KitConfig, now: datetime | None = None) -> dict[
 
             stack = BedrockStack(app, spec.stack_name, backend=bc, config=config, env=env, description=desc)
         stacks[spec.stack_name] = stack
+
+    # The package builder (stacks/package.py), when a selected backend serves a package.
+    if any(check_backend(bc.id, bc.model_id) for bc in config.backends):
+        stacks["PackageStack"] = PackageStack(
+            app, "PackageStack", hf_token_secret=config.hf_token_secret, env=env,
+            description="Inference kit: quantized model packages (S3 bucket, CPU CodeBuild build)")
 
     # Image pipelines for the selected EC2 backends' images (stacks/images.py). Deploying one
     # builds nothing: a pipeline has no schedule and runs only when started (docs/images.md).

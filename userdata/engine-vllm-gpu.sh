@@ -30,10 +30,27 @@ engine_install() {
     "vllm==$KIT_VLLM_VERSION"
 }
 
+# A package (stacks/package.py, KIT_MODEL_S3=s3://.../package/<scheme>/<build>): copied through the
+# VPC's S3 gateway endpoint and served from disk; manifest.json is uploaded last, so its presence
+# means the copy is whole.
+engine_model() {
+  if [ -z "${KIT_MODEL_S3:-}" ]; then
+    printf '%s' "$KIT_MODEL"
+    return 0
+  fi
+  local dir=/opt/inference-kit/package
+  kit_log "syncing package $KIT_MODEL_S3" >&2
+  kit_retry 3 aws s3 sync --only-show-errors --region "$KIT_REGION" "$KIT_MODEL_S3/" "$dir/" >&2 || return 1
+  [ -s "$dir/manifest.json" ] || { kit_log "package has no manifest.json: $KIT_MODEL_S3" >&2; return 1; }
+  printf '%s' "$dir"
+}
+
 engine_exec() {
   export HF_HOME=/opt/inference-kit/hf VLLM_NO_USAGE_STATS=1
+  local model
+  model=$(engine_model) || exit 1
   # shellcheck disable=SC2086  # KIT_VLLM_ARGS is a list of flags written by the stack
-  exec "$KIT_VENV/bin/vllm" serve "$KIT_MODEL" --served-model-name "$KIT_SERVED_MODEL" \
+  exec "$KIT_VENV/bin/vllm" serve "$model" --served-model-name "$KIT_SERVED_MODEL" \
     --host 127.0.0.1 --port "$KIT_PORT" --max-model-len "$KIT_MAX_MODEL_LEN" \
     $KIT_VLLM_ARGS
 }

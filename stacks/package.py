@@ -1,0 +1,200 @@
+"""PackageStack: build quantized model packages in the user's account, where the bandwidth is.
+
+One S3 bucket (SSE-S3, public access blocked, TLS enforced, emptied and deleted with the stack)
+and one CPU-only CodeBuild project that runs ``python -m harness.package build`` with the Hugging
+Face token secret, writes ``s3://<bucket>/package/<scheme>/<build number>/`` (manifest.json last)
+and publishes that URI in the SSM parameter ``/inference-kit/package/<scheme>``, the way the image
+pipelines publish their AMI ids (stacks/images.py). Nothing builds, and nothing is billed, until
+someone starts a build:
+
+    aws codebuild start-build --project-name inference-kit-package \\
+        --environment-variables-override name=SCHEME,value=emb4,type=PLAINTEXT
+    aws logs tail /aws/codebuild/inference-kit-package --follow
+
+Serving a package: ``-c g6_model=package`` (emb4) or ``-c g6_model=package:<scheme>`` (also
+``sagemaker_model``): g6 syncs the package from S3 through the VPC's S3 gateway endpoint and serves
+the local copy with vLLM; SageMaker loads it as uncompressed S3 model data (``S3DataType``
+S3Prefix, ``CompressionType`` None: SageMaker API reference, S3ModelDataSource). Their roles read
+only ``package/<scheme>/``. The URI is read from the SSM parameter at deploy time, so a backend
+deploy before the first build fails with CloudFormation's "parameter not found".
+
+CodeBuild ``BUILD_GENERAL1_LARGE``: up to 16 GiB memory and 8 vCPUs (CodeBuild API reference,
+ProjectEnvironment.computeType); the largest E2B table (4.4 GiB bf16) and its packed form fit.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import aws_cdk as cdk
+from aws_cdk import aws_codebuild as codebuild
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_s3_assets as s3_assets
+from constructs import Construct
+
+from harness.catalog import BACKENDS
+from harness.package.schemes import DEFAULT_SCHEME, SCHEMES
+from stacks import nag
+from stacks.config import ConfigError
+
+ROOT = Path(__file__).resolve().parent.parent
+PARAMETER_PREFIX = "/inference-kit/package"
+KEY_PREFIX = "package"
+PROJECT_NAME = "inference-kit-package"
+MODEL_WORD = "package"
+BUILD_TIMEOUT = cdk.Duration.hours(3)
+# What the build needs from the kit: the package builder and its pins, nothing else.
+ASSET_INCLUDE = ("harness/__init__.py", "harness/package/*.py", "requirements-package.txt", "constraints.txt")
+
+
+def package_scheme(model_id: str) -> str | None:
+    """The scheme a ``<backend>_model`` value asks for: ``package`` -> emb4, ``package:<scheme>``."""
+    if model_id != MODEL_WORD and not model_id.startswith(MODEL_WORD + ":"):
+        return None
+    name = model_id.partition(":")[2] or DEFAULT_SCHEME
+    if name not in SCHEMES:
+        raise ConfigError(f"model={model_id!r}: unknown package scheme {name!r}; valid: "
+                          f"{', '.join(f'{MODEL_WORD}:{s}' for s in SCHEMES)} ({MODEL_WORD} = {MODEL_WORD}:{DEFAULT_SCHEME})")
+    return name
+
+
+def check_backend(backend_id: str, model_id: str) -> str | None:
+    """The package scheme a backend serves, refusing backends whose engine cannot load one."""
+    name = package_scheme(model_id)
+    spec = BACKENDS[backend_id]
+    if name and not (spec.service == "sagemaker" or (spec.service == "ec2" and spec.image == "gpu-x86")):
+        raise ConfigError(f"{backend_id}_model={model_id!r}: packages are served by vLLM on x86 NVIDIA GPUs "
+                          "(g6, sagemaker); this backend's engine cannot load compressed-tensors int4")
+    return name
+
+
+def source_model(scheme_name: str) -> str:
+    """The model a package is built from (decides vLLM's tool-call parser, as for any model id)."""
+    return SCHEMES[scheme_name].default_source
+
+
+def parameter_name(scheme_name: str) -> str:
+    return f"{PARAMETER_PREFIX}/{scheme_name}"
+
+
+def bucket_name() -> str:
+    """One bucket per account and region, named so backend stacks scope IAM without a reference."""
+    return f"inference-kit-packages-{cdk.Aws.ACCOUNT_ID}-{cdk.Aws.REGION}"
+
+
+def read_statements(scheme_name: str) -> list[iam.PolicyStatement]:
+    """Read one scheme's packages, nothing else of the bucket."""
+    bucket_arn = f"arn:{cdk.Aws.PARTITION}:s3:::{bucket_name()}"
+    prefix = f"{KEY_PREFIX}/{scheme_name}/"
+    return [
+        iam.PolicyStatement(sid="ReadPackage", actions=["s3:GetObject"], resources=[f"{bucket_arn}/{prefix}*"]),
+        iam.PolicyStatement(sid="ListPackage", actions=["s3:ListBucket"], resources=[bucket_arn],
+                            conditions={"StringLike": {"s3:prefix": [f"{prefix}*"]}}),
+    ]
+
+
+def acknowledge_read(scope: Construct, scheme_name: str) -> None:
+    nag.acknowledge(scope, f"AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:s3:::inference-kit-packages-"
+                           f"<AWS::AccountId>-<AWS::Region>/{KEY_PREFIX}/{scheme_name}/*]",
+                    "Read-only on one scheme's package prefix; the build number under it is chosen at build time")
+
+
+def _buildspec() -> dict:
+    out = f's3://$BUCKET/{KEY_PREFIX}/$SCHEME/$CODEBUILD_BUILD_NUMBER'
+    return {
+        "version": "0.2",
+        "env": {"shell": "bash"},
+        "phases": {
+            "install": {
+                "runtime-versions": {"python": "3.11"},
+                "commands": [
+                    # PyPI serves torch's CUDA build on Linux x86_64; the CPU wheel is enough here.
+                    "pip install -q --index-url https://download.pytorch.org/whl/cpu torch==2.13.0",
+                    "pip install -q -c constraints.txt -r requirements-package.txt",
+                ],
+            },
+            "build": {
+                "commands": [
+                    f'OUT="{out}"',
+                    'python -m harness.package build --scheme "$SCHEME" --out "$OUT" --work /tmp '
+                    '${SOURCE:+--source "$SOURCE"} ${REVISION:+--revision "$REVISION"}',
+                    f'aws ssm put-parameter --name "{PARAMETER_PREFIX}/$SCHEME" --type String '
+                    '--value "$OUT" --overwrite',
+                    f'echo "published $OUT in {PARAMETER_PREFIX}/$SCHEME"',
+                ],
+            },
+        },
+    }
+
+
+class PackageStack(cdk.Stack):
+    def __init__(self, scope: Construct, construct_id: str, *, hf_token_secret: str, **kwargs) -> None:
+        super().__init__(scope, construct_id, **kwargs)
+        self.bucket = s3.Bucket(
+            self, "Packages", bucket_name=bucket_name(),
+            encryption=s3.BucketEncryption.S3_MANAGED, block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
+            enforce_ssl=True, versioned=False, object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
+            removal_policy=cdk.RemovalPolicy.DESTROY, auto_delete_objects=True)
+        nag.acknowledge(self.bucket, "AwsSolutions-S1",
+                        "Packages are rebuilt from public weights; every write is one CodeBuild build, whose "
+                        "log names the objects it uploaded. Access logs would need a second bucket to clean up")
+
+        kit = s3_assets.Asset(self, "KitSource", path=str(ROOT),
+                              exclude=["*", *(f"!{p}" for p in ASSET_INCLUDE)])
+        log_group = logs.LogGroup(self, "BuildLogs", log_group_name=f"/aws/codebuild/{PROJECT_NAME}",
+                                  retention=logs.RetentionDays.ONE_MONTH, removal_policy=cdk.RemovalPolicy.DESTROY)
+        self.project = codebuild.Project(
+            self, "Build", project_name=PROJECT_NAME,
+            description="Repack Gemma 4 QAT weights into a compressed-tensors package (python -m harness.package)",
+            source=codebuild.Source.s3(bucket=kit.bucket, path=kit.s3_object_key),
+            environment=codebuild.BuildEnvironment(
+                build_image=codebuild.LinuxBuildImage.STANDARD_7_0, compute_type=codebuild.ComputeType.LARGE),
+            environment_variables={
+                "SCHEME": codebuild.BuildEnvironmentVariable(value=DEFAULT_SCHEME),
+                "SOURCE": codebuild.BuildEnvironmentVariable(value=""),
+                "REVISION": codebuild.BuildEnvironmentVariable(value=""),
+                "BUCKET": codebuild.BuildEnvironmentVariable(value=self.bucket.bucket_name),
+                "HF_TOKEN": codebuild.BuildEnvironmentVariable(
+                    type=codebuild.BuildEnvironmentVariableType.SECRETS_MANAGER, value=hf_token_secret),
+            },
+            build_spec=codebuild.BuildSpec.from_object(_buildspec()),
+            timeout=BUILD_TIMEOUT,
+            logging=codebuild.LoggingOptions(cloud_watch=codebuild.CloudWatchLoggingOptions(log_group=log_group)),
+        )
+        role = self.project.role
+        role.add_to_principal_policy(iam.PolicyStatement(
+            sid="WritePackages", actions=["s3:PutObject", "s3:GetObject"],
+            resources=[self.bucket.arn_for_objects(f"{KEY_PREFIX}/*")]))
+        role.add_to_principal_policy(iam.PolicyStatement(
+            sid="ListPackages", actions=["s3:ListBucket"], resources=[self.bucket.bucket_arn],
+            conditions={"StringLike": {"s3:prefix": [f"{KEY_PREFIX}/*"]}}))
+        role.add_to_principal_policy(iam.PolicyStatement(
+            sid="PublishPackageUri", actions=["ssm:PutParameter"],
+            resources=[f"arn:{self.partition}:ssm:{self.region}:{self.account}:parameter{PARAMETER_PREFIX}/*"]))
+        nag.acknowledge(self.project, "AwsSolutions-CB4",
+                        "The build produces no CodeBuild artifacts; it writes to the kit bucket, encrypted "
+                        "with SSE-S3 by default")
+        project_id = self.get_logical_id(self.project.node.default_child)
+        acct = "<AWS::AccountId>"
+        wildcards = {
+            "Action::s3:GetBucket*": "CDK's read grant on the kit-source asset bucket (the CodeBuild S3 source)",
+            "Action::s3:GetObject*": "CDK's read grant on the kit-source asset (the CodeBuild S3 source)",
+            "Action::s3:List*": "CDK's read grant on the kit-source asset bucket (the CodeBuild S3 source)",
+            f"Resource::arn:aws:logs:{self.region}:{acct}:log-group:/aws/codebuild/<{project_id}>:*":
+                "The project's own log group and its streams (CDK's default CodeBuild policy)",
+            f"Resource::arn:aws:codebuild:{self.region}:{acct}:report-group/<{project_id}>-*":
+                "The project's own report groups (CDK's default CodeBuild policy)",
+            f"Resource::<{self.get_logical_id(self.bucket.node.default_child)}.Arn>/{KEY_PREFIX}/*":
+                "Writes under package/ only; the scheme and build number are chosen at build time",
+            f"Resource::arn:aws:ssm:{self.region}:{acct}:parameter{PARAMETER_PREFIX}/*":
+                "Publishes /inference-kit/package/<scheme>; the scheme is chosen at build time",
+        }
+        for finding, reason in wildcards.items():
+            nag.acknowledge(role, f"AwsSolutions-IAM5[{finding}]", reason)
+
+        cdk.CfnOutput(self, "BucketName", value=self.bucket.bucket_name)
+        cdk.CfnOutput(self, "ProjectName", value=self.project.project_name)
+        cdk.CfnOutput(self, "StartBuild", value=(
+            f"aws codebuild start-build --project-name {PROJECT_NAME} --environment-variables-override "
+            f"name=SCHEME,value={DEFAULT_SCHEME},type=PLAINTEXT"))

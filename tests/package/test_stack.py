@@ -1,0 +1,119 @@
+"""PackageStack and package serving: bucket encrypted, public access blocked, TLS enforced; a
+CPU-only CodeBuild build with the HF token secret publishing /inference-kit/package/<scheme>; g6
+and SageMaker read only their scheme's prefix."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("aws_cdk")
+
+from stacks.config import ConfigError  # noqa: E402
+from tests.stacks.conftest import synth  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def kit(tmp_path_factory):
+    return synth(tmp_path_factory.mktemp("pkg-cdk"), backends="g6,sagemaker", g6_model="package",
+                 sagemaker_model="package:ple4")
+
+
+def _policies(kit, stack):
+    return [st for _, p in kit.resources(stack, "AWS::IAM::Policy").items()
+            for st in p["Properties"]["PolicyDocument"]["Statement"]]
+
+
+def _ssm_parameter_ref(kit, stack, name):
+    params = kit.templates[stack]["Parameters"]
+    (ref,) = [k for k, v in params.items() if v.get("Default") == name]
+    assert params[ref]["Type"] == "AWS::SSM::Parameter::Value<String>"  # resolved at deploy time
+    return ref
+
+
+def test_bucket_encrypted_private_tls_only(kit):
+    _, bucket = kit.one("PackageStack", "AWS::S3::Bucket")
+    props = bucket["Properties"]
+    sse = props["BucketEncryption"]["ServerSideEncryptionConfiguration"][0]["ServerSideEncryptionByDefault"]
+    assert sse["SSEAlgorithm"] == "AES256"
+    assert props["PublicAccessBlockConfiguration"] == {
+        "BlockPublicAcls": True, "BlockPublicPolicy": True, "IgnorePublicAcls": True, "RestrictPublicBuckets": True}
+    _, policy = kit.one("PackageStack", "AWS::S3::BucketPolicy")
+    deny = [s for s in policy["Properties"]["PolicyDocument"]["Statement"] if s["Effect"] == "Deny"]
+    assert any(s["Condition"] == {"Bool": {"aws:SecureTransport": "false"}} and s["Action"] == "s3:*" for s in deny)
+
+
+def test_codebuild_is_cpu_only_with_the_token_secret_and_publishes_the_uri(kit):
+    _, project = kit.one("PackageStack", "AWS::CodeBuild::Project")
+    env = project["Properties"]["Environment"]
+    assert env["Type"] == "LINUX_CONTAINER" and env["ComputeType"] == "BUILD_GENERAL1_LARGE"
+    assert "gpu" not in env["Image"].lower()
+    variables = {v["Name"]: v for v in env["EnvironmentVariables"]}
+    assert variables["HF_TOKEN"]["Type"] == "SECRETS_MANAGER"
+    assert variables["HF_TOKEN"]["Value"] == "inference-kit/hf-token"
+    phases = json.loads(project["Properties"]["Source"]["BuildSpec"])["phases"]
+    spec = "\n".join(phases["install"]["commands"] + phases["build"]["commands"])
+    assert "--index-url https://download.pytorch.org/whl/cpu torch==2.13.0" in spec  # CPU wheel
+    assert "python -m harness.package build" in spec
+    assert 'aws ssm put-parameter --name "/inference-kit/package/$SCHEME"' in spec
+    assert project["Properties"]["Name"] == "inference-kit-package"
+    statements = _policies(kit, "PackageStack")
+    ssm_put = [s for s in statements if s.get("Action") == "ssm:PutParameter"]
+    assert len(ssm_put) == 1 and "parameter/inference-kit/package/*" in json.dumps(ssm_put[0]["Resource"])
+
+
+def test_g6_syncs_its_scheme_and_reads_only_that_prefix(kit):
+    ref = _ssm_parameter_ref(kit, "G6Stack", "/inference-kit/package/emb4")
+    _, instance = next(iter(kit.resources("G6Stack", "AWS::EC2::Instance").items()))
+    user_data = json.dumps(instance["Properties"]["UserData"])
+    assert "KIT_MODEL_S3" in user_data and ref in user_data
+    assert "package:emb4" in user_data and "--tool-call-parser gemma4" in user_data
+    s3 = [s for s in _policies(kit, "G6Stack") if "s3" in json.dumps(s.get("Action"))]
+    text = json.dumps(s3)
+    assert {tuple(s["Action"]) if isinstance(s["Action"], list) else s["Action"] for s in s3} == {
+        "s3:GetObject", "s3:ListBucket"}
+    assert "/package/emb4/*" in text and "package/ple4" not in text
+    (listing,) = [s for s in s3 if s["Action"] == "s3:ListBucket"]
+    assert listing["Condition"] == {"StringLike": {"s3:prefix": ["package/emb4/*"]}}
+
+
+def test_sagemaker_loads_uncompressed_s3_model_data_of_its_scheme(kit):
+    ref = _ssm_parameter_ref(kit, "SageMakerStack", "/inference-kit/package/ple4")
+    _, model = kit.one("SageMakerStack", "AWS::SageMaker::Model")
+    c = model["Properties"]["PrimaryContainer"]
+    src = c["ModelDataSource"]["S3DataSource"]
+    assert src["S3DataType"] == "S3Prefix" and src["CompressionType"] == "None"
+    assert src["S3Uri"] == {"Fn::Join": ["", [{"Ref": ref}, "/"]]}  # a prefix ends with "/"
+    env = c["Environment"]
+    assert env["SM_VLLM_MODEL"] == "/opt/ml/model"
+    assert env["SM_VLLM_SERVED_MODEL_NAME"] == "package:ple4"
+    assert env["SM_VLLM_TOOL_CALL_PARSER"] == "gemma4"
+    text = json.dumps([s for s in _policies(kit, "SageMakerStack") if "s3:" in json.dumps(s.get("Action"))])
+    assert "/package/ple4/*" in text and "package/emb4" not in text
+
+
+def test_no_package_stack_unless_a_backend_serves_a_package(tmp_path):
+    s = synth(tmp_path, backends="bedrock,sagemaker")
+    assert "PackageStack" not in s.templates
+
+
+@pytest.mark.parametrize("overrides, match", [
+    ({"backends": "g5g", "g5g_model": "package"}, "g5g_model='package'"),
+    ({"backends": "g6", "g6_model": "package:fp8"}, "unknown package scheme 'fp8'"),
+])
+def test_bad_package_choices_are_one_line_config_errors(tmp_path, overrides, match):
+    with pytest.raises(ConfigError, match=match):
+        synth(tmp_path, **overrides)
+
+
+def test_templates_pass_cfn_lint(kit):
+    """W3005 is CDK's own auto-delete provider (a DependsOn next to a GetAtt), not the kit's."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    paths = [str(kit.outdir / f"{n}.template.json") for n in ("PackageStack", "G6Stack", "SageMakerStack")]
+    cfn_lint = Path(sys.executable).parent / "cfn-lint"
+    r = subprocess.run([str(cfn_lint), "--regions", "us-east-1", "--ignore-checks", "W3005", "--", *paths],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
