@@ -27,8 +27,9 @@ UV_VERSION = "0.13.9"
 
 # Neuron SDK line: 2.31.0 (2026-07-07). Why this line and not 2.28 or 2.30: docs/images.md,
 # "Choosing the Neuron SDK line". In short: the pinned Gemma 4 E2B port (NXDI_COMMIT) says it was
-# tested on SDK 2.30 (neuronx-cc 2.25), which fixed its text context-encoding compiler error
-# (NCC_INLA001), so 2.28 (neuronx-cc 2.23) is out; 2.31 is NxD Inference's last release and the
+# tested on SDK 2.30 (neuronx-cc 2.25), which no longer hit its text context-encoding compiler
+# error (NCC_INLA001); nothing shows that code compiling on 2.28 (neuronx-cc 2.23), whatever
+# 2.28's official inf2/trn1 support; 2.31 is NxD Inference's last release and the
 # one kept on critical fixes for Inf2/Trn1 (announce-nxdi-maintenance-support-2-31 in
 # aws-neuron/aws-neuron-sdk v2.32.0), and the PyTorch 2.9 DLAMI the image builds on
 # (stacks/images.py NEURON_DLAMI) was last published with 2.31. Versions: the 2.31.0 release content,
