@@ -228,17 +228,17 @@ NEURON_BUILD_INSTANCE = "inf2.xlarge"
 
 
 def neuron_precompile(config: KitConfig) -> dict[str, str]:
-    """What the Neuron image compiles in (neuron-engine.yaml, PrecompileModel): the inf2
-    backend's model with the engine settings its boot passes on the build host's type, so an
-    inf2 boot on that type finds graphs with the same cache key and loads without compiling.
-    Nothing when the inf2 backend is not selected or runs on another instance type."""
-    from harness.catalog import BACKENDS
-
-    inf2 = config.backend("inf2")
-    if inf2 is None or inf2.instance_type != NEURON_BUILD_INSTANCE:
+    """What the Neuron image compiles in (neuron-engine.yaml, PrecompileModel): the model of the
+    first selected backend that boots the neuron image on the build host's type, with the engine
+    settings the catalog gives it there (``Backend.engine_settings``), so its boot on that type
+    finds graphs with the same cache key and loads without compiling. Nothing when no selected
+    backend boots the neuron image on that type."""
+    bc = next((bc for bc in config.backends if FAMILY_IMAGE.get(BACKENDS[bc.id].image or "") == "neuron"
+               and bc.instance_type == NEURON_BUILD_INSTANCE), None)
+    if bc is None:
         return {"PrecompileModel": "none", "TpDegrees": "none", "NeuronPlatform": "none"}
-    engine = BACKENDS["inf2"].engine_settings(NEURON_BUILD_INSTANCE, inf2.model_id)
-    return {"PrecompileModel": inf2.model_id, "TpDegrees": ",".join(map(str, engine.tp_degrees)),
+    engine = BACKENDS[bc.id].engine_settings(NEURON_BUILD_INSTANCE, bc.model_id)
+    return {"PrecompileModel": bc.model_id, "TpDegrees": ",".join(map(str, engine.tp_degrees)),
             "NeuronPlatform": engine.neuron_platform}
 
 
