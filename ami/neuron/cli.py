@@ -16,6 +16,12 @@ PROG = "python -m ami.neuron.server"
 DEFAULT_MODEL_SRC = "/opt/ami/nxdi-gemma4/src"
 DEFAULT_MODEL_CLASS = "modeling_gemma4_e2b:NeuronGemma4E2BForCausalLM"
 DEFAULT_CONFIG_CLASS = "modeling_gemma4_e2b:Gemma4E2BInferenceConfig"
+# A connection sending no complete request head in time is closed; the same timer closes a
+# connection idle between requests. Clients already cope with shorter: vLLM's API server closes
+# idle connections after 5 s (VLLM_HTTP_TIMEOUT_KEEP_ALIVE, default "5" in vllm/envs.py, passed
+# to uvicorn's timeout_keep_alive).
+DEFAULT_HEADER_TIMEOUT_S = 10.0
+DEFAULT_BODY_TIMEOUT_S = 30.0  # a body not fully received in time is a 408
 
 
 class _Parser(argparse.ArgumentParser):
@@ -118,10 +124,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compile-only", action="store_true",
                    help="neuron: compile into the cache (if not there yet) and exit, e.g. while baking an image")
     p.add_argument("--cpu-threads", type=_positive, metavar="N", help="cpu: torch threads (default min(4, cores))")
-    p.add_argument("--header-timeout", type=_seconds, default=10.0, metavar="S",
+    p.add_argument("--header-timeout", type=_seconds, default=DEFAULT_HEADER_TIMEOUT_S, metavar="S",
                    help="close a connection that sends no complete request head within S seconds, "
                         "or stays idle that long between requests (default 10)")
-    p.add_argument("--body-timeout", type=_seconds, default=30.0, metavar="S",
+    p.add_argument("--body-timeout", type=_seconds, default=DEFAULT_BODY_TIMEOUT_S, metavar="S",
                    help="answer 408 to a request whose body is not received within S seconds (default 30)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return p

@@ -20,6 +20,7 @@ from typing import AsyncIterator
 from aiohttp import web
 
 from . import api, intake, logs
+from .cli import DEFAULT_BODY_TIMEOUT_S
 from .generator import Generator, LimitError, SamplingParams
 from .reasoning import ThoughtStream
 from .toolcalls import ContentDelta, ToolCall, ToolCallStream
@@ -32,8 +33,6 @@ BODY_TIMEOUT = web.AppKey("body_timeout", float)
 MAX_BODY = web.AppKey("max_body", int)
 
 MAX_BODY_BYTES = 16 * 1024 * 1024  # aiohttp's client_max_size: a larger body is a 413
-DEFAULT_HEADER_TIMEOUT_S = 10.0  # a connection sending no complete request head in time is closed
-DEFAULT_BODY_TIMEOUT_S = 30.0  # a body not fully received in time is a 408
 ROUTES = "POST /v1/chat/completions, GET /v1/models, GET /health"
 
 

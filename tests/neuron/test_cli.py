@@ -35,6 +35,8 @@ def run_cli(args, cwd=REPO, pythonpath=REPO):
     (["--backend", "cpu", "--tiny-random", "--tp-degrees", "1,x"], "comma-separated integers"),
     (["--backend", "cpu", "--tiny-random", "--compile-only"], "--compile-only needs --backend neuron"),
     (["--backend", "cpu", "--tiny-random", "--model", "x"], "either --model DIR or --tiny-random"),
+    (["--backend", "cpu", "--tiny-random", "--header-timeout", "nan"], "seconds in 0.1..3600, got 'nan'"),
+    (["--backend", "cpu", "--tiny-random", "--body-timeout", "0"], "seconds in 0.1..3600, got '0'"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, says):
     r = run_cli(args)
