@@ -213,6 +213,9 @@ class Backend:
     # Boot-image choices (``-c <id>_image=...``), the first the default: word -> what it does.
     image_choices: tuple[tuple[str, str], ...] = ()
     color: str | None = None  # the report's plot colour for this backend
+    # Its engine loads the kit's compressed-tensors int4 packages (harness/package, stacks/package.py):
+    # vLLM on x86 NVIDIA GPUs does; the sm_75 build and the Neuron engine do not.
+    loads_packages: bool = False
 
     def instance_problem(self, instance_type: str) -> str | None:
         """Why this backend cannot run on ``instance_type``, None when it can. The text follows
@@ -267,10 +270,11 @@ BACKENDS: dict[str, Backend] = {
                 NOVA_MICRO, "undisclosed", tool_calls=True, open_weights=False, color="#ff9900"),
         Backend("sagemaker", "SageMakerStack", "SageMaker endpoint (vLLM, L4)", "sagemaker", "sagemaker",
                 "vllm", "AWS vLLM container", DEFAULT_MODEL["int4"], "int4", tool_calls=True,
-                instance_type="ml.g6.xlarge", port=8080, hardware=SAGEMAKER_GPU, color="#1f77b4"),
+                instance_type="ml.g6.xlarge", port=8080, hardware=SAGEMAKER_GPU, color="#1f77b4",
+                loads_packages=True),
         Backend("g6", "G6Stack", "vLLM on EC2 g6 (L4)", "ec2", "openai", "vllm", "vLLM",
                 DEFAULT_MODEL["int4"], "int4", tool_calls=True, instance_type="g6.xlarge", port=8000,
-                image="gpu-x86", hardware=GPU_X86, color="#2ca02c",
+                image="gpu-x86", hardware=GPU_X86, color="#2ca02c", loads_packages=True,
                 image_choices=(("dlami", "install vLLM at boot"),
                                ("prebuilt", "the vllm-cuda image pipeline's AMI"))),
         Backend("g5g", "G5gStack", "vLLM on EC2 g5g (Graviton2 + T4G)", "ec2", "openai", "vllm",

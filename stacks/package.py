@@ -18,6 +18,9 @@ S3Prefix, ``CompressionType`` None: SageMaker API reference, S3ModelDataSource).
 only ``package/<scheme>/``. The URI is read from the SSM parameter at deploy time, so a backend
 deploy before the first build fails with CloudFormation's "parameter not found".
 
+Catalog facts read (harness/catalog.py): ``Backend.loads_packages``, which backends' engines can
+serve a package (the others refuse ``<id>_model=package`` in one config-error line).
+
 CodeBuild ``BUILD_GENERAL1_LARGE``: up to 16 GiB memory and 8 vCPUs (CodeBuild API reference,
 ProjectEnvironment.computeType); the largest E2B table (4.4 GiB bf16) and its packed form fit.
 """
@@ -62,10 +65,10 @@ def package_scheme(model_id: str) -> str | None:
 def check_backend(backend_id: str, model_id: str) -> str | None:
     """The package scheme a backend serves, refusing backends whose engine cannot load one."""
     name = package_scheme(model_id)
-    spec = BACKENDS[backend_id]
-    if name and not (spec.service == "sagemaker" or (spec.service == "ec2" and spec.image == "gpu-x86")):
+    if name and not BACKENDS[backend_id].loads_packages:  # the catalog's fact about its engine
+        able = ", ".join(b.id for b in BACKENDS.values() if b.loads_packages)
         raise ConfigError(f"{backend_id}_model={model_id!r}: packages are served by vLLM on x86 NVIDIA GPUs "
-                          "(g6, sagemaker); this backend's engine cannot load compressed-tensors int4")
+                          f"({able}); this backend's engine cannot load compressed-tensors int4")
     return name
 
 

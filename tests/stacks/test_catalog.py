@@ -69,3 +69,8 @@ def test_protocol_and_service_are_separate_words():
     assert {b.id: (b.service, b.protocol) for b in BACKENDS.values()} == {
         "bedrock": ("bedrock", "bedrock"), "sagemaker": ("sagemaker", "sagemaker"),
         "g6": ("ec2", "openai"), "g5g": ("ec2", "openai"), "inf2": ("ec2", "openai"), "trn1": ("ec2", "openai")}
+
+
+def test_only_vllm_on_x86_nvidia_loads_packages():
+    """compressed-tensors int4 needs vLLM's x86 CUDA kernels: not the sm_75 build, not Neuron."""
+    assert {b.id for b in BACKENDS.values() if b.loads_packages} == {"sagemaker", "g6"}
