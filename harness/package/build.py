@@ -186,6 +186,9 @@ def convert(src: Source, s: Scheme, work: Path, log=print) -> dict:
         t = tables.setdefault(key, Table(key, g, fmt, 0))
         t.bytes_before += nbytes
         module = layout.module_of(pname)
+        if len(shape) > 2:
+            raise PackageError(f"{sname}: a {len(shape)}-D weight (mixture-of-experts experts); this builder packs "
+                               "dense Gemma 4 checkpoints only (E2B, E4B, 12B, 31B), not 26B A4B")
         if fmt == "bf16" or g == "other":
             n = shards.add(pname, w)
             if g in ("linear", "lm_head"):

@@ -263,3 +263,19 @@ def test_row_chunks_recover_the_same_package(source, tmp_path, monkeypatch):
         ref = src["model.language_model.embed_tokens.weight"] if n == "lm_head.weight" else \
             src["model.language_model." + n[len("model."):]]
         assert _same_bits(t, ref), n
+
+
+def test_moe_expert_tensors_are_refused_not_half_packed(tmp_path):
+    src_dir = tmp_path / "moe"
+    tiny.make_checkpoint(src_dir, seed=2)
+    from safetensors.torch import save_file
+
+    save_file({"model.language_model.layers.0.experts.gate_up_proj": torch.zeros(2, 64, 64, dtype=torch.bfloat16)},
+              str(src_dir / "experts.safetensors"))
+    index = json.loads((src_dir / "model.safetensors.index.json").read_text())
+    index["weight_map"]["model.language_model.layers.0.experts.gate_up_proj"] = "experts.safetensors"
+    (src_dir / "model.safetensors.index.json").write_text(json.dumps(index))
+    r = subprocess.run([sys.executable, "-m", "harness.package", "build", "--source", str(src_dir),
+                        "--out", str(tmp_path / "out")], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and "mixture-of-experts" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()
