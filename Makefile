@@ -17,7 +17,7 @@ export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export AWS_EC2_METADATA_DISABLED := true
 unexport CDK_DEFAULT_ACCOUNT
 
-.PHONY: help setup setup-run sysdeps synth lint pytest test run clean bench-fidelity patch-check
+.PHONY: help setup setup-run sysdeps synth lint pytest test run clean bench-fidelity bench-tunnel bench-engine patch-check
 
 help:
 	@echo "make test   set up (.venv, npm ci, system packages), synth every stack, lint, pytest"
@@ -78,10 +78,21 @@ run: setup-run
 patch-check: setup-run
 	$(PY) -m ami.check_patch
 
+# The kit measuring itself (harness/calibration/): scripts that print numbers, not tests. Run
+# them on a quiet machine; ARGS passes options (see each script's --help).
 # Load-benchmark fidelity and capacity vs GuideLLM (docs/bench.md); installs GuideLLM into
-# .venv-guidellm on first use; a script that prints numbers, not a test (~4-5 min).
+# .venv-guidellm on first use (~4-5 min).
 bench-fidelity: setup
-	$(PY) -m harness.bench.fidelity $(ARGS)
+	$(PY) -m harness.calibration.fidelity $(ARGS)
+
+# What the SSH tunnel costs a measurement: direct vs tunnel through a loopback sshd (docs/harness.md).
+bench-tunnel: setup
+	$(PY) -m harness.calibration.tunnel $(ARGS)
+
+# Tokens/s per concurrency of a running Neuron engine, e.g.
+# make bench-engine ARGS='--url http://127.0.0.1:8000 --model tiny-random-gemma4 --tokens 64'
+bench-engine: setup-run
+	$(PY) -m harness.calibration.neuron_engine $(ARGS)
 
 clean:
 	rm -rf $(VENV) node_modules cdk.out .pytest_cache

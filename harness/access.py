@@ -214,7 +214,7 @@ def _mark_interactive(transport: paramiko.Transport, host_id: str) -> paramiko.C
     OpenSSH's sshd sets TCP_NODELAY on its connection only once a session runs a command on a
     pty; a forwarding-only connection keeps Nagle's algorithm on, and every small streamed
     chunk then waits for the client's delayed ACK. Measured through a loopback sshd at 16
-    streams (tests/harness/measure_tunnel.py): inter-token latency p99 55 ms without this,
+    streams (python -m harness.calibration.tunnel): inter-token latency p99 55 ms without this,
     15 ms with it (12 ms direct). ``cat`` reads the idle pty and exits on hang-up when the
     transport closes. If the server refuses (a ForceCommand, no shell), the tunnel still works.
     """

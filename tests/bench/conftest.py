@@ -1,4 +1,4 @@
-"""The reference paced server (harness.bench.refserver) as a fixture: one process per test
+"""The reference paced server (harness.calibration.refserver) as a fixture: one process per test
 module on 127.0.0.1, reconfigured per test through POST /control, stopped when the module ends."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.bench.refserver import RefServerProcess
+from harness.calibration.refserver import RefServerProcess
 
 REPO = Path(__file__).resolve().parents[2]
 

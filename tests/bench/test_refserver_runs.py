@@ -69,7 +69,7 @@ def test_multi_token_chunks_are_counted_per_token(ref, tmp_path, usage):
     ref.configure(ttft_ms=30, itl_ms=5, tokens_per_chunk=3, usage=usage)
     tok = None
     if usage == "none":
-        from harness.bench.fidelity import build_tokenizer
+        from harness.calibration.fidelity import build_tokenizer
         tok = build_tokenizer(tmp_path / "tok")
     levels = run(ref, tmp_path / "out", profile="10-18", concurrency=(2,), requests=4, tokenizer=tok)
     lv = levels[0]

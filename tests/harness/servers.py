@@ -1,70 +1,16 @@
-"""Loopback servers for the access tests: a real OpenSSH sshd, a tiny HTTP server, and a fake
-EIC endpoint (a websocket server that bridges /openTunnel to the sshd, as EIC bridges to port 22)."""
+"""Loopback servers for the access tests: a real OpenSSH sshd (``harness.calibration.loopback_sshd``,
+shared with the tunnel measurement), a tiny HTTP server, and a fake EIC endpoint (a websocket
+server that bridges /openTunnel to the sshd, as EIC bridges to port 22)."""
 from __future__ import annotations
 
 import contextlib
 import http.server
-import os
 import socket
-import subprocess
 import threading
-import time
-from pathlib import Path
 from typing import Any, Iterator
 from urllib.parse import parse_qs, urlparse
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@contextlib.contextmanager
-def sshd(sshd_bin: str, tmp: Path, authorized_key_line: str) -> Iterator[dict[str, Any]]:
-    """sshd on 127.0.0.1 with its own host key and authorized_keys; yields port, host key path."""
-    host_key = tmp / "ssh_host_ed25519_key"
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(host_key)], check=True)
-    auth = tmp / "authorized_keys"
-    auth.write_text(authorized_key_line + "\n")
-    os.chmod(auth, 0o600)
-    port = free_port()
-    cfg = tmp / "sshd_config"
-    user = os.environ.get("USER") or "root"
-    cfg.write_text(f"""ListenAddress 127.0.0.1
-Port {port}
-HostKey {host_key}
-PidFile {tmp}/sshd.pid
-AuthorizedKeysFile {auth}
-StrictModes no
-UsePAM no
-PasswordAuthentication no
-KbdInteractiveAuthentication no
-PubkeyAuthentication yes
-PermitRootLogin prohibit-password
-AllowTcpForwarding local
-X11Forwarding no
-""")
-    with contextlib.suppress(OSError):  # privilege-separation directory sshd wants when root
-        Path("/run/sshd").mkdir(exist_ok=True)
-    proc = subprocess.Popen([sshd_bin, "-D", "-e", "-f", str(cfg)], stderr=subprocess.PIPE)
-    try:
-        deadline = time.time() + 10
-        while time.time() < deadline:
-            if proc.poll() is not None:
-                raise RuntimeError(f"sshd exited: {proc.stderr.read().decode()[-500:]}")
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
-                break
-            time.sleep(0.05)
-        yield {"port": port, "host_key": host_key, "user": user}
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
-        proc.stderr.close()
+from harness.calibration.loopback_sshd import free_port, sshd  # noqa: F401  (re-exported for the tests)
 
 
 class _Hello(http.server.BaseHTTPRequestHandler):

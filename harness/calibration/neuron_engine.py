@@ -1,21 +1,24 @@
-"""Print what batching buys on a running engine: streamed tokens per second at several
-concurrencies, from the server's own usage counts.
+"""Print what batching buys on a running Neuron engine (``ami/neuron``): streamed tokens per
+second at several concurrencies, from the server's own usage counts.
 
-    python -m ami.neuron.measure --url http://127.0.0.1:8000 --model google/gemma-4-E2B-it
-    python -m ami.neuron.measure --url http://127.0.0.1:8000 --model tiny-random-gemma4 --tokens 64
+    python -m harness.calibration.neuron_engine --url http://127.0.0.1:8000 --model google/gemma-4-E2B-it
+    make bench-engine ARGS='--url http://127.0.0.1:8000 --model tiny-random-gemma4 --tokens 64'
 
-Each request asks for exactly ``--tokens`` new tokens (``ignore_eos``), so runs compare. A smoke
-check for a fresh Neuron instance as much as a measurement; the harness benchmark is the
-measurement of record.
+Each request asks for exactly ``--tokens`` new tokens (``ignore_eos``, which the engine honours
+as vLLM does), so runs compare. A smoke check of an engine's batching as much as a measurement;
+the harness benchmark is the measurement of record.
 """
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import time
 
 import aiohttp
+
+from harness.calibration.args import Parser, positive, positive_ints
+
+PROG = "python -m harness.calibration.neuron_engine"
 
 
 async def _one(session: aiohttp.ClientSession, url: str, model: str, tokens: int, i: int):
@@ -25,7 +28,7 @@ async def _one(session: aiohttp.ClientSession, url: str, model: str, tokens: int
     start, first, usage = time.perf_counter(), None, None
     async with session.post(url + "/v1/chat/completions", json=body) as r:
         if r.status != 200:
-            raise SystemExit(f"HTTP {r.status}: {(await r.text())[:300]}")
+            raise SystemExit(f"{PROG}: HTTP {r.status} from {url}: {' '.join((await r.text()).split())[:300]}")
         async for raw in r.content:
             line = raw.decode().strip()
             if not line.startswith("data: ") or line == "data: [DONE]":
@@ -57,23 +60,17 @@ async def _run(url: str, model: str, tokens: int, concurrencies: list[int], roun
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m ami.neuron.measure", description=__doc__.split("\n\n")[0])
+    p = Parser(prog=PROG, description=__doc__.split("\n\n")[0])
     p.add_argument("--url", default="http://127.0.0.1:8000")
     p.add_argument("--model", required=True)
-    p.add_argument("--tokens", type=int, default=128, help="new tokens per request (default 128)")
-    p.add_argument("--concurrency", default="1,2,4,8", help="comma-separated (default 1,2,4,8)")
-    p.add_argument("--rounds", type=int, default=2, help="requests per stream (default 2)")
+    p.add_argument("--tokens", type=positive(int), default=128, help="new tokens per request (default 128)")
+    p.add_argument("--concurrency", type=positive_ints, default=[1, 2, 4, 8], help="comma-separated (default 1,2,4,8)")
+    p.add_argument("--rounds", type=positive(int), default=2, help="requests per stream (default 2)")
     a = p.parse_args(argv)
     try:
-        conc = [int(x) for x in a.concurrency.split(",")]
-    except ValueError:
-        p.error(f"--concurrency: expected comma-separated integers, got {a.concurrency!r}")
-    if a.tokens < 1 or a.rounds < 1 or min(conc) < 1:
-        p.error("--tokens, --rounds and every concurrency must be positive")
-    try:
-        asyncio.run(_run(a.url.rstrip("/"), a.model, a.tokens, conc, a.rounds))
+        asyncio.run(_run(a.url.rstrip("/"), a.model, a.tokens, a.concurrency, a.rounds))
     except aiohttp.ClientError as exc:
-        raise SystemExit(f"python -m ami.neuron.measure: cannot reach {a.url}: {exc}") from None
+        raise SystemExit(f"{PROG}: cannot reach {a.url}: {exc}") from None
     return 0
 
 

@@ -1,8 +1,8 @@
 """Fidelity and capacity of the load benchmark, side by side with GuideLLM, against the truth.
 
-    python -m harness.bench.fidelity [--skip-guidellm] [--markdown FILE]
+    python -m harness.calibration.fidelity [--skip-guidellm] [--markdown FILE]
 
-The reference server (``harness.bench.refserver``) runs on core 1 and records what it really
+The reference server (``harness.calibration.refserver``) runs on core 1 and records what it really
 sent (receipt time, send time and token count of every chunk); each client runs on core 0
 (``taskset``). Both clients measure the same scenario at concurrency 1, 16 and 64, once with
 usage as vLLM sends it and once with no usage at all (then both get the same locally built
@@ -20,7 +20,6 @@ does not fetch the CUDA build). Nothing here is a test: it prints numbers.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import resource
@@ -34,7 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.bench.metrics import percentile, ttft_ms
-from harness.bench.refserver import RefServerProcess
+from harness.calibration.args import Parser
+from harness.calibration.refserver import VOCAB, RefServerProcess
 
 REPO = Path(__file__).resolve().parents[2]
 GUIDELLM_VENV = REPO / ".venv-guidellm"
@@ -71,7 +71,6 @@ def build_tokenizer(directory: Path) -> Path:
     from tokenizers import Tokenizer, models, pre_tokenizers
 
     from harness.bench.profiles import WORDS, _PREFIX
-    from harness.bench.refserver import VOCAB
     vocab: dict[str, int] = {"[UNK]": 0}
     for w in [*VOCAB, *WORDS, *_PREFIX.split()]:
         vocab.setdefault(w, len(vocab))
@@ -189,7 +188,7 @@ def fmt(v: Any, spec: str = "+.2f") -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m harness.bench.fidelity", description=__doc__.split("\n")[0])
+    ap = Parser(prog="python -m harness.calibration.fidelity", description=__doc__.split("\n")[0])
     ap.add_argument("--skip-guidellm", action="store_true", help="measure only our client")
     ap.add_argument("--markdown", type=Path, help="also write the table to this file")
     ap.add_argument("--nice", type=int, default=0,
@@ -267,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     ours_pct = 100.0 * (ours1.ru_utime - ours0.ru_utime + ours1.ru_stime - ours0.ru_stime) / (wall * ncpu)
     header = (
         f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(t_start))} with "
-        f"`python -m harness.bench.fidelity{f' --nice {NICE}' if NICE else ''}`; server on core 1, clients on core 0; "
+        f"`python -m harness.calibration.fidelity{f' --nice {NICE}' if NICE else ''}`; server on core 1, clients on core 0; "
         f"{ncpu} cores busy {busy_pct:.0f}% of the time, {ours_pct:.0f}% by this script's processes and "
         f"{busy_pct - ours_pct:.0f}% by everything else; load average {load0[0]:.2f} at start, "
         f"{load1[0]:.2f} at end; took {wall:.0f} s.\n\n"

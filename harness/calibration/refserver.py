@@ -1,6 +1,6 @@
 """Reference OpenAI-compatible server with known pacing that records what it actually sent.
 
-    python -m harness.bench.refserver --port 8123 --ttft-ms 120 --itl-ms 10 --tokens-per-chunk 2 \
+    python -m harness.calibration.refserver --port 8123 --ttft-ms 120 --itl-ms 10 --tokens-per-chunk 2 \
         --usage vllm|final|continuous|none [--role-chunk] [--output-tokens 64]
 
 Each stream: a role-only first chunk (optional), then chunks of ``tokens_per_chunk`` words, the
@@ -9,7 +9,7 @@ lateness does not accumulate), a finish_reason, a usage chunk (``final``) or usa
 chunk (``continuous``) or, like vLLM, as the request asks (``vllm``: ``include_usage``,
 ``continuous_usage_stats``), then ``[DONE]``. Output length is ``max_tokens`` unless
 ``--output-tokens`` fixes it. Each token is one word from a fixed vocabulary (one token in the
-WordLevel tokenizer ``harness.bench.fidelity`` builds).
+WordLevel tokenizer ``harness.calibration.fidelity`` builds).
 
 The server's truth is its own record, not the nominal pacing: per request the receipt time and
 the send time and token count of every chunk (``time.perf_counter_ns``, comparable with the
@@ -228,7 +228,7 @@ class RefServerProcess:
     fidelity script and the bench tests both start. ``prefix`` is e.g. ``taskset -c 1``."""
 
     def __init__(self, prefix: list[str] | None = None, cwd: str | None = None) -> None:
-        cmd = [*(prefix or []), sys.executable, "-m", "harness.bench.refserver", "--port", "0"]
+        cmd = [*(prefix or []), sys.executable, "-m", "harness.calibration.refserver", "--port", "0"]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=cwd)
         line = self.proc.stdout.readline() if self.proc.stdout else ""
         if "listening on" not in line:
@@ -262,7 +262,7 @@ class RefServerProcess:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m harness.bench.refserver", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m harness.calibration.refserver", description=__doc__.split("\n")[0])
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=0, help="0: any free port (printed on stdout)")
     for f in fields(Settings):

@@ -1,0 +1,138 @@
+"""What the port-less tunnel costs a measurement: the load benchmark against the paced reference
+server, directly and through paramiko + a real OpenSSH server on loopback (the same SshForward
+harness.run uses, in the same process as the load generator, as in a real run).
+
+    python -m harness.calibration.tunnel [--levels 1,16,64] [--requests 64] [--json]
+    make bench-tunnel ARGS='--levels 16,64 --requests 128'
+
+Prints TTFT, inter-token latency and output tok/s per level for both paths, then the tunnel's
+difference from direct per level (``--json``: the same as one JSON document on stdout). Needs
+/usr/sbin/sshd and ssh-keygen (``make sysdeps``). The EIC websocket hop of a real run is not
+included: it adds the network path to the AWS endpoint and back, which loopback cannot imitate.
+A measurement, not a test: run it on a quiet machine.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import sys
+import tempfile
+from pathlib import Path
+
+from harness import access
+from harness.bench.api import run_bench
+from harness.calibration.args import Parser, positive, positive_ints
+from harness.calibration.loopback_sshd import sshd
+from harness.calibration.refserver import RefServerProcess
+from harness.endpoint import Endpoint
+
+PROG = "python -m harness.calibration.tunnel"
+SSHD = "/usr/sbin/sshd"
+OUTPUT_TOKENS = 64
+REPO = Path(__file__).resolve().parents[2]
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = Parser(prog=PROG, description=__doc__.split("\n\n")[0])
+    ap.add_argument("--levels", type=positive_ints, default=[1, 16, 64], help="concurrencies (default 1,16,64)")
+    ap.add_argument("--requests", type=positive(int), default=64, help="requests per level (default 64)")
+    ap.add_argument("--itl-ms", type=positive(float), default=10.0, help="server pacing per token (default 10)")
+    ap.add_argument("--ttft-ms", type=positive(float), default=100.0, help="server time to first token (default 100)")
+    ap.add_argument("--switch-interval", type=positive(float), default=None,
+                    help="sys.setswitchinterval for this process (Python's default is 0.005 s)")
+    ap.add_argument("--no-pty-session", action="store_true",
+                    help="skip the pty session that makes sshd set TCP_NODELAY (to see what it buys)")
+    ap.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
+    return ap.parse_args(argv)
+
+
+def _level_row(path: str, lv: dict) -> dict:
+    return {"path": path, "concurrency": lv["concurrency"], "completed": lv["completed"],
+            "failed": lv["failed"],
+            "ttft_ms": {"p50": lv["ttft_ms"]["p50"], "p99": lv["ttft_ms"]["p99"]},
+            "itl_ms": {"p50": lv["itl_ms"]["p50"], "p99": lv["itl_ms"]["p99"]},
+            "output_tok_s": lv["output_tok_s"]}
+
+
+def compare(rows: list[dict]) -> list[dict]:
+    """Tunnel minus direct per concurrency: the quantities issue 15's targets are stated in."""
+    by = {(r["path"], r["concurrency"]): r for r in rows}
+    out = []
+    for (path, conc), t in sorted(by.items(), key=lambda kv: kv[0][1]):
+        d = by.get(("direct", conc))
+        if path != "tunnel" or d is None:
+            continue
+        out.append({
+            "concurrency": conc,
+            "ttft_p99_ms": round(t["ttft_ms"]["p99"] - d["ttft_ms"]["p99"], 3),
+            "itl_p99_ms": round(t["itl_ms"]["p99"] - d["itl_ms"]["p99"], 3),
+            "itl_p50_ratio": round(t["itl_ms"]["p50"] / d["itl_ms"]["p50"], 4) if d["itl_ms"]["p50"] else None,
+            "output_tok_s_rel": round(t["output_tok_s"] / d["output_tok_s"] - 1, 4) if d["output_tok_s"] else None,
+        })
+    return out
+
+
+def measure(a: argparse.Namespace, report=print) -> dict:
+    ref = RefServerProcess(cwd=str(REPO))
+    try:
+        ref.configure(ttft_ms=a.ttft_ms, itl_ms=a.itl_ms, tokens_per_chunk=1, usage="vllm",
+                      output_tokens=OUTPUT_TOKENS, record=False)
+        port = int(ref.url.rsplit(":", 1)[1])
+        key = access.new_ephemeral_key()
+        rows: list[dict] = []
+        with tempfile.TemporaryDirectory() as tmp, sshd(SSHD, Path(tmp), access.public_key_line(key)) as s:
+            dial = lambda: (socket.create_connection(("127.0.0.1", s["port"])), key, lambda: None)  # noqa: E731
+            with access.SshForward(dial, username=s["user"], remote_port=port, host_id="loopback",
+                                   pins=access.HostKeyPins()) as fwd:
+                for name, url in {"direct": ref.base_url, "tunnel": fwd.base_url}.items():
+                    ep = Endpoint(name, "openai", "ref-model", base_url=url)
+                    for lv in run_bench(ep, profile="agent", concurrency=a.levels, requests=a.requests,
+                                        out_dir=Path(tmp) / name, progress=False):
+                        rows.append(_level_row(name, lv))
+                        report(rows[-1])
+    finally:
+        ref.stop()
+    return {"reference": {"ttft_ms": a.ttft_ms, "itl_ms": a.itl_ms, "output_tokens": OUTPUT_TOKENS,
+                          "tokens_per_chunk": 1, "requests_per_level": a.requests},
+            "pty_session": not a.no_pty_session, "levels": rows, "tunnel_vs_direct": compare(rows)}
+
+
+def _print_row(r: dict) -> None:
+    t, i = r["ttft_ms"], r["itl_ms"]
+    print(f"{r['path']:<7} {r['concurrency']:>4} {r['completed']:>4} {r['failed']:>4} {t['p50']:>9.1f} "
+          f"{t['p99']:>9.1f} {i['p50']:>8.2f} {i['p99']:>8.2f} {r['output_tok_s']:>10.0f}", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parse_args(argv)
+    missing = [p for p in (SSHD, shutil.which("ssh-keygen")) if not p or not os.access(p, os.X_OK)]
+    if missing:
+        print(f"{PROG}: needs OpenSSH's {SSHD} and ssh-keygen (make sysdeps, or apt-get install "
+              "openssh-server)", file=sys.stderr)
+        return 2
+    if a.no_pty_session:
+        access._mark_interactive = lambda transport, host_id: None
+    if a.switch_interval:
+        sys.setswitchinterval(a.switch_interval)
+    if not a.json:
+        print(f"reference server: TTFT {a.ttft_ms:g} ms, ITL {a.itl_ms:g} ms, {OUTPUT_TOKENS} tokens; "
+              f"{a.requests} requests per level")
+        print(f"{'path':<7} {'conc':>4} {'ok':>4} {'fail':>4} {'ttft p50':>9} {'ttft p99':>9} "
+              f"{'itl p50':>8} {'itl p99':>8} {'out tok/s':>10}", flush=True)
+    result = measure(a, report=(lambda r: None) if a.json else _print_row)
+    if a.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    for c in result["tunnel_vs_direct"]:
+        p50 = f"ITL p50 x{c['itl_p50_ratio']:.2f}" if c["itl_p50_ratio"] is not None else "ITL p50 n/a"
+        tok = f"tok/s {c['output_tok_s_rel']:+.1%}" if c["output_tok_s_rel"] is not None else "tok/s n/a"
+        print(f"tunnel - direct at {c['concurrency']} streams: TTFT p99 {c['ttft_p99_ms']:+.1f} ms, "
+              f"ITL p99 {c['itl_p99_ms']:+.2f} ms, {p50}, {tok}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,90 @@
+"""The calibration scripts as a user runs them (``python -m harness.calibration.…``), at tiny
+sizes: bad input is one line and exit 2, an unreachable server one line, and a smoke run gives
+numbers the reference server's pacing bounds (an oracle independent of the bench)."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.calibration.loopback_sshd import free_port
+from harness.calibration.refserver import RefServerProcess
+from tests.conftest import require_binary
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def run(module: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run([sys.executable, "-m", f"harness.calibration.{module}", *args], cwd=REPO,
+                          env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize("module,args,named", [
+    ("tunnel", ["--levels", "1,x"], "--levels"),
+    ("tunnel", ["--requests", "0"], "--requests"),
+    ("neuron_engine", ["--model", "m", "--concurrency", "0,2"], "--concurrency"),
+    ("neuron_engine", ["--model", "m", "--tokens", "-3"], "--tokens"),
+])
+def test_bad_value_is_one_line_naming_it_exit_2(module, args, named):
+    r = run(module, *args, timeout=60)
+    assert r.returncode == 2 and r.stdout == ""
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert r.stderr.startswith(f"python -m harness.calibration.{module}: argument {named}: ")
+
+
+def test_neuron_engine_says_so_when_no_server_listens():
+    r = run("neuron_engine", "--model", "m", "--url", f"http://127.0.0.1:{free_port()}", timeout=60)
+    assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1
+    assert r.stderr.startswith("python -m harness.calibration.neuron_engine: cannot reach http://127.0.0.1:")
+
+
+def test_neuron_engine_measures_a_paced_server():
+    """Against the reference server (TTFT 30 ms, 2 ms per token, usage as vLLM sends it): one
+    row per concurrency, each stream's requests counted, TTFT at least the server's 30 ms, and
+    per-stream tok/s no more than the pacing allows (1000 / 2 ms)."""
+    ref = RefServerProcess(cwd=str(REPO))
+    try:
+        ref.configure(ttft_ms=30, itl_ms=2, tokens_per_chunk=1, usage="vllm", output_tokens=0)
+        r = run("neuron_engine", "--url", ref.url, "--model", "ref-model", "--tokens", "8",
+                "--concurrency", "1,3", "--rounds", "2")
+    finally:
+        ref.stop()
+    assert r.returncode == 0, r.stderr
+    rows = [line.split() for line in r.stdout.splitlines()[1:]]
+    assert [(int(c), int(n)) for c, n, *_ in rows] == [(1, 2), (3, 6)]
+    for _, _, total, per_stream, ttft_ms, _ in rows:
+        assert float(ttft_ms) >= 30
+        assert 0 < float(per_stream) <= 500
+
+
+def test_tunnel_json_smoke_run():
+    """Both paths at two levels through a real sshd; every request completes, TTFT is at least
+    the server's, and the comparison has one row per level."""
+    require_binary("/usr/sbin/sshd")
+    require_binary("ssh-keygen")
+    r = run("tunnel", "--levels", "1,2", "--requests", "2", "--ttft-ms", "20", "--itl-ms", "1", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["reference"]["ttft_ms"] == 20 and out["reference"]["requests_per_level"] == 2
+    assert [(lv["path"], lv["concurrency"]) for lv in out["levels"]] == [
+        ("direct", 1), ("direct", 2), ("tunnel", 1), ("tunnel", 2)]
+    for lv in out["levels"]:
+        assert lv["completed"] == 2 and lv["failed"] == 0
+        assert lv["ttft_ms"]["p50"] >= 20
+        assert lv["itl_ms"]["p50"] >= 0.5
+    assert [c["concurrency"] for c in out["tunnel_vs_direct"]] == [1, 2]
+
+
+def test_tunnel_table_names_both_paths():
+    require_binary("/usr/sbin/sshd")
+    r = run("tunnel", "--levels", "1", "--requests", "2", "--ttft-ms", "5", "--itl-ms", "1")
+    assert r.returncode == 0, r.stderr
+    assert re.search(r"^direct\s+1\s+2\s+0\s", r.stdout, re.M)
+    assert re.search(r"^tunnel\s+1\s+2\s+0\s", r.stdout, re.M)
+    assert "tunnel - direct at 1 streams: TTFT p99 " in r.stdout
