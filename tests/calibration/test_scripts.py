@@ -76,8 +76,8 @@ def test_tunnel_json_smoke_run():
         ("direct", 1), ("direct", 2), ("tunnel", 1), ("tunnel", 2)]
     for lv in out["levels"]:
         assert lv["completed"] == 2 and lv["failed"] == 0
-        assert lv["ttft_ms"]["p50"] >= 20
-        assert lv["itl_ms"]["p50"] >= 0.5
+        assert lv["ttft_ms"]["p50"] >= 20  # the server sends nothing sooner; ITL has no such
+        assert lv["output_tok_s"] > 0      # floor: a busy tunnel can coalesce chunks (ITL 0)
     assert [c["concurrency"] for c in out["tunnel_vs_direct"]] == [1, 2]
 
 
