@@ -17,11 +17,12 @@ export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export AWS_EC2_METADATA_DISABLED := true
 unexport CDK_DEFAULT_ACCOUNT
 
-.PHONY: help setup setup-run sysdeps synth lint pytest test run clean bench-fidelity bench-tunnel bench-engine patch-check
+.PHONY: help setup setup-run sysdeps synth lint pytest test run clean bench-fidelity bench-tunnel bench-engine patch-check demo
 
 help:
 	@echo "make test   set up (.venv, npm ci, system packages), synth every stack, lint, pytest"
 	@echo "make run    lean set-up, then python -m harness.run ARGS='...'"
+	@echo "make demo   the whole flow on this machine, no AWS: tiny engine, harness.run, report"
 	@echo "make clean  remove .venv, node_modules, cdk.out"
 
 $(VENV)/bin/python:
@@ -77,6 +78,12 @@ run: setup-run
 # Apply ami/patches (Turing shared memory) to the pinned vLLM sdist from PyPI; also in pytest.
 patch-check: setup-run
 	$(PY) -m ami.check_patch
+
+# The whole flow without AWS: the Neuron engine's CPU generator on a tiny random Gemma 4 on
+# loopback, harness.run against it (agent trial, bench, cost, report), engine stopped, report path
+# printed. Needs requirements-engine.txt (torch, transformers), part of the dev set-up.
+demo: $(STAMP_DEV)
+	PY=$(PY) bash scripts/demo.sh
 
 # The kit measuring itself (harness/calibration/): scripts that print numbers, not tests. Run
 # them on a quiet machine; ARGS passes options (see each script's --help).
