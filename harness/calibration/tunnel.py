@@ -88,7 +88,7 @@ def measure(a: argparse.Namespace, report=print) -> dict:
             with access.SshForward(dial, username=s["user"], remote_port=port, host_id="loopback",
                                    pins=access.HostKeyPins()) as fwd:
                 for name, url in {"direct": ref.base_url, "tunnel": fwd.base_url}.items():
-                    ep = Endpoint(name, "openai", "ref-model", base_url=url)
+                    ep = Endpoint(name, protocol="openai", model_id="ref-model", base_url=url)
                     for lv in run_bench(ep, profile="agent", concurrency=a.levels, requests=a.requests,
                                         out_dir=Path(tmp) / name, progress=False):
                         rows.append(_level_row(name, lv))
