@@ -27,7 +27,8 @@ from harness import catalog
 from harness.endpoint import Endpoint
 from harness.results import DEFAULT_ROOT, append_jsonl, new_run_dir, write_json
 
-STAGES = ("agent", "scoreboard", "bench", "cost", "report")
+STAGES = ("agent", "scoreboard", "bench", "accuracy", "cost", "report")
+OFF_BY_DEFAULT = ("accuracy",)  # takes time: --accuracy or --only accuracy
 NEEDS = ("needs AWS credentials (aws configure, or AWS_PROFILE) and a deployed backend stack "
          "(npx cdk deploy G6Stack), or --endpoint NAME=URL for any OpenAI-compatible server")
 
@@ -67,6 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--rate", default="", help="open-loop Poisson levels in requests/s, or auto (default none)")
     b.add_argument("--bench-requests", type=int, default=128, help="measured requests per level (default 128)")
     b.add_argument("--slo", default="ttft_p99_ms=800", help="goodput SLO (default ttft_p99_ms=800)")
+    from harness.accuracy.stage import add_stage_options
+
+    add_stage_options(p)
     return p
 
 
@@ -78,7 +82,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             if s not in STAGES:
                 raise UsageError(f"harness.run: --only {s!r} is not a stage; valid: {', '.join(STAGES)}")
             stages.append(s)
-    a.stages = [s for s in STAGES if s in stages] if stages else list(STAGES)
+    a.stages = [s for s in STAGES if s in stages] if stages else \
+        [s for s in STAGES if s not in OFF_BY_DEFAULT or getattr(a, s, False)]
+    if "accuracy" in a.stages:
+        from harness.accuracy.stage import UsageError as AccuracyUsage, check_stage_options
+
+        try:
+            a.accuracy_opts = check_stage_options(a)
+        except AccuracyUsage as e:
+            raise UsageError(str(e)) from None
     if a.runs < 1:
         raise UsageError(f"harness.run: --runs {a.runs}: must be >= 1")
     if a.timeout <= 0:
@@ -178,6 +190,13 @@ def _stage_bench(endpoints: list[Endpoint], run_dir: Path, args: argparse.Namesp
     return f"ok ({done}/{len(endpoints)} endpoints)" + (f"; failed: {', '.join(failed)}" if failed else "")
 
 
+def _stage_accuracy(endpoints: list[Endpoint], run_dir: Path, args: argparse.Namespace, session: Any,
+                    echo: Callable[[str], None]) -> str:
+    from harness.accuracy.stage import run_stage
+
+    return run_stage(endpoints, run_dir, args.accuracy_opts, boto_session=session, echo=echo)
+
+
 def _stage_cost(run_dir: Path, echo: Callable[[str], None]) -> str:
     from harness.cost.run_cost import cost_for_run
     from harness.cost.prices import PriceBook
@@ -272,7 +291,7 @@ def main(argv: list[str] | None = None, *, session: Any = None,
     rc = 0
     with contextlib.ExitStack() as stack:
         try:
-            if any(st in args.stages for st in ("agent", "scoreboard", "bench")):
+            if any(st in args.stages for st in ("agent", "scoreboard", "bench", "accuracy")):
                 live = _open_access(endpoints, stack, session, region, args, run_dir, records, meta,
                                     echo, open_access)
             else:  # cost and report read saved results only: no tunnel needed
@@ -294,6 +313,7 @@ def main(argv: list[str] | None = None, *, session: Any = None,
                 "scoreboard": lambda: _scoreboard(live, args, session, region, creds, orchestrator,
                                                   model_factory, run_dir, meta, echo, retry_initial_delay),
                 "bench": lambda: _stage_bench(live, run_dir, args, echo),
+                "accuracy": lambda: _stage_accuracy(live, run_dir, args, session, echo),
                 "cost": lambda: _stage_cost(run_dir, echo),
                 "report": lambda: _stage_report(run_dir, echo),
             }

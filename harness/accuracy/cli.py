@@ -13,6 +13,7 @@ Exit 0 when every backend finished every item, 1 when one is incomplete, 2 on ba
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import threading
 from pathlib import Path
@@ -20,6 +21,7 @@ from typing import Any, Callable
 
 from harness.accuracy import lmeval
 from harness.accuracy.client import Settings, Target, openai_ask
+from harness.accuracy.gateway import openai_gateway
 from harness.accuracy.items import ITEMS_TASK, ItemsError, load_items
 from harness.accuracy.runner import ITEMS_FILE, _Writer, finished, run_target
 from harness.accuracy.stats import METHODS
@@ -92,7 +94,7 @@ def check_options(a: argparse.Namespace, prog: str, prefix: str = "") -> dict[st
     items = None
     try:
         if g("items") is not None:
-            items = load_items(g("items"))
+            items = load_items(g("items"), option=opt("items"))
         if tasks:
             lmeval.check_tasks(tasks, g("task_path"))
     except (ItemsError, lmeval.TaskError) as e:
@@ -157,13 +159,11 @@ def run_accuracy(targets: list[Target], opts: dict[str, Any], out_dir: Path, *,
             th.start()
         for th in threads:
             th.join()
-    for task in opts["tasks"]:
-        res = lmeval.run_task(task, targets, writer, out_dir, opts, echo=echo)
-        keys += res.keys
-        run["tasks"][task] = res.info
-        run["skipped"] += res.skipped
-        for name, why in res.incomplete.items():
-            status[name].append(f"{task}: {why}")
+    with contextlib.ExitStack() as gateways:
+        if opts["tasks"]:  # lm-eval speaks OpenAI only: a local gateway in front of the others
+            via = [t if t.base_url else gateways.enter_context(openai_gateway(t)) for t in targets]
+        for task in opts["tasks"]:
+            _task(task, via, writer, out_dir, opts, run, status, keys, echo)
     acc = summarize([t.name for t in targets], keys, finished(out_dir))
     for name, b in acc["backends"].items():
         reasons = status[name] + [f"{s['task']}: could not run: {s['reason']}" for s in run["skipped"]
@@ -177,6 +177,16 @@ def run_accuracy(targets: list[Target], opts: dict[str, Any], out_dir: Path, *,
     for line in format_table(acc, run):
         echo(line)
     return run
+
+
+def _task(task: str, targets: list[Target], writer: _Writer, out_dir: Path, opts: dict[str, Any],
+          run: dict[str, Any], status: dict[str, list[str]], keys: list, echo: Callable[[str], None]) -> None:
+    res = lmeval.run_task(task, targets, writer, out_dir, opts, echo=echo)
+    keys += res.keys
+    run["tasks"][task] = res.info
+    run["skipped"] += res.skipped
+    for name, why in res.incomplete.items():
+        status[name].append(f"{task}: {why}")
 
 
 def _pct(x: float | None) -> str:

@@ -37,19 +37,19 @@ class Item:
         return "letter" if re.fullmatch(r"[A-Za-z]", self.answer.strip()) else "number"
 
 
-def load_items(path: Path, task: str = ITEMS_TASK) -> list[Item]:
+def load_items(path: Path, task: str = ITEMS_TASK, option: str = "--items") -> list[Item]:
     if not path.is_file():
-        raise ItemsError(f"--items {path}: no such file")
+        raise ItemsError(f"{option} {path}: no such file")
     items: list[Item] = []
     seen: set[str] = set()
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as e:
-        raise ItemsError(f"--items {path}: cannot read ({e})") from None
+        raise ItemsError(f"{option} {path}: cannot read ({e})") from None
     for no, line in enumerate(lines, 1):
         if not line.strip():
             continue
-        where = f"--items {path}:{no}"
+        where = f"{option} {path}:{no}"
         try:
             rec = json.loads(line)
         except json.JSONDecodeError as e:
@@ -69,7 +69,7 @@ def load_items(path: Path, task: str = ITEMS_TASK) -> list[Item]:
         seen.add(str(iid))
         items.append(Item(task, str(iid), q, str(a).strip()))
     if not items:
-        raise ItemsError(f"--items {path}: no items")
+        raise ItemsError(f"{option} {path}: no items")
     return items
 
 

@@ -180,10 +180,11 @@ def run_task(task: str, targets: list[Any], writer: Any, out_dir: Path, opts: di
             if target.completions_echo:
                 runs.append(("completions", ll))
             else:
+                where = target.base_url if target.protocol == "openai" else f"the {target.protocol} API"
                 for t in ll:
                     res.skipped.append({"backend": target.name, "task": t, "reason": (
                         f"{leaves[t]} task: needs /v1/completions with echo and prompt logprobs, "
-                        f"which {target.base_url or target.protocol} does not serve")})
+                        f"which {where} does not serve")})
         for kind, names in runs:
             if not target.base_url:
                 for t in names:

@@ -7,6 +7,7 @@ import json
 from datetime import datetime, timezone
 from typing import Any, Callable
 
+from harness.report.accuracy import SECTION as ACCURACY_SECTION
 from harness.report.data import RunData, knee_index, load_label, metric, per_token, sweeps
 from harness.report.plots import cost_per_m, decode_vs_ceiling, latency_throughput
 from harness.results import endpoints_from_meta
@@ -191,6 +192,7 @@ SECTIONS: list[tuple[str, str, Callable[[RunData], Table], Callable[[RunData], b
     ("agent", "Agent trial", agent_table, None,
      "A run passes only if the model quoted 8 and called count_ids with the filter id >= 10."),
     ("scoreboard", "Scoreboard agent", scoreboard_table, None, "Sorted by code, not by the model."),
+    ACCURACY_SECTION,
     ("config", "Versions and configuration", config_table, None, "From meta.json."),
 ]
 

@@ -1,0 +1,91 @@
+"""The report's accuracy section: from ``<run>/accuracy/accuracy.json`` and ``run.json``
+(written by harness.accuracy). One table (a row per backend, then a row per pair) and one plot:
+each pair's accuracy difference with its 95% interval, against zero."""
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+TITLE = "Accuracy: the same items on every backend"
+CAPTION = ("Accuracy with a 95% Wilson interval per backend; per pair, on the items both finished: "
+           "the difference A − B in points with its 95% interval (Newcombe's paired method), the exact "
+           "McNemar p-value, and the smallest difference this many items detect (alpha 0.05 two-sided, "
+           "power 0.80). An interval that contains 0 does not tell the two apart. "
+           "Run with harness.run --accuracy or python -m harness.accuracy.")
+HEAD = ["backend / pair", "n", "accuracy or A − B (pts)", "95% CI", "both / A only / B only / neither",
+        "McNemar p", "detectable (pts)", "status"]
+
+
+def _load(path: Path) -> tuple[dict | None, dict]:
+    d = path / "accuracy"
+    try:
+        acc = json.loads((d / "accuracy.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None, {}
+    try:
+        run = json.loads((d / "run.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        run = {}
+    return acc, run
+
+
+def _pts(x: Any) -> str:
+    return "—" if not isinstance(x, (int, float)) else f"{100 * x:+.1f}"
+
+
+def _pct(x: Any) -> str:
+    return "—" if not isinstance(x, (int, float)) else f"{100 * x:.1f}"
+
+
+def accuracy_table(run: Any) -> tuple[list[str], list[list[str]]]:
+    acc, meta = _load(Path(run.path))
+    if not acc:
+        return HEAD, []
+    rows = []
+    for name, b in acc.get("backends", {}).items():
+        info = meta.get("backends", {}).get(name, {})
+        lo, hi = b.get("ci95") or [None, None]
+        rows.append([info.get("label") or name, str(b.get("n")), f"{_pct(b.get('accuracy'))}%",
+                     f"{_pct(lo)} – {_pct(hi)}", "", "", "",
+                     info.get("status") or ("complete" if b.get("complete") else "incomplete")])
+    for p in acc.get("pairs", []):
+        lo, hi = p.get("ci95") or [None, None]
+        rows.append([f"{p['a']} − {p['b']}", str(p.get("n")), _pts(p.get("diff")), f"{_pts(lo)} – {_pts(hi)}",
+                     f"{p.get('both')} / {p.get('a_only')} / {p.get('b_only')} / {p.get('neither')}",
+                     f"{p['p_mcnemar']:.3g}" if isinstance(p.get("p_mcnemar"), (int, float)) else "—",
+                     _pct(p.get("min_detectable_diff")), ""])
+    return HEAD, rows
+
+
+def difference_plot(run: Any) -> bytes | None:
+    acc, _ = _load(Path(run.path))
+    pairs = [p for p in (acc or {}).get("pairs", []) if isinstance(p.get("diff"), (int, float))]
+    if not pairs:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 0.6 * len(pairs) + 1.4))
+    for i, p in enumerate(reversed(pairs)):
+        d, (lo, hi) = 100 * p["diff"], (100 * p["ci95"][0], 100 * p["ci95"][1])
+        clear = lo > 0 or hi < 0
+        ax.errorbar([d], [i], xerr=[[d - lo], [hi - d]], fmt="o", capsize=4,
+                    color="#c62828" if clear else "#232f3e")
+        ax.annotate(f"n={p['n']}, p={p['p_mcnemar']:.2g}", (hi, i), xytext=(6, -3),
+                    textcoords="offset points", fontsize=8, color="#5f6b7a")
+    ax.axvline(0, color="#888", lw=1, ls="--")
+    ax.set_yticks(range(len(pairs)), [f"{p['a']} − {p['b']}" for p in reversed(pairs)])
+    ax.set_xlabel("accuracy difference A − B (points), 95% interval")
+    ax.set_title("Paired accuracy differences against zero")
+    ax.set_ylim(-0.7, len(pairs) - 0.3)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight", facecolor="white")
+    plt.close(fig)
+    return buf.getvalue()
+
+
+SECTION = ("accuracy", TITLE, accuracy_table, difference_plot, CAPTION)
