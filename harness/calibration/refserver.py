@@ -37,6 +37,8 @@ from typing import Any
 
 from aiohttp import web, web_protocol
 
+from harness.calibration.args import Parser
+
 MODEL = "ref-model"
 VOCAB = tuple(f"w{i}" for i in range(512))
 
@@ -262,7 +264,7 @@ class RefServerProcess:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m harness.calibration.refserver", description=__doc__.split("\n")[0])
+    ap = Parser(prog="python -m harness.calibration.refserver", description=__doc__.split("\n")[0])
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=0, help="0: any free port (printed on stdout)")
     for f in fields(Settings):
