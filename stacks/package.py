@@ -7,9 +7,7 @@ and publishes that URI in the SSM parameter ``/inference-kit/package/<scheme>``,
 pipelines publish their AMI ids (stacks/images.py). Nothing builds, and nothing is billed, until
 someone starts a build:
 
-    aws codebuild start-build --project-name inference-kit-package \\
-        --environment-variables-override name=SCHEME,value=emb4,type=PLAINTEXT
-    aws logs tail /aws/codebuild/inference-kit-package --follow
+    python -m harness.package start --scheme emb4     # start-build + the build's log until it ends
 
 Serving a package: ``-c g6_model=package`` (emb4) or ``-c g6_model=package:<scheme>`` (also
 ``sagemaker_model``): g6 syncs the package from S3 through the VPC's S3 gateway endpoint and serves
@@ -26,6 +24,9 @@ ProjectEnvironment.computeType); the largest E2B table (4.4 GiB bf16) and its pa
 """
 from __future__ import annotations
 
+import hashlib
+import shutil
+import tempfile
 from pathlib import Path
 
 import aws_cdk as cdk
@@ -37,18 +38,39 @@ from aws_cdk import aws_s3_assets as s3_assets
 from constructs import Construct
 
 from harness.catalog import BACKENDS
+from harness.package.remote import PARAMETER_PREFIX, PROJECT_NAME
 from harness.package.schemes import DEFAULT_SCHEME, SCHEMES
 from stacks import nag
 from stacks.config import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
-PARAMETER_PREFIX = "/inference-kit/package"
 KEY_PREFIX = "package"
-PROJECT_NAME = "inference-kit-package"
 MODEL_WORD = "package"
 BUILD_TIMEOUT = cdk.Duration.hours(3)
 # What the build needs from the kit: the package builder and its pins, nothing else.
 ASSET_INCLUDE = ("harness/__init__.py", "harness/package/*.py", "requirements-package.txt", "constraints.txt")
+
+
+def stage_kit_source() -> Path:
+    """A directory holding exactly ASSET_INCLUDE (a glob-excluding asset of the repository root
+    would also ship dotfiles and drops files below excluded directories). Named by its content's
+    digest, so identical sources give the same directory and the same asset hash."""
+    files = sorted({p for pattern in ASSET_INCLUDE for p in ROOT.glob(pattern) if p.is_file()})
+    digest = hashlib.sha256()
+    for p in files:
+        digest.update(str(p.relative_to(ROOT)).encode() + b"\0" + p.read_bytes() + b"\0")
+    stage = Path(tempfile.gettempdir()) / f"inference-kit-package-source-{digest.hexdigest()[:16]}"
+    if not stage.is_dir():
+        tmp = Path(tempfile.mkdtemp(prefix="inference-kit-package-source-"))
+        for p in files:
+            dest = tmp / p.relative_to(ROOT)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(p, dest)
+        try:
+            tmp.rename(stage)
+        except OSError:  # another synth staged the same content first
+            shutil.rmtree(tmp, ignore_errors=True)
+    return stage
 
 
 def package_scheme(model_id: str) -> str | None:
@@ -143,8 +165,7 @@ class PackageStack(cdk.Stack):
                         "Packages are rebuilt from public weights; every write is one CodeBuild build, whose "
                         "log names the objects it uploaded. Access logs would need a second bucket to clean up")
 
-        kit = s3_assets.Asset(self, "KitSource", path=str(ROOT),
-                              exclude=["*", *(f"!{p}" for p in ASSET_INCLUDE)])
+        kit = s3_assets.Asset(self, "KitSource", path=str(stage_kit_source()))
         log_group = logs.LogGroup(self, "BuildLogs", log_group_name=f"/aws/codebuild/{PROJECT_NAME}",
                                   retention=logs.RetentionDays.ONE_MONTH, removal_policy=cdk.RemovalPolicy.DESTROY)
         self.project = codebuild.Project(

@@ -1,4 +1,4 @@
-"""python -m harness.package build|check|sizes — see README, "Quantized packages"."""
+"""python -m harness.package build|start|check|sizes — see README, "Quantized packages"."""
 from __future__ import annotations
 
 import argparse
@@ -20,6 +20,10 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--scheme", default=DEFAULT_SCHEME, choices=sorted(SCHEMES))
     b.add_argument("--revision", help="Hugging Face revision (default: main)")
     b.add_argument("--work", help="scratch directory for an s3:// build (default: the system temp dir)")
+    r = sub.add_parser("start", help="start the build in the account (PackageStack) and follow its log")
+    r.add_argument("--scheme", default=DEFAULT_SCHEME, choices=sorted(SCHEMES))
+    r.add_argument("--source", help="Hugging Face id (default: the scheme's source)")
+    r.add_argument("--revision", help="Hugging Face revision (default: main)")
     c = sub.add_parser("check", help="check a checkpoint's ignore list (and manifest, if any) before deploying")
     c.add_argument("directory")
     z = sub.add_parser("sizes", help="bytes per tensor group of every scheme, from a config.json alone")
@@ -78,6 +82,10 @@ def main(argv: list[str] | None = None) -> int:
             s = scheme(args.scheme)
             build(args.source or s.default_source, args.out, s, args.revision, args.work)
             return 0
+        if args.command == "start":
+            from harness.package.remote import start
+
+            return start(args.scheme, args.source, args.revision)
         if args.command == "check":
             return _check(Path(args.directory))
         return _sizes(Path(args.config))

@@ -117,3 +117,24 @@ def test_templates_pass_cfn_lint(kit):
     r = subprocess.run([str(cfn_lint), "--regions", "us-east-1", "--ignore-checks", "W3005", "--", *paths],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_build_source_asset_is_the_builder_alone_and_imports_on_its_own():
+    """The CodeBuild source: harness/package and its pins, nothing else of the repository, and it
+    imports without the rest of the kit (the build would otherwise fail after its install phase)."""
+    import os
+    import subprocess
+    import sys
+
+    from stacks.package import stage_kit_source
+
+    stage = stage_kit_source()
+    files = sorted(str(p.relative_to(stage)) for p in stage.rglob("*") if p.is_file())
+    assert "requirements-package.txt" in files and "constraints.txt" in files
+    assert all(f.startswith("harness/package/") or f in {"harness/__init__.py", "requirements-package.txt",
+                                                          "constraints.txt"} for f in files), files
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    r = subprocess.run([sys.executable, "-c", "import harness.package.build, harness.package.remote, "
+                        "harness.package.__main__ as m; m._parser()"], cwd=stage, env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr

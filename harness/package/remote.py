@@ -1,0 +1,75 @@
+"""Start a package build in the account (PackageStack's CodeBuild project) and follow it.
+
+``python -m harness.package start --scheme emb4`` = ``codebuild start-build`` with SCHEME (SOURCE,
+REVISION) overridden, then the build's CloudWatch log lines as they arrive, the phase it failed in,
+and the S3 URI it published (SSM ``/inference-kit/package/<scheme>``). Exit 0 only when the build
+succeeded. The clients are injectable so tests drive it without AWS.
+"""
+from __future__ import annotations
+
+import time
+
+from harness.package.source import PackageError
+
+# PackageStack (stacks/package.py) names its CodeBuild project and the parameters from these.
+PROJECT_NAME = "inference-kit-package"
+PARAMETER_PREFIX = "/inference-kit/package"
+DONE = {"SUCCEEDED", "FAILED", "FAULT", "TIMED_OUT", "STOPPED"}
+
+
+def _overrides(scheme: str, source: str | None, revision: str | None) -> list[dict]:
+    values = {"SCHEME": scheme, "SOURCE": source or "", "REVISION": revision or ""}
+    return [{"name": k, "value": v, "type": "PLAINTEXT"} for k, v in values.items()]
+
+
+def start(scheme: str, source: str | None = None, revision: str | None = None, *, codebuild=None, logs=None,
+          ssm=None, log=print, poll_s: float = 10.0, sleep=time.sleep) -> int:
+    codebuild, logs = codebuild or _client("codebuild"), logs or _client("logs")
+    try:
+        build = codebuild.start_build(projectName=PROJECT_NAME,
+                                      environmentVariablesOverride=_overrides(scheme, source, revision))["build"]
+    except Exception as e:
+        raise PackageError(f"cannot start {PROJECT_NAME} ({type(e).__name__}: {e}); "
+                           "deploy it first: npx cdk deploy PackageStack -c g6_model=package") from None
+    build_id = build["id"]
+    log(f"started {build_id} (scheme {scheme}); following its log")
+    token = None
+    while True:
+        build = codebuild.batch_get_builds(ids=[build_id])["builds"][0]
+        where = build.get("logs") or {}
+        if where.get("groupName") and where.get("streamName"):
+            token = _print_new_lines(logs, where["groupName"], where["streamName"], token, log)
+        status = build["buildStatus"]
+        if status in DONE:
+            break
+        sleep(poll_s)
+    if status != "SUCCEEDED":
+        failed = [p for p in build.get("phases", []) if p.get("phaseStatus") not in (None, "SUCCEEDED")]
+        phase = failed[0]["phaseType"] if failed else "?"
+        log(f"build {build_id} {status} in phase {phase}; the log lines above say why")
+        return 1
+    uri = (ssm or _client("ssm")).get_parameter(Name=f"{PARAMETER_PREFIX}/{scheme}")["Parameter"]["Value"]
+    log(f"build {build_id} SUCCEEDED: {uri} (in {PARAMETER_PREFIX}/{scheme})")
+    return 0
+
+
+def _client(name: str):
+    import boto3
+
+    return boto3.client(name)
+
+
+def _print_new_lines(logs, group: str, stream: str, token, log):
+    while True:
+        kwargs = {"logGroupName": group, "logStreamName": stream, "startFromHead": True}
+        if token:
+            kwargs["nextToken"] = token
+        try:
+            page = logs.get_log_events(**kwargs)
+        except logs.exceptions.ResourceNotFoundException:
+            return token  # the stream appears a few seconds after the build starts
+        for event in page.get("events", []):
+            log(event["message"].rstrip("\n"))
+        if page.get("nextForwardToken") in (None, token):
+            return page.get("nextForwardToken", token)
+        token = page["nextForwardToken"]

@@ -1,0 +1,69 @@
+"""`python -m harness.package start`: starts the CodeBuild build, prints its log as it arrives,
+says where it failed, or the S3 URI it published. Fake clients stand in for AWS."""
+from __future__ import annotations
+
+from harness.package.remote import start
+
+
+class FakeLogs:
+    class exceptions:
+        class ResourceNotFoundException(Exception):
+            pass
+
+    def __init__(self, pages):
+        self.pages = pages  # token -> (events, next token)
+
+    def get_log_events(self, logGroupName, logStreamName, startFromHead, nextToken=None):
+        if nextToken is None and "missing" in self.pages:
+            self.pages.pop("missing")
+            raise self.exceptions.ResourceNotFoundException()
+        events, nxt = self.pages.get(nextToken, ([], nextToken))
+        return {"events": [{"message": m + "\n"} for m in events], "nextForwardToken": nxt}
+
+
+class FakeCodeBuild:
+    def __init__(self, statuses, phases=()):
+        self.statuses = list(statuses)
+        self.phases = list(phases)
+        self.started = None
+
+    def start_build(self, projectName, environmentVariablesOverride):
+        self.started = (projectName, {v["name"]: v["value"] for v in environmentVariablesOverride})
+        return {"build": {"id": "inference-kit-package:1"}}
+
+    def batch_get_builds(self, ids):
+        status = self.statuses.pop(0)
+        return {"builds": [{"id": ids[0], "buildStatus": status, "phases": self.phases,
+                            "logs": {"groupName": "/aws/codebuild/inference-kit-package", "streamName": "1"}}]}
+
+
+class FakeSsm:
+    def get_parameter(self, Name):
+        assert Name == "/inference-kit/package/emb4"
+        return {"Parameter": {"Value": "s3://inference-kit-packages-1-us-east-1/package/emb4/1"}}
+
+
+def test_success_prints_log_lines_once_and_the_published_uri():
+    cb = FakeCodeBuild(["IN_PROGRESS", "IN_PROGRESS", "SUCCEEDED"])
+    logs = FakeLogs({"missing": True, None: (["installing"], "t1"), "t1": (["packing", "uploaded"], "t2")})
+    lines = []
+    rc = start("emb4", codebuild=cb, logs=logs, ssm=FakeSsm(), log=lines.append, sleep=lambda _: None)
+    assert rc == 0
+    assert cb.started == ("inference-kit-package", {"SCHEME": "emb4", "SOURCE": "", "REVISION": ""})
+    assert lines[1:4] == ["installing", "packing", "uploaded"]
+    assert lines[-1].endswith("SUCCEEDED: s3://inference-kit-packages-1-us-east-1/package/emb4/1 "
+                              "(in /inference-kit/package/emb4)")
+
+
+def test_failure_names_the_phase_and_exits_non_zero():
+    cb = FakeCodeBuild(["FAILED"], phases=[{"phaseType": "INSTALL", "phaseStatus": "SUCCEEDED"},
+                                           {"phaseType": "BUILD", "phaseStatus": "FAILED"}])
+    logs = FakeLogs({None: (["error: model.language_model.layers.2.mlp.down_proj.weight: group 1 of row 3 ..."],
+                            "t1")})
+    lines = []
+    rc = start("ple4", source="google/gemma-4-E4B-it-qat-q4_0-unquantized", codebuild=cb, logs=logs,
+               ssm=None, log=lines.append, sleep=lambda _: None)
+    assert rc == 1
+    assert cb.started[1]["SOURCE"] == "google/gemma-4-E4B-it-qat-q4_0-unquantized"
+    assert any(ln.startswith("error: model.language_model") for ln in lines)
+    assert lines[-1] == "build inference-kit-package:1 FAILED in phase BUILD; the log lines above say why"
