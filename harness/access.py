@@ -16,6 +16,9 @@ Chain, all pure Python (no AWS CLI, no session-manager-plugin, no open port):
    one ``direct-tcpip`` channel per local connection to 127.0.0.1:<port> on the instance.
 5. A forwarder listening on 127.0.0.1:<ephemeral> exposes the server as ``http://127.0.0.1:N/v1``.
    If the tunnel drops (EIC's 3600 s cap), the next connection redials steps 2-4.
+   ``eic_tunnel`` runs steps 3-5 in a process of its own (``harness.tunnel_proc``: the SSH work
+   must not take the load generator's GIL); steps 1-2 and the URL signing stay in this process,
+   so AWS credentials never reach the child.
 
 Host keys: EIC gives no known_hosts entry to check against, and the websocket itself is TLS to an
 AWS endpoint authenticated by SigV4, which connects only to the private IP inside the VPC. The
@@ -41,6 +44,7 @@ from urllib.parse import urlencode
 import paramiko
 
 from harness.endpoint import Endpoint
+from harness.hostkeys import AccessError, HostKeyMismatch, HostKeyPins  # noqa: F401 - public here
 
 log = logging.getLogger(__name__)
 
@@ -48,10 +52,6 @@ DEFAULT_OS_USER = "ubuntu"  # the GPU and Neuron DLAMIs are Ubuntu
 MAX_TUNNEL_SECONDS = 3600  # EIC's upper bound for maxTunnelDuration
 _FRAME = 65_000  # bytes per websocket frame, as the AWS CLI sends
 _EICE_STATES = ["create-complete", "update-in-progress", "update-failed", "update-complete"]
-
-
-class AccessError(RuntimeError):
-    """The tunnel could not be opened; the message says which step failed."""
 
 
 # --------------------------------------------------------------------------- presigned URL
@@ -105,29 +105,6 @@ def new_ephemeral_key() -> paramiko.Ed25519Key:
 
 def public_key_line(key: paramiko.PKey) -> str:
     return f"{key.get_name()} {key.get_base64()} inference-kit-ephemeral"
-
-
-class HostKeyMismatch(AccessError):
-    pass
-
-
-class HostKeyPins:
-    """Trust on first use, for one run only: the first key an instance shows is pinned in memory."""
-
-    def __init__(self) -> None:
-        self._pins: dict[str, tuple[str, str]] = {}
-        self._lock = threading.Lock()
-
-    def check(self, host: str, key: paramiko.PKey) -> None:
-        seen = (key.get_name(), key.get_base64())
-        with self._lock:
-            pinned = self._pins.setdefault(host, seen)
-        if pinned != seen:
-            raise HostKeyMismatch(f"host key of {host} changed during the run "
-                                  f"(now {key.get_name()} {key.fingerprint}); aborting")
-
-    def get(self, host: str) -> tuple[str, str] | None:
-        return self._pins.get(host)
 
 
 def _nodelay(sock: Any) -> None:
@@ -413,9 +390,13 @@ class SshForward:
 def eic_tunnel(endpoint: Endpoint, *, botocore_session: Any, region: str, pins: HostKeyPins,
                os_user: str = DEFAULT_OS_USER, max_tunnel_duration: int = MAX_TUNNEL_SECONDS,
                ec2: Any = None, eic: Any = None,
-               rewrite_url: Callable[[str], str] | None = None) -> Iterator[Endpoint]:
+               rewrite_url: Callable[[str], str] | None = None,
+               inprocess: bool = False) -> Iterator[Endpoint]:
     """Yield ``endpoint`` with ``base_url`` pointing at a local forward to its model server.
 
+    The forwarder runs in its own process (``harness.tunnel_proc``) so that it does not compete
+    with the load generator; ``inprocess=True`` runs it in this process's threads instead (the
+    old path, kept for the tunnel measurement's before/after comparison).
     ``ec2``/``eic`` clients and ``rewrite_url`` (wss URL -> what to dial) are seams for tests.
     """
     if not endpoint.instance_id or not endpoint.port:
@@ -437,8 +418,11 @@ def eic_tunnel(endpoint: Endpoint, *, botocore_session: Any, region: str, pins: 
     if not dns:
         raise AccessError(f"{endpoint.name}: FIPS endpoints requested but the EIC endpoint has no FipsDnsName")
 
-    def dial() -> tuple[Any, paramiko.PKey, Callable[[], None]]:
-        # A fresh key each time: a pushed key is valid for 60 s only.
+    def ticket() -> dict:
+        # A fresh key each time: a pushed key is valid for 60 s only. With the forwarder in its
+        # own process this runs here, in the load generator's process, at each dial of the
+        # child: the AWS calls use this process's botocore session (credentials it refreshes);
+        # the child gets only the presigned URL and the ephemeral key (harness/tunnel_proc.py).
         key = new_ephemeral_key()
         try:
             eic.send_ssh_public_key(InstanceId=endpoint.instance_id, InstanceOSUser=os_user,
@@ -447,9 +431,21 @@ def eic_tunnel(endpoint: Endpoint, *, botocore_session: Any, region: str, pins: 
             raise AccessError(f"{endpoint.name}: send_ssh_public_key: {exc}") from exc
         url = presign_open_tunnel(botocore_session, region, dns, eice["InstanceConnectEndpointId"],
                                   inst["PrivateIpAddress"], 22, max_tunnel_duration)
-        bridge = WebsocketBridge(rewrite_url(url) if rewrite_url else url)
-        return bridge.sock, key, bridge.close
+        return {"key": key, "ws": rewrite_url(url) if rewrite_url else url}
 
-    with SshForward(dial, username=os_user, remote_port=endpoint.port, host_id=endpoint.instance_id,
-                    pins=pins) as fwd:
-        yield endpoint.with_base_url(fwd.base_url)
+    if inprocess:
+        def dial() -> tuple[Any, paramiko.PKey, Callable[[], None]]:
+            t = ticket()
+            bridge = WebsocketBridge(t["ws"])
+            return bridge.sock, t["key"], bridge.close
+
+        with SshForward(dial, username=os_user, remote_port=endpoint.port, host_id=endpoint.instance_id,
+                        pins=pins) as fwd:
+            yield endpoint.with_base_url(fwd.base_url)
+        return
+
+    from harness.tunnel_proc import ProcessForward
+
+    with ProcessForward(ticket, username=os_user, remote_port=endpoint.port,
+                        host_id=endpoint.instance_id, pins=pins) as pfwd:
+        yield endpoint.with_base_url(pfwd.base_url)

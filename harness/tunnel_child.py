@@ -1,0 +1,142 @@
+"""The forwarder process's side (``python -m harness.tunnel_child``, started by
+``harness.tunnel_proc.ProcessForward``; the protocol and the reasons are described there)."""
+from __future__ import annotations
+
+import contextlib
+import io
+import itertools
+import json
+import logging
+import queue
+import signal
+import socket
+import sys
+import threading
+from typing import Any, Callable
+
+import paramiko
+
+from harness import access
+
+
+def key_from_pem(pem: str) -> paramiko.PKey:
+    for cls in (paramiko.Ed25519Key, paramiko.ECDSAKey, paramiko.RSAKey):
+        with contextlib.suppress(paramiko.SSHException, ValueError):
+            return cls(file_obj=io.StringIO(pem))
+    raise AccessError("tunnel ticket: unreadable private key")
+
+
+class _Pins(access.HostKeyPins):
+    """The run's pin for this instance, and a report to the parent of every key seen."""
+
+    def __init__(self, host: str, pin: list[str] | None, report: Callable[[dict], None]) -> None:
+        super().__init__()
+        if pin:
+            self._pins[host] = (pin[0], pin[1])
+        self._report = report
+
+    def check(self, host: str, key: paramiko.PKey) -> None:
+        self._report({"op": "pin", "name": key.get_name(), "blob": key.get_base64()})
+        super().check(host, key)
+
+
+class _ChildForward(access.SshForward):
+    """SshForward that tells the parent about redials and aborts on a changed host key."""
+
+    def __init__(self, *args: Any, report: Callable[[dict], None], abort: Callable[[], None],
+                 **kwargs: Any) -> None:
+        self._report, self._abort, self._reported = report, abort, 0
+        super().__init__(*args, **kwargs)
+
+    def _live_transport(self) -> paramiko.Transport:
+        try:
+            t = super()._live_transport()
+        except access.HostKeyMismatch as exc:
+            self._report({"op": "fatal", "type": "HostKeyMismatch", "error": str(exc)})
+            self._abort()
+            raise
+        if self.reconnects != self._reported:
+            self._reported = self.reconnects
+            self._report({"op": "reconnected", "n": self.reconnects})
+        return t
+
+
+def _tcp_carrier(addr: list, timeout: float) -> socket.socket:
+    sock = socket.create_connection((addr[0], int(addr[1])), timeout=timeout)
+    sock.settimeout(None)
+    return sock
+
+
+def child_main() -> int:
+    # Ctrl-C reaches the whole process group; the parent closes this process in order.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="tunnel: %(message)s")
+    out, inp = sys.stdout.buffer, sys.stdin.buffer
+    wlock = threading.Lock()
+
+    def report(msg: dict) -> None:
+        with wlock, contextlib.suppress(OSError, ValueError):
+            out.write((json.dumps(msg) + "\n").encode())
+            out.flush()
+
+    first = inp.readline()
+    if not first:
+        return 0
+    start = json.loads(first)
+    if start.get("switch_interval"):
+        sys.setswitchinterval(float(start["switch_interval"]))
+    closing = threading.Event()
+    waiting: dict[int, queue.SimpleQueue] = {}
+    ids = itertools.count(1)
+
+    def read_parent() -> None:
+        with contextlib.suppress(OSError, ValueError):
+            for raw in inp:
+                msg = json.loads(raw)
+                if msg.get("op") == "ticket" and msg.get("id") in waiting:
+                    waiting.pop(msg["id"]).put(msg)
+                elif msg.get("op") == "close":
+                    break
+        closing.set()  # close asked, or EOF: the parent is gone
+        for q in list(waiting.values()):
+            q.put({"error": "closing"})
+
+    threading.Thread(target=read_parent, daemon=True, name="parent-reader").start()
+    timeout = float(start.get("timeout") or 20.0)
+    host_id = start["host_id"]
+
+    def dial() -> tuple[Any, paramiko.PKey, Callable[[], None]]:
+        n = next(ids)
+        q: queue.SimpleQueue = queue.SimpleQueue()
+        waiting[n] = q
+        report({"op": "ticket?", "id": n})
+        try:
+            msg = q.get(timeout=3 * timeout + 30)
+        except queue.Empty:
+            raise access.AccessError(f"{host_id}: no dial ticket from the parent") from None
+        if "error" in msg:
+            raise access.AccessError(msg["error"])
+        key = key_from_pem(msg["key"])
+        if "ws" in msg:
+            bridge = access.WebsocketBridge(msg["ws"])
+            return bridge.sock, key, bridge.close
+        sock = _tcp_carrier(msg["tcp"], timeout)
+        return sock, key, sock.close
+
+    try:
+        fwd = _ChildForward(dial, username=start["username"], remote_port=int(start["remote_port"]),
+                            host_id=host_id, pins=_Pins(host_id, start.get("pin"), report),
+                            remote_host=start.get("remote_host") or "127.0.0.1", timeout=timeout,
+                            keepalive=int(start.get("keepalive") or 30), report=report,
+                            abort=closing.set)
+    except access.AccessError as exc:
+        report({"op": "fatal", "type": type(exc).__name__, "error": str(exc)})
+        return 1
+    with fwd:
+        report({"op": "ready", "port": fwd.local_port})
+        closing.wait()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(child_main())

@@ -1,0 +1,210 @@
+"""The SSH forwarder in its own process, against a real OpenSSH server on loopback."""
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import threading
+import time
+import urllib.request
+
+import pytest
+
+from harness import access
+from harness.tunnel_child import key_from_pem
+from harness.tunnel_proc import ProcessForward, child_env, key_to_pem
+from tests.conftest import require_binary
+from tests.harness.servers import http_server, sshd
+
+
+def _get(url: str) -> dict:
+    with urllib.request.urlopen(url, timeout=10) as r:
+        return json.loads(r.read())
+
+
+@pytest.fixture()
+def key():
+    return access.new_ephemeral_key()
+
+
+@pytest.fixture()
+def ssh_server(tmp_path, key):
+    sshd_bin = require_binary("/usr/sbin/sshd")
+    with sshd(sshd_bin, tmp_path, access.public_key_line(key)) as info:
+        yield info
+
+
+class _Proxy:
+    """A TCP proxy whose connections the test can cut (as EIC does at the tunnel's end) and whose
+    target the test can change (another sshd, another host key)."""
+
+    def __init__(self, target: int) -> None:
+        self.target = target
+        self.conns: list[socket.socket] = []
+        self.srv = socket.create_server(("127.0.0.1", 0))
+        self.port = self.srv.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                c, _ = self.srv.accept()
+                u = socket.create_connection(("127.0.0.1", self.target))
+                self.conns += [c, u]
+                for a, b in ((c, u), (u, c)):
+                    threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(a: socket.socket, b: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := a.recv(65536):
+                b.sendall(data)
+        with contextlib.suppress(OSError):
+            b.shutdown(socket.SHUT_WR)
+
+    def cut(self) -> None:
+        for s in self.conns:
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+            s.close()
+        self.conns.clear()
+
+    def close(self) -> None:
+        self.cut()
+        self.srv.close()
+
+
+def test_key_round_trips_through_pem(key):
+    import paramiko
+    again = key_from_pem(key_to_pem(key))
+    assert (again.get_name(), again.get_base64()) == (key.get_name(), key.get_base64())
+    sig = again.sign_ssh_data(b"x")  # the private half came across too
+    public = paramiko.Ed25519Key(data=key.asbytes())
+    assert public.verify_ssh_sig(b"x", paramiko.Message(sig.asbytes()))
+
+
+def test_child_environment_has_no_aws_settings(monkeypatch):
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
+    monkeypatch.setenv("AWS_PROFILE", "p")
+    monkeypatch.setenv("KIT_OTHER", "1")
+    env = child_env()
+    assert not any(k.startswith("AWS_") for k in env) and env["KIT_OTHER"] == "1"
+
+
+def test_forwarder_runs_in_its_own_process_and_leaves_none_behind(ssh_server, key):
+    tickets = []
+
+    def ticket():
+        tickets.append(1)
+        return {"key": key, "tcp": ("127.0.0.1", ssh_server["port"])}
+
+    pins = access.HostKeyPins()
+    with http_server() as http_port:
+        with ProcessForward(ticket, username=ssh_server["user"], remote_port=http_port,
+                            host_id="i-test", pins=pins) as fwd:
+            assert fwd.proc.pid and fwd.proc.poll() is None
+            for i in range(3):
+                assert _get(f"{fwd.base_url}/models?n={i}") == {"path": f"/v1/models?n={i}"}
+            port, proc = fwd.local_port, fwd.proc
+        assert proc.poll() is not None  # the child exited with the context
+        with pytest.raises(OSError):
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    assert len(tickets) == 1
+    assert pins.get("i-test")[0] == "ssh-ed25519"  # the child reported the key it pinned
+
+
+def test_changed_key_at_start_is_host_key_mismatch(ssh_server, key):
+    pins = access.HostKeyPins()
+    pins._pins["i-test"] = ("ssh-ed25519", "AAAAsomeotherkey")
+    with pytest.raises(access.HostKeyMismatch, match="changed during the run"):
+        ProcessForward(lambda: {"key": key, "tcp": ("127.0.0.1", ssh_server["port"])},
+                       username=ssh_server["user"], remote_port=1, host_id="i-test", pins=pins)
+
+
+def test_wrong_key_and_failing_ticket_are_one_access_error(ssh_server):
+    with pytest.raises(access.AccessError, match="SSH to i-test failed"):
+        ProcessForward(lambda: {"key": access.new_ephemeral_key(), "tcp": ("127.0.0.1", ssh_server["port"])},
+                       username=ssh_server["user"], remote_port=1, host_id="i-test",
+                       pins=access.HostKeyPins(), timeout=5)
+
+    def refuse():
+        raise access.AccessError("g6: send_ssh_public_key: AccessDenied")
+
+    with pytest.raises(access.AccessError, match="send_ssh_public_key: AccessDenied"):
+        ProcessForward(refuse, username="u", remote_port=1, host_id="i-test", pins=access.HostKeyPins())
+
+
+def test_redial_in_the_child_asks_for_a_new_ticket(ssh_server, key):
+    proxy = _Proxy(ssh_server["port"])
+    tickets = []
+
+    def ticket():
+        tickets.append(1)
+        return {"key": key, "tcp": ("127.0.0.1", proxy.port)}
+
+    try:
+        with http_server() as http_port, \
+                ProcessForward(ticket, username=ssh_server["user"], remote_port=http_port,
+                               host_id="i-test", pins=access.HostKeyPins(), keepalive=1) as fwd:
+            assert _get(fwd.base_url + "/models") == {"path": "/v1/models"}
+            proxy.cut()  # as when EIC ends the tunnel
+            got = _retry(lambda: _get(fwd.base_url + "/models"))
+            assert got == {"path": "/v1/models"}
+            _wait(lambda: fwd.reconnects == 1)
+            assert len(tickets) == 2 and fwd.error is None
+    finally:
+        proxy.close()
+
+
+def test_changed_host_key_on_redial_aborts_the_tunnel(ssh_server, key, tmp_path):
+    proxy = _Proxy(ssh_server["port"])
+    other = tmp_path / "other"
+    other.mkdir()
+    try:
+        with sshd(require_binary("/usr/sbin/sshd"), other, access.public_key_line(key)) as second, \
+                http_server() as http_port, \
+                ProcessForward(lambda: {"key": key, "tcp": ("127.0.0.1", proxy.port)},
+                               username=ssh_server["user"], remote_port=http_port, host_id="i-test",
+                               pins=access.HostKeyPins()) as fwd:
+            assert _get(fwd.base_url + "/models") == {"path": "/v1/models"}
+            proxy.target = second["port"]  # the "same instance" now shows another host key
+            proxy.cut()
+            with contextlib.suppress(OSError):
+                _get(fwd.base_url + "/models")
+            _wait(lambda: fwd.proc.poll() is not None)  # the child closed the tunnel and exited
+            assert "changed during the run" in (fwd.error or "")
+            with pytest.raises(OSError):
+                _get(fwd.base_url + "/models")
+    finally:
+        proxy.close()
+
+
+def test_child_exits_when_its_parent_goes(ssh_server, key):
+    with http_server() as http_port:
+        fwd = ProcessForward(lambda: {"key": key, "tcp": ("127.0.0.1", ssh_server["port"])},
+                             username=ssh_server["user"], remote_port=http_port, host_id="i-test",
+                             pins=access.HostKeyPins())
+        try:
+            fwd.proc.stdin.close()  # what the child sees when its parent dies: EOF
+            _wait(lambda: fwd.proc.poll() is not None)
+        finally:
+            fwd.close()
+
+
+def _wait(cond, timeout: float = 20.0) -> None:
+    deadline = time.time() + timeout
+    while not cond():
+        if time.time() > deadline:
+            raise AssertionError("condition not reached")
+        time.sleep(0.05)
+
+
+def _retry(fn, timeout: float = 20.0):
+    deadline = time.time() + timeout
+    while True:
+        try:
+            return fn()
+        except OSError:
+            if time.time() > deadline:
+                raise
+            time.sleep(0.2)
