@@ -11,6 +11,7 @@
 # runs, 1), DEMO_CONCURRENCY (bench levels, 1,4), DEMO_REQUESTS (per level, 8), DEMO_RESULTS
 # (results root, results), PY (python with requirements-dev.txt installed, .venv/bin/python).
 set -euo pipefail
+cd "$(dirname "$0")/.."  # the repository root: relative paths below (PY, results) start there
 
 PY=${PY:-.venv/bin/python}
 RUNS=${DEMO_RUNS:-1}
