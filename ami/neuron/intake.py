@@ -55,6 +55,9 @@ def load_json(raw: bytes):
     except json.JSONDecodeError as exc:
         raise api.RequestError(f"request body is not valid JSON: {exc.msg} at line {exc.lineno} "
                                f"column {exc.colno}", None, "invalid_json") from None
+    except ValueError as exc:  # e.g. an integer over Python's 4300-digit conversion limit
+        raise api.RequestError(f"request body holds a value this server cannot read: "
+                               f"{api.show(str(exc), 120)}", None, "invalid_json") from None
 
 
 def check_size(body: dict, lim: IntakeLimits) -> None:
@@ -77,6 +80,8 @@ def check_size(body: dict, lim: IntakeLimits) -> None:
                                        "too_deep")
             if isinstance(value, str):
                 used += len(value)
+                if not value.isascii():
+                    _check_text(value, key)
             elif isinstance(value, dict):
                 used += 1 + sum(len(k) if isinstance(k, str) else 1 for k in value)
                 stack.extend((x, level + 1) for x in value.values())
@@ -90,6 +95,16 @@ def check_size(body: dict, lim: IntakeLimits) -> None:
                     f"messages and tools hold more than {lim.max_chars} characters, more than "
                     f"fits in this server's largest prompt bucket ({lim.max_messages} tokens)",
                     key, "prompt_too_long")
+
+
+def _check_text(text: str, key: str) -> None:
+    """JSON's \\u escapes can spell half a UTF-16 surrogate pair, which is no character: the
+    tokenizer would refuse it deep inside, so say what it is here."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise api.RequestError(f"{key} holds a lone UTF-16 surrogate ({text[exc.start]!r}), which "
+                               "is not a character", key, "invalid_text") from None
 
 
 def prepare(raw: bytes, gen: Generator, lim: IntakeLimits) -> Prepared:

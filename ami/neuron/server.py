@@ -64,6 +64,9 @@ async def _errors_as_json(request: web.Request, handler):
     except ConnectionResetError as exc:
         log.info("client went away during %s: %s", where, exc)
         return web.Response(status=400)  # nobody reads it; aiohttp drops it quietly
+    except asyncio.CancelledError:  # handler_cancellation: the connection was lost mid-request
+        log.info("request %s cancelled: the client went away (or the server is stopping)", where)
+        raise
     except Exception:
         log.exception("request %s failed", where)
         return _json_error(500, "internal error while serving the request; see the server log",
@@ -119,6 +122,9 @@ def _as_tuple(ev):
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     gen: Generator = request.app[GENERATOR]
     timeout = request.app[BODY_TIMEOUT]
+    if (request.content_length or 0) > request.app[MAX_BODY]:  # refuse before reading any of it
+        raise web.HTTPRequestEntityTooLarge(max_size=request.app[MAX_BODY],
+                                            actual_size=request.content_length)
     try:
         async with asyncio.timeout(timeout):
             raw = await request.read()  # 413 past client_max_size, answered by _errors_as_json
@@ -218,6 +224,18 @@ async def health(request: web.Request) -> web.Response:
         "scheduler": stats}, status=200 if ok else 503)
 
 
+def runner_options(header_timeout: float) -> dict:
+    """aiohttp server options, the same for ``main`` and the tests' in-process server.
+
+    keepalive_timeout: aiohttp's keep-alive timer starts when a connection opens and closes it if
+    no complete request head has arrived when it fires (aiohttp 3.14 web_protocol.RequestHandler:
+    connection_made / _process_keepalive), so it is also the header timeout.
+    handler_cancellation: a lost connection cancels its handler, so a client that leaves while a
+    whole (non-streamed) answer is generated frees its batch slot at once (aiohttp docs, "Web
+    handler cancellation")."""
+    return {"keepalive_timeout": header_timeout, "handler_cancellation": True, "access_log": None}
+
+
 def build_app(generator: Generator, backend: str, body_timeout: float = DEFAULT_BODY_TIMEOUT_S,
               max_body: int = MAX_BODY_BYTES) -> web.Application:
     app = web.Application(client_max_size=max_body, middlewares=[_errors_as_json])
@@ -259,12 +277,9 @@ def main(argv: list[str] | None = None) -> int:
                          f"{type(exc).__name__}: {first}") from None
     log.info("serving %s (%s) on http://%s:%d", generator.model_id, args.backend, args.host, args.port)
     try:
-        # aiohttp's keep-alive timer starts when a connection opens and closes it if no complete
-        # request head has arrived when it fires (aiohttp 3.14 web_protocol.RequestHandler:
-        # connection_made / _process_keepalive), so it is also the header timeout.
         web.run_app(build_app(generator, args.backend, args.body_timeout), host=args.host,
-                    port=args.port, print=None, access_log=None, handle_signals=True,
-                    keepalive_timeout=args.header_timeout)
+                    port=args.port, print=None, handle_signals=True,
+                    **runner_options(args.header_timeout))
     except OSError as exc:  # taken between the check and the bind
         raise SystemExit(_bind_error(args.host, args.port, exc)) from None
     return 0

@@ -76,8 +76,11 @@ class InProcessServer:
 
     def _run(self) -> None:
         from aiohttp import web
+
+        from ami.neuron.cli import DEFAULT_HEADER_TIMEOUT_S
+        from ami.neuron.server import runner_options
         asyncio.set_event_loop(self._loop)
-        self._runner = web.AppRunner(self.app, access_log=None, shutdown_timeout=0.5)
+        self._runner = web.AppRunner(self.app, shutdown_timeout=0.5, **runner_options(DEFAULT_HEADER_TIMEOUT_S))
         self._loop.run_until_complete(self._runner.setup())
         self._loop.run_until_complete(web.TCPSite(self._runner, "127.0.0.1", self.port).start())
         self._ready.set()

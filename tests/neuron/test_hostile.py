@@ -42,9 +42,10 @@ class QuickRunner:
 
 class EndlessRunner:
     def __init__(self) -> None:
-        self.stopped = threading.Event()
+        self.started, self.stopped = threading.Event(), threading.Event()
 
     def run(self, rows):
+        self.started.set()
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline and not all(r.cancelled for r in rows):
             for r in rows:
@@ -168,6 +169,12 @@ MALFORMED = [
      "application/json", 400, None),
     ("body is a list", b"[1, 2]", "application/json", 400, None),
     ("model is 1 MB", chat(model="m" * 1_000_000), "application/json", 404, "model"),
+    ("an integer of 5000 digits", b'{"model": "tiny", "max_tokens": ' + b"7" * 5000 + b"}",
+     "application/json", 400, None),
+    ("NaN temperature", b'{"model": "tiny", "messages": [{"role": "user", "content": "x"}], "temperature": NaN}',
+     "application/json", 400, "temperature"),
+    ("a lone surrogate", b'{"model": "tiny", "messages": [{"role": "user", "content": "a\\ud800b"}]}',
+     "application/json", 400, "messages"),
 ]
 
 
@@ -213,6 +220,15 @@ def test_413_is_openai_json_naming_the_limit(server):
     assert str(16 * 1024 * 1024) in err["message"] and err["code"] == "body_too_large"
 
 
+def test_a_content_length_over_the_limit_is_refused_before_the_body_is_sent(server):
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
+        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: 1000000000000\r\n\r\n{")
+        reply = s.recv(65536)
+    assert int(reply.split()[1]) == 413
+    assert json.loads(reply.partition(b"\r\n\r\n")[2])["error"]["code"] == "body_too_large"
+
+
 def test_a_body_that_stops_arriving_is_a_408(tiny_tokenizer):
     from ami.neuron.server import build_app
     gen = generator(tiny_tokenizer)
@@ -240,7 +256,7 @@ def test_a_client_that_leaves_mid_stream_logs_one_line_not_a_traceback(tiny_toke
             s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                       b"Content-Length: %d\r\n\r\n" % len(body) + body)
             got = b""
-            while b"data: " not in got:
+            while got.count(b"data: ") < 3:  # the role chunk, then tokens: the row is decoding
                 chunk = s.recv(4096)
                 assert chunk, got
                 got += chunk
@@ -251,6 +267,18 @@ def test_a_client_that_leaves_mid_stream_logs_one_line_not_a_traceback(tiny_toke
     assert not loud, [(r.name, r.levelname, r.getMessage()[:200]) for r in loud]
     said = [r for r in caplog.records if "client" in r.getMessage() and r.name.startswith("ami.")]
     assert len(said) == 1 and said[0].levelno in (logging.INFO, logging.DEBUG)
+
+
+def test_a_client_that_leaves_before_a_whole_answer_frees_its_row(tiny_tokenizer):
+    runner = EndlessRunner()
+    with InProcessServer(generator(tiny_tokenizer, runner)) as srv:
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as s:
+            body = json.dumps(chat(ignore_eos=True, max_tokens=None)).encode()
+            s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      b"Content-Length: %d\r\n\r\n" % len(body) + body)
+            assert runner.started.wait(5)  # decoding; the answer would come when the budget is spent
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        assert runner.stopped.wait(5), "row still decoding for a client that left"
 
 
 # ---------------------------------------------------------------------------------------------
