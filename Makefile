@@ -23,6 +23,7 @@ help:
 	@echo "make test   set up (.venv, npm ci, system packages), synth every stack, lint, pytest"
 	@echo "make run    lean set-up, then python -m harness.run ARGS='...'"
 	@echo "make demo   the whole flow on this machine, no AWS: tiny engine, harness.run, report"
+	@echo "make bench-fidelity | bench-tunnel | bench-engine   the kit measuring itself (harness/calibration)"
 	@echo "make clean  remove .venv, node_modules, cdk.out"
 
 $(VENV)/bin/python:
