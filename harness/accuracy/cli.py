@@ -172,6 +172,11 @@ def run_accuracy(targets: list[Target], opts: dict[str, Any], out_dir: Path, *,
             reasons = [f"{len(keys) - b['n']} of {len(keys)} items have no answer"]
         b["complete"] = b["complete"] and not reasons  # a task it could not run leaves it incomplete
         run["backends"][name]["status"] = "complete" if b["complete"] else "incomplete: " + "; ".join(reasons)
+    leaves = list(dict.fromkeys(k[0] for k in keys))
+    if len(leaves) > 1:  # accuracy.json pools every task; the same numbers per task here
+        results = finished(out_dir)
+        run["by_task"] = {leaf: summarize([t.name for t in targets], [k for k in keys if k[0] == leaf], results)
+                          for leaf in leaves}
     write_json(out_dir / "accuracy.json", acc)
     write_json(out_dir / "run.json", run)
     for line in format_table(acc, run):

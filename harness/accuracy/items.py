@@ -2,7 +2,8 @@
 on the final number or letter of the reply.
 
 The prompt asks for a last line ``Answer: X``. Extraction takes that line when present, else the
-last number (for a numeric gold answer) or the last standalone capital letter (for a letter).
+last number (for a numeric gold answer) or the last standalone capital letter A-J (for a letter;
+outside an Answer line a bare "I" is read as the pronoun).
 """
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ INSTRUCTION = ("Solve the problem. End your reply with one last line of the form
                "'Answer: X', where X is only the final number or the letter of the chosen option.")
 
 _NUMBER = re.compile(r"[-+]?\$?\d[\d,]*(?:\.\d+)?|[-+]?\.\d+")
-_LETTER = re.compile(r"\b([A-J])\b")  # option letters; a stray "I" is not an answer
+_LETTER = re.compile(r"\b([A-J])\b")  # option letters (up to ten options)
+_LETTER_ANYWHERE = re.compile(r"\b([A-HJ])\b")  # outside an Answer line a bare "I" is the pronoun
 _ANSWER_LINE = re.compile(r"answer\s*(?:is)?\s*[:=]?\s*\**\s*(.+)", re.IGNORECASE)
 
 
@@ -119,7 +121,7 @@ def extract(response: str, kind: str) -> str | None:
             got = _last(pattern, m.group(1), kind)
             if got is not None:
                 return got
-    return _last(pattern, response, kind)
+    return _last(_LETTER_ANYWHERE if kind == "letter" else pattern, response, kind)
 
 
 def score(item: Item, response: str) -> tuple[str | None, bool]:

@@ -158,3 +158,23 @@ def test_server_dies_mid_task_then_resume_uses_the_request_cache(tmp_path, task_
     acc = json.loads((out / "accuracy.json").read_text())
     assert {k: acc["pairs"][0][k] for k in ("n", "both", "a_only", "b_only", "neither")} == \
         {"n": N, "both": 4, "a_only": 6, "b_only": 2, "neither": 0}
+
+
+def test_items_and_a_task_together_pool_and_split_by_task(tmp_path, task_dir):
+    """--items and --tasks in one run: accuracy.json pools both, run.json by_task splits them."""
+    from tests.accuracy.test_cli import write_items
+
+    a, b = ScriptedServer(numbered(A_RIGHT)), ScriptedServer(numbered(B_RIGHT))
+    out = tmp_path / "out"
+    items = write_items(tmp_path / "items.jsonl", 5)
+    try:
+        rc = main(["--endpoint", f"a={a.url}", "--endpoint", f"b={b.url}", "--tasks", "acc_local_gen",
+                   "--items", str(items), "--task-path", str(task_dir), "--out", str(out)], echo=lambda s: None)
+    finally:
+        a.stop(), b.stop()
+    assert rc == 0
+    acc = json.loads((out / "accuracy.json").read_text())
+    by_task = json.loads((out / "run.json").read_text())["by_task"]
+    assert acc["backends"]["b"]["n"] == N + 5 and acc["backends"]["b"]["correct"] == len(B_RIGHT) + 4
+    assert by_task["items"]["backends"]["b"]["n"] == 5 and by_task["acc_local_gen"]["backends"]["b"]["n"] == N
+    assert by_task["acc_local_gen"]["pairs"][0]["a_only"] == 6

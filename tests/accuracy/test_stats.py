@@ -53,3 +53,8 @@ def test_issue_example_n3880_ten_percent_discordant():
     lo, hi = stats.newcombe_paired(2400, 169, 219, 1092)
     assert hi < 0
     assert stats.mcnemar_exact(169, 219) < 0.05 < stats.mcnemar_exact(184, 204)
+    # docs/accuracy.md quotes these
+    assert stats.mcnemar_exact(184, 204) == pytest.approx(0.33, abs=0.005)
+    assert stats.mcnemar_exact(169, 219) == pytest.approx(0.013, abs=0.0005)
+    assert stats.min_detectable_diff(n, 388) == pytest.approx(0.014, abs=0.0005)
+    assert stats.min_detectable_diff(40, 11) == pytest.approx(0.23, abs=0.005)
