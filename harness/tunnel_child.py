@@ -83,6 +83,8 @@ def child_main() -> int:
     if not first:
         return 0
     start = json.loads(first)
+    if start.get("pty_session") is False:  # the tunnel measurement's --no-pty-session
+        access._mark_interactive = lambda transport, host_id: None
     if start.get("switch_interval"):
         sys.setswitchinterval(float(start["switch_interval"]))
     closing = threading.Event()

@@ -1,8 +1,10 @@
 """What the port-less tunnel costs a measurement: the load benchmark against the paced reference
-server, directly and through paramiko + a real OpenSSH server on loopback (the same SshForward
-harness.run uses, in the same process as the load generator, as in a real run).
+server, directly and through paramiko + a real OpenSSH server on loopback (the same forwarder
+harness.run uses: by default in its own process, ``harness.tunnel_proc``; ``--forwarder inprocess``
+runs the old in-process ``SshForward`` in the load generator's process, ``both`` measures the two
+in one run for a before/after table).
 
-    python -m harness.calibration.tunnel [--levels 1,16,64] [--requests 64] [--json]
+    python -m harness.calibration.tunnel [--levels 1,16,64] [--requests 64] [--forwarder both] [--json]
     make bench-tunnel ARGS='--levels 16,64 --requests 128'
 
 Prints TTFT, inter-token latency and output tok/s per level for both paths, then the tunnel's
@@ -14,6 +16,7 @@ A measurement, not a test: run it on a quiet machine.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -28,11 +31,13 @@ from harness.calibration.args import Parser, positive, positive_ints
 from harness.calibration.loopback_sshd import sshd
 from harness.calibration.refserver import RefServerProcess
 from harness.endpoint import Endpoint
+from harness.tunnel_proc import ProcessForward
 
 PROG = "python -m harness.calibration.tunnel"
 SSHD = "/usr/sbin/sshd"
 OUTPUT_TOKENS = 64
 REPO = Path(__file__).resolve().parents[2]
+FORWARDERS = {"process": ("tunnel",), "inprocess": ("tunnel-inproc",), "both": ("tunnel", "tunnel-inproc")}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -45,34 +50,66 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="sys.setswitchinterval for this process (Python's default is 0.005 s)")
     ap.add_argument("--no-pty-session", action="store_true",
                     help="skip the pty session that makes sshd set TCP_NODELAY (to see what it buys)")
+    ap.add_argument("--forwarder", choices=sorted(FORWARDERS), default="process",
+                    help="process: the SSH forwarder in its own process, as harness.run runs it "
+                         "(path 'tunnel'); inprocess: in the load generator's threads, as before "
+                         "issue 15 (path 'tunnel-inproc'); both (default process)")
     ap.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
     return ap.parse_args(argv)
 
 
-def _level_row(path: str, lv: dict) -> dict:
+def _proc_cpu_s(pid: int | None) -> float:
+    """User + system CPU seconds of a process so far (Linux /proc/PID/stat fields 14 and 15,
+    in clock ticks: proc(5))."""
+    if pid is None:
+        return 0.0
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _level_row(path: str, lv: dict, forwarder_cpu_s: float | None = None) -> dict:
+    """One level of one path. CPU per streamed chunk, which a busy machine disturbs far less than
+    latency: ``client_cpu_us_per_chunk`` is the load generator's process (it includes the
+    in-process forwarder's threads on 'tunnel-inproc'); ``forwarder_cpu_us_per_chunk`` is the
+    forwarder process's ('tunnel' only)."""
+    chunks = lv.get("chunks") or 0
     return {"path": path, "concurrency": lv["concurrency"], "completed": lv["completed"],
             "failed": lv["failed"],
             "ttft_ms": {"p50": lv["ttft_ms"]["p50"], "p99": lv["ttft_ms"]["p99"]},
             "itl_ms": {"p50": lv["itl_ms"]["p50"], "p99": lv["itl_ms"]["p99"]},
-            "output_tok_s": lv["output_tok_s"]}
+            "output_tok_s": lv["output_tok_s"],
+            "client_cpu_us_per_chunk": lv.get("client_cpu_us_per_chunk"),
+            "forwarder_cpu_us_per_chunk": round(forwarder_cpu_s / chunks * 1e6, 2)
+            if forwarder_cpu_s is not None and chunks else None}
 
 
 def compare(rows: list[dict]) -> list[dict]:
-    """Tunnel minus direct per concurrency: the quantities issue 15's targets are stated in."""
+    """Each tunnel path minus direct per concurrency: the quantities issue 15's targets are stated in."""
     by = {(r["path"], r["concurrency"]): r for r in rows}
     out = []
     for (path, conc), t in sorted(by.items(), key=lambda kv: kv[0][1]):
         d = by.get(("direct", conc))
-        if path != "tunnel" or d is None:
+        if not path.startswith("tunnel") or d is None:
             continue
         out.append({
-            "concurrency": conc,
+            "path": path, "concurrency": conc,
             "ttft_p99_ms": round(t["ttft_ms"]["p99"] - d["ttft_ms"]["p99"], 3),
             "itl_p99_ms": round(t["itl_ms"]["p99"] - d["itl_ms"]["p99"], 3),
             "itl_p50_ratio": round(t["itl_ms"]["p50"] / d["itl_ms"]["p50"], 4) if d["itl_ms"]["p50"] else None,
             "output_tok_s_rel": round(t["output_tok_s"] / d["output_tok_s"] - 1, 4) if d["output_tok_s"] else None,
         })
     return out
+
+
+def _forwarder(name: str, s: dict, key, port: int, a: argparse.Namespace):
+    """The forwarder for one tunnel path: its own process ('tunnel') or this process ('tunnel-inproc')."""
+    if name == "tunnel":
+        return ProcessForward(lambda: {"key": key, "tcp": ("127.0.0.1", s["port"])}, username=s["user"],
+                              remote_port=port, host_id="loopback", pins=access.HostKeyPins(),
+                              switch_interval=a.switch_interval, pty_session=not a.no_pty_session)
+    dial = lambda: (socket.create_connection(("127.0.0.1", s["port"])), key, lambda: None)  # noqa: E731
+    return access.SshForward(dial, username=s["user"], remote_port=port, host_id="loopback",
+                             pins=access.HostKeyPins())
 
 
 def measure(a: argparse.Namespace, report=print) -> dict:
@@ -83,27 +120,38 @@ def measure(a: argparse.Namespace, report=print) -> dict:
         port = int(ref.url.rsplit(":", 1)[1])
         key = access.new_ephemeral_key()
         rows: list[dict] = []
-        with tempfile.TemporaryDirectory() as tmp, sshd(SSHD, Path(tmp), access.public_key_line(key)) as s:
-            dial = lambda: (socket.create_connection(("127.0.0.1", s["port"])), key, lambda: None)  # noqa: E731
-            with access.SshForward(dial, username=s["user"], remote_port=port, host_id="loopback",
-                                   pins=access.HostKeyPins()) as fwd:
-                for name, url in {"direct": ref.base_url, "tunnel": fwd.base_url}.items():
-                    ep = Endpoint(name, protocol="openai", model_id="ref-model", base_url=url)
-                    for lv in run_bench(ep, profile="agent", concurrency=a.levels, requests=a.requests,
-                                        out_dir=Path(tmp) / name, progress=False):
-                        rows.append(_level_row(name, lv))
-                        report(rows[-1])
+        with tempfile.TemporaryDirectory() as tmp, sshd(SSHD, Path(tmp), access.public_key_line(key)) as s, \
+                contextlib.ExitStack() as stack:
+            paths, forwarders = {"direct": ref.base_url}, {}
+            for name in FORWARDERS[a.forwarder]:
+                forwarders[name] = stack.enter_context(_forwarder(name, s, key, port, a))
+                paths[name] = forwarders[name].base_url
+            for name, url in paths.items():
+                ep = Endpoint(name, protocol="openai", model_id="ref-model", base_url=url)
+                pid = forwarders[name].proc.pid if name == "tunnel" else None
+                for conc in a.levels:  # one level at a time: the forwarder process's CPU per level
+                    cpu0 = _proc_cpu_s(pid)
+                    lv = run_bench(ep, profile="agent", concurrency=[conc], requests=a.requests,
+                                   out_dir=Path(tmp) / name / str(conc), progress=False)[0]
+                    rows.append(_level_row(name, lv, None if pid is None else _proc_cpu_s(pid) - cpu0))
+                    report(rows[-1])
     finally:
         ref.stop()
     return {"reference": {"ttft_ms": a.ttft_ms, "itl_ms": a.itl_ms, "output_tokens": OUTPUT_TOKENS,
                           "tokens_per_chunk": 1, "requests_per_level": a.requests},
-            "pty_session": not a.no_pty_session, "levels": rows, "tunnel_vs_direct": compare(rows)}
+            "pty_session": not a.no_pty_session, "forwarder": a.forwarder, "levels": rows,
+            "tunnel_vs_direct": compare(rows)}
 
 
 def _print_row(r: dict) -> None:
     t, i = r["ttft_ms"], r["itl_ms"]
-    print(f"{r['path']:<7} {r['concurrency']:>4} {r['completed']:>4} {r['failed']:>4} {t['p50']:>9.1f} "
-          f"{t['p99']:>9.1f} {i['p50']:>8.2f} {i['p99']:>8.2f} {r['output_tok_s']:>10.0f}", flush=True)
+    print(f"{r['path']:<13} {r['concurrency']:>4} {r['completed']:>4} {r['failed']:>4} {t['p50']:>9.1f} "
+          f"{t['p99']:>9.1f} {i['p50']:>8.2f} {i['p99']:>8.2f} {r['output_tok_s']:>10.0f} "
+          f"{_us(r['client_cpu_us_per_chunk']):>12} {_us(r['forwarder_cpu_us_per_chunk']):>12}", flush=True)
+
+
+def _us(v: float | None) -> str:
+    return "-" if v is None else f"{v:.0f}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -120,8 +168,9 @@ def main(argv: list[str] | None = None) -> int:
     if not a.json:
         print(f"reference server: TTFT {a.ttft_ms:g} ms, ITL {a.itl_ms:g} ms, {OUTPUT_TOKENS} tokens; "
               f"{a.requests} requests per level")
-        print(f"{'path':<7} {'conc':>4} {'ok':>4} {'fail':>4} {'ttft p50':>9} {'ttft p99':>9} "
-              f"{'itl p50':>8} {'itl p99':>8} {'out tok/s':>10}", flush=True)
+        print(f"{'path':<13} {'conc':>4} {'ok':>4} {'fail':>4} {'ttft p50':>9} {'ttft p99':>9} "
+              f"{'itl p50':>8} {'itl p99':>8} {'out tok/s':>10} {'cli us/chunk':>12} {'fwd us/chunk':>12}",
+              flush=True)
     result = measure(a, report=(lambda r: None) if a.json else _print_row)
     if a.json:
         print(json.dumps(result, indent=2))
@@ -129,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     for c in result["tunnel_vs_direct"]:
         p50 = f"ITL p50 x{c['itl_p50_ratio']:.2f}" if c["itl_p50_ratio"] is not None else "ITL p50 n/a"
         tok = f"tok/s {c['output_tok_s_rel']:+.1%}" if c["output_tok_s_rel"] is not None else "tok/s n/a"
-        print(f"tunnel - direct at {c['concurrency']} streams: TTFT p99 {c['ttft_p99_ms']:+.1f} ms, "
+        print(f"{c['path']} - direct at {c['concurrency']} streams: TTFT p99 {c['ttft_p99_ms']:+.1f} ms, "
               f"ITL p99 {c['itl_p99_ms']:+.2f} ms, {p50}, {tok}")
     return 0
 

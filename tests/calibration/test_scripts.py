@@ -90,3 +90,16 @@ def test_tunnel_table_names_both_paths():
     assert re.search(r"^direct\s+1\s+2\s+0\s", r.stdout, re.M)
     assert re.search(r"^tunnel\s+1\s+2\s+0\s", r.stdout, re.M)
     assert "tunnel - direct at 1 streams: TTFT p99 " in r.stdout
+
+
+def test_tunnel_both_forwarders_in_one_run():
+    """--forwarder both: the forwarder process and the old in-process one, each against direct."""
+    require_binary("/usr/sbin/sshd")
+    r = run("tunnel", "--levels", "2", "--requests", "2", "--ttft-ms", "5", "--itl-ms", "1",
+            "--forwarder", "both", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert [lv["path"] for lv in out["levels"]] == ["direct", "tunnel", "tunnel-inproc"]
+    assert all(lv["completed"] == 2 and lv["failed"] == 0 for lv in out["levels"])
+    assert [(c["path"], c["concurrency"]) for c in out["tunnel_vs_direct"]] == [
+        ("tunnel", 2), ("tunnel-inproc", 2)]
