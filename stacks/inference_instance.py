@@ -13,20 +13,31 @@ Used by every EC2 backend (g6, g5g, inf2, trn1; see stacks/ec2_backend.py). What
   plus ``extra_statements``;
 - user data assembled from userdata/: kit.env (variables, shell-quoted), lib.sh, the engine file,
   boot.sh, then ``kit-boot`` runs; see userdata/boot.sh for the provisioning steps;
-- a wait condition the stack (so ``cdk deploy``) waits on: the instance signals it after
-  ``/health`` and one real chat completion succeeded, or signals failure with the tail of the
-  logs as the reason, which CloudFormation shows in the stack events. A wait condition, not a
-  CreationPolicy: SignalResource (cfn-signal's resource mode) has no reason field, so a failure
-  would only say "received FAILURE signal". The handle is a presigned URL in the user data that
-  can do nothing but signal this one condition.
+- two readiness gates the stack (so ``cdk deploy``) waits on; the instance signals both after
+  ``/health`` and one real chat completion succeeded, or signals failure:
+  1. a ``CreationPolicy`` on the instance (SignalResource). CloudFormation invokes a creation
+     policy whenever it creates the resource (CloudFormation User Guide, CreationPolicy
+     attribute: "invoked only when CloudFormation creates the associated resource"), and a
+     replacement is a creation. So every new instance is waited for, whatever replaced it: new
+     user data, a new instance type, a new AZ, or a new AMI id behind the SSM parameter, which
+     CloudFormation resolves again on every update (ImageId, SubnetId and AvailabilityZone are
+     create-only properties of AWS::EC2::Instance in its registry schema). SignalResource has no
+     reason field: the UniqueId (64 characters) carries the instance id and the end of the reason.
+  2. a wait condition on a presigned handle URL in the user data, whose failure signal carries
+     the log tail as its reason, shown in the stack events. A wait condition cannot be updated
+     ("Updates aren't supported" for Count, Handle and Timeout, AWS::CloudFormation::WaitCondition
+     reference), so it and its handle carry the user-data digest in their logical ids: a new
+     digest creates a new pair. A replacement the digest cannot see (AMI value, AZ, both known
+     only at deploy time) is gated by (1) alone; its failure reason is then the short one.
+  The wait condition does not depend on the instance: both gates run while the instance boots,
+  and the first failure fails the stack.
 
 Catalog facts read: none; it is backend-independent. stacks/ec2_backend.py passes what the
 catalog decided (instance type, port, image family, the engine's settings as KIT_* variables).
 
 The instance's logical id carries a digest of the user data, so a change to the scripts or the
 variables replaces the instance (user data runs on first boot only) instead of silently doing
-nothing; the wait condition and its handle carry the same digest, so a new instance is waited for
-again.
+nothing.
 """
 from __future__ import annotations
 
@@ -148,7 +159,8 @@ class InferenceInstance(Construct):
         self.logical_id = f"{construct_id}Instance{digest}"
         self.ready_handle = cdk.CfnWaitConditionHandle(self, "ReadyHandle")
         self.ready_handle.override_logical_id(f"{construct_id}ReadyHandle{digest}")
-        self.user_data_text = render_user_data(engine_script, {**base_env, "KIT_SIGNAL_URL": self.ready_handle.ref})
+        self.user_data_text = render_user_data(engine_script, {**base_env, "KIT_SIGNAL_URL": self.ready_handle.ref,
+                                                               "KIT_SIGNAL_RESOURCE": self.logical_id})
         if len(self.user_data_text.encode()) > USER_DATA_LIMIT:
             raise ValueError(f"user data is {len(self.user_data_text)} bytes; EC2 allows {USER_DATA_LIMIT}")
 
@@ -176,11 +188,22 @@ class InferenceInstance(Construct):
         )
         cfn = self.instance.node.default_child
         cfn.override_logical_id(self.logical_id)
-        # The stack completes only when the model answered (or fails with the instance's reason).
+        # Gate 1: every creation of this instance, replacements included, waits for its signal.
+        cfn.cfn_options.creation_policy = cdk.CfnCreationPolicy(resource_signal=cdk.CfnResourceSignal(
+            count=1, timeout=f"PT{int(readiness_timeout.to_minutes())}M"))
+        self.role.add_to_policy(iam.PolicyStatement(
+            sid="SignalOwnCreationPolicy", actions=["cloudformation:SignalResource"],
+            resources=[stack.format_arn(service="cloudformation", resource="stack",
+                                        resource_name=f"{stack.stack_name}/*")]))
+        partition = cdk.region_info.RegionInfo.get(stack.region).partition or "aws"
+        nag.acknowledge(self.role, f"AwsSolutions-IAM5[Resource::arn:{partition}:cloudformation:{stack.region}:"
+                                   f"<AWS::AccountId>:stack/{stack.stack_name}/*]",
+                        "SignalResource on this stack only; the stack id after the name is not known "
+                        "before the stack exists")
+        # Gate 2: the wait condition, whose failure carries the whole reason (see the module doc).
         self.ready = cdk.CfnWaitCondition(self, "Ready", handle=self.ready_handle.ref, count=1,
                                           timeout=str(int(readiness_timeout.to_seconds())))
         self.ready.override_logical_id(f"{construct_id}Ready{digest}")
-        self.ready.add_dependency(cfn)
 
         nag.acknowledge(self.role, nag.SSM_CORE,
                         "AmazonSSMManagedInstanceCore is the AWS-maintained minimum for Session Manager and "

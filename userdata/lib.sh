@@ -10,6 +10,7 @@ KIT_LOG_DIR=${KIT_LOG_DIR:-/var/log/inference-kit}
 KIT_STATE_DIR=${KIT_STATE_DIR:-/var/lib/inference-kit}
 KIT_IMDS_URL=${KIT_IMDS_URL:-http://169.254.169.254}
 KIT_SIGNAL_RETRIES=${KIT_SIGNAL_RETRIES:-5}
+KIT_RETRY_DELAY_S=${KIT_RETRY_DELAY_S:-15}
 KIT_ENGINE_LOG="$KIT_LOG_DIR/engine.log"
 KIT_BOOT_LOG="$KIT_LOG_DIR/boot.log"
 
@@ -23,13 +24,13 @@ kit_imds() {
   curl -sf -m 5 -H "X-aws-ec2-metadata-token: $token" "$KIT_IMDS_URL/latest/$1"
 }
 
-kit_retry() {  # kit_retry N cmd... : run cmd up to N times, 15 s apart
+kit_retry() {  # kit_retry N cmd... : run cmd up to N times, KIT_RETRY_DELAY_S (15) s apart
   local n=$1 i
   shift
   for ((i = 1; i <= n; i++)); do
     "$@" && return 0
     kit_log "attempt $i/$n failed: $1"
-    sleep 15
+    if [ "$i" -lt "$n" ]; then sleep "$KIT_RETRY_DELAY_S"; fi
   done
   return 1
 }
@@ -65,20 +66,48 @@ kit_failure_reason() {
     sed -E 's/hf_[A-Za-z0-9]{8,}/hf_***/g' | tr -s '\n\t' '  ' | tail -c 900 || true
 }
 
-# Signal the stack's wait condition once: a PUT of {Status, Reason, UniqueId, Data} to its
-# presigned handle URL (the documented wait-condition signal). CloudFormation shows the reason
-# of a failure in the stack events. The URL must be sent with an empty Content-Type.
+# Signal CloudFormation once, on two channels (stacks/inference_instance.py says why both):
+# 1. the wait condition: a PUT of {Status, Reason, UniqueId, Data} to its presigned handle URL
+#    (the documented wait-condition signal), sent with an empty Content-Type. CloudFormation
+#    shows the whole reason of a failure in the stack events.
+# 2. the instance's own CreationPolicy: SignalResource on KIT_SIGNAL_RESOURCE (this instance's
+#    logical id). A creation policy is invoked whenever CloudFormation creates the instance, a
+#    replacement included, so a new instance is always waited for. SignalResource has no reason
+#    field; its UniqueId (1-64 characters, botocore's ResourceSignalUniqueId) carries the
+#    instance id and, on failure, the end of the reason.
 kit_signal() {  # kit_signal 0|1 [reason]
   local code=$1 reason=${2:-ready} iid body
   [ -e "$KIT_STATE_DIR/signalled" ] && return 0
   iid=$(kit_imds meta-data/instance-id) || iid=$(hostname)
-  body=$(python3 -c 'import json, sys
+  if [ ! -e "$KIT_STATE_DIR/signalled-handle" ]; then
+    body=$(python3 -c 'import json, sys
 print(json.dumps({"Status": "SUCCESS" if sys.argv[1] == "0" else "FAILURE",
                   "Reason": sys.argv[2][:900], "UniqueId": sys.argv[3], "Data": sys.argv[2][:900]}))' \
-    "$code" "$reason" "$iid") || return 1
-  curl -sf -m 30 --retry "$KIT_SIGNAL_RETRIES" --retry-all-errors -X PUT -H 'Content-Type:' --data-binary "$body" \
-    "$KIT_SIGNAL_URL" >/dev/null || return 1
+      "$code" "$reason" "$iid") || return 1
+    curl -sf -m 30 --retry "$KIT_SIGNAL_RETRIES" --retry-all-errors -X PUT -H 'Content-Type:' --data-binary "$body" \
+      "$KIT_SIGNAL_URL" >/dev/null || return 1
+    touch "$KIT_STATE_DIR/signalled-handle"
+  fi
+  kit_signal_resource "$code" "$iid" "$reason" || return 1
   touch "$KIT_STATE_DIR/signalled"
+}
+
+# The UniqueId of the resource signal: the instance id, and on failure the reason's last words
+# (the end of the log tail is where the error is), 64 characters at most.
+kit_signal_unique_id() {  # kit_signal_unique_id 0|1 IID REASON
+  local id=$2
+  [ "$1" = 0 ] && { printf '%s' "$id"; return 0; }
+  local tail=$(( 64 - ${#id} - 2 ))
+  printf '%s: %s' "$id" "$(printf '%s' "$3" | tr -s '[:space:]' ' ' | tail -c "$tail")"
+}
+
+kit_signal_resource() {  # kit_signal_resource 0|1 IID REASON
+  [ -n "${KIT_SIGNAL_RESOURCE:-}" ] || return 0
+  local status=SUCCESS
+  [ "$1" = 0 ] || status=FAILURE
+  kit_retry "$KIT_SIGNAL_RETRIES" aws cloudformation signal-resource --region "$KIT_REGION" \
+    --stack-name "$KIT_STACK" --logical-resource-id "$KIT_SIGNAL_RESOURCE" \
+    --unique-id "$(kit_signal_unique_id "$1" "$2" "$3")" --status "$status" >/dev/null
 }
 
 # The model answers one real chat completion (not just /health): the reply must carry text,

@@ -69,12 +69,14 @@ def test_ami_parameters_per_family(kit):
 @pytest.mark.parametrize("backend,stack", STACKS)
 def test_the_stack_waits_for_the_model_to_answer(kit, backend, stack):
     logical_id, instance = kit.one(stack, "AWS::EC2::Instance")
-    assert "CreationPolicy" not in instance  # SignalResource cannot carry a failure reason
+    # Gate 1 (every creation of the instance, replacements included): tests/stacks/test_readiness_gate.py.
+    assert instance["CreationPolicy"]["ResourceSignal"]["Count"] == 1
     handle_id, _ = kit.one(stack, "AWS::CloudFormation::WaitConditionHandle")
     wait_id, wait = kit.one(stack, "AWS::CloudFormation::WaitCondition")
     p = wait["Properties"]
     assert p["Handle"] == {"Ref": handle_id} and p["Count"] == 1
-    assert wait["DependsOn"] == [logical_id]  # its clock starts once the instance runs
+    # Both gates run while the instance boots (the condition must not wait for the instance's own gate).
+    assert logical_id not in wait.get("DependsOn", [])
     seconds = int(p["Timeout"])
     assert 30 * 60 <= seconds <= 180 * 60
     # A replaced instance (new user data, new digest) gets a new handle and condition to wait on.
@@ -130,8 +132,12 @@ def test_instance_role_least_privilege(kit, backend, stack):
     for s in statements:
         for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"]):
             by_action[a] = s["Resource"]
-    # Reading the one token secret is all it needs (the wait-condition handle needs no IAM).
-    assert set(by_action) == {"secretsmanager:GetSecretValue", "secretsmanager:DescribeSecret"}
+    # Reading the one token secret, and signalling its own creation policy (the wait-condition
+    # handle needs no IAM).
+    assert set(by_action) == {"secretsmanager:GetSecretValue", "secretsmanager:DescribeSecret",
+                              "cloudformation:SignalResource"}
+    signal_arn = str(by_action["cloudformation:SignalResource"])
+    assert f":stack/{stack}/*" in signal_arn  # its own stack only
     secret_arn = str(by_action["secretsmanager:GetSecretValue"])
     assert ":secret:inference-kit/hf-token-??????" in secret_arn  # only the one secret
     assert "*" not in [r for s in statements for r in ([s["Resource"]] if isinstance(s["Resource"], (str, dict))

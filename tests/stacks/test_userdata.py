@@ -264,6 +264,54 @@ def test_a_failed_signal_is_not_recorded_as_sent(stand, tmp_path):
     assert r.returncode != 0 and not (tmp_path / "state/signalled").exists()
 
 
+def recording_aws(tmp_path: Path, exit_code: int = 0) -> Path:
+    """An `aws` stand-in on the scripts' PATH that records each call, one argument per line."""
+    (tmp_path / "bin").mkdir(exist_ok=True)
+    aws = tmp_path / "bin" / "aws"
+    aws.write_text(f'#!/bin/bash\nprintf "%s\\n" "$@" >> {tmp_path}/aws.calls; echo --- >> {tmp_path}/aws.calls\n'
+                   f"exit {exit_code}\n")
+    aws.chmod(0o755)
+    return tmp_path / "aws.calls"
+
+
+def aws_calls(path: Path) -> list[list[str]]:
+    if not path.exists():
+        return []
+    return [c.strip("\n").split("\n") for c in path.read_text().split("---\n") if c.strip()]
+
+
+def test_the_instance_also_signals_its_creation_policy(stand, tmp_path):
+    """Gate 1 (stacks/inference_instance.py): SignalResource on the instance's own logical id;
+    on failure the UniqueId (at most 64 characters, botocore ResourceSignalUniqueId) carries the
+    instance id and the end of the reason."""
+    calls = recording_aws(tmp_path)
+    reason = "step 1 ok " * 20 + "engine died: CUDA out of memory"
+    r = run_lib(stand, tmp_path, f'kit_signal 1 "{reason}"', KIT_SIGNAL_RESOURCE="ServerInstanceABCD1234")
+    assert r.returncode == 0, r.stderr
+    (call,) = aws_calls(calls)
+    assert call[:2] == ["cloudformation", "signal-resource"]
+    args = dict(zip(call[2::2], call[3::2]))
+    assert args["--stack-name"] == "G6Stack" and args["--logical-resource-id"] == "ServerInstanceABCD1234"
+    assert args["--status"] == "FAILURE" and args["--region"] == "us-east-1"
+    uid = args["--unique-id"]
+    assert len(uid) <= 64 and uid.startswith("i-0123456789abcdef0: ") and uid.endswith("CUDA out of memory")
+    assert len(stand.signals) == 1 and (tmp_path / "state/signalled").exists()
+
+
+def test_a_refused_resource_signal_is_retried_and_not_recorded(stand, tmp_path):
+    calls = recording_aws(tmp_path, exit_code=254)
+    r = run_lib(stand, tmp_path, "kit_signal 0 ready", KIT_SIGNAL_RESOURCE="ServerInstanceABCD1234",
+                KIT_SIGNAL_RETRIES="2", KIT_RETRY_DELAY_S="0")
+    assert r.returncode != 0 and not (tmp_path / "state/signalled").exists()
+    assert len(aws_calls(calls)) == 2
+    # Run again once the API answers: the handle is not signalled a second time.
+    recording_aws(tmp_path)
+    (tmp_path / "aws.calls").unlink()
+    r = run_lib(stand, tmp_path, "kit_signal 0 ready", KIT_SIGNAL_RESOURCE="ServerInstanceABCD1234")
+    assert r.returncode == 0, r.stderr
+    assert len(stand.signals) == 1 and aws_calls(tmp_path / "aws.calls")[0][-1] == "SUCCESS"
+
+
 def test_token_fetch_is_silent_on_failure(stand, tmp_path):
     (tmp_path / "bin").mkdir()
     aws = tmp_path / "bin" / "aws"
@@ -289,7 +337,8 @@ def boot(stand: Stand, tmp_path: Path, command: str, **env: str) -> subprocess.C
         d.mkdir(exist_ok=True)
     stubs = {
         "systemctl": f'echo "$*" >> {tmp_path}/systemctl.calls; [ "$1" = show ] && echo 0; exit 0',
-        "aws": 'echo hf_TESTTOKEN1234567890abcdef',
+        "aws": f'printf "%s\\n" "$@" >> {tmp_path}/aws.calls; echo --- >> {tmp_path}/aws.calls; '
+               '[ "$1" = secretsmanager ] && echo hf_TESTTOKEN1234567890abcdef; exit 0',
         "apt-get": f'echo "$*" >> {tmp_path}/apt.calls',
         "unzip": "exit 0",
     }
@@ -300,7 +349,7 @@ def boot(stand: Stand, tmp_path: Path, command: str, **env: str) -> subprocess.C
     (lib / "engine.sh").write_text(TEST_ENGINE)
     (tmp_path / "kit.env").write_text(
         f"KIT_BACKEND=g6\nKIT_MODEL=google/gemma-4-E2B-it\nKIT_SERVED_MODEL=google/gemma-4-E2B-it\n"
-        f"KIT_PORT={stand.port}\nKIT_REGION=us-east-1\nKIT_STACK=G6Stack\nKIT_SIGNAL_URL='{signal_url(stand)}'\n"
+        f"KIT_PORT={stand.port}\nKIT_REGION=us-east-1\nKIT_STACK=G6Stack\nKIT_SIGNAL_URL='{signal_url(stand)}'\nKIT_SIGNAL_RESOURCE=ServerInstanceABCD1234\n"
         f"KIT_HF_SECRET=inference-kit/hf-token\nKIT_READY_TIMEOUT_S=${{KIT_READY_TIMEOUT_S:-30}}\n")
     variables = {
         "PATH": f"{bindir}:/usr/bin:/bin", "KIT_ENV_FILE": str(tmp_path / "kit.env"), "KIT_LIB_DIR": str(lib),
@@ -323,6 +372,8 @@ def test_provision_starts_the_unit_waits_for_an_answer_and_signals_success(stand
     assert "POST /v1/chat/completions google/gemma-4-E2B-it" in stand.requests
     assert (tmp_path / "state/ready").exists()
     assert [(x["Status"], x["UniqueId"]) for x in stand.signals] == [("SUCCESS", "i-0123456789abcdef0")]
+    (signal,) = [c for c in aws_calls(tmp_path / "aws.calls") if c[:2] == ["cloudformation", "signal-resource"]]
+    assert signal[-4:] == ["--unique-id", "i-0123456789abcdef0", "--status", "SUCCESS"]
     # Missing tools come from apt, waiting for the first-boot dpkg lock (this machine lacks the
     # EC2 Instance Connect package the harness logs in through).
     apt = (tmp_path / "apt.calls").read_text()
@@ -332,6 +383,7 @@ def test_provision_starts_the_unit_waits_for_an_answer_and_signals_success(stand
     # Run again (as after a reboot): no second signal, same result.
     assert boot(stand, tmp_path, "provision").returncode == 0
     assert len(stand.signals) == 1
+    assert sum(c[:2] == ["cloudformation", "signal-resource"] for c in aws_calls(tmp_path / "aws.calls")) == 1
 
 
 def test_provision_failure_signals_the_log_tail(stand, tmp_path):
@@ -339,6 +391,8 @@ def test_provision_failure_signals_the_log_tail(stand, tmp_path):
     assert r.returncode != 0
     (sig,) = stand.signals
     assert sig["Status"] == "FAILURE" and "pip: no matching distribution" in sig["Reason"]
+    (signal,) = [c for c in aws_calls(tmp_path / "aws.calls") if c[:2] == ["cloudformation", "signal-resource"]]
+    assert signal[-1] == "FAILURE"
     assert not (tmp_path / "state/ready").exists()
     calls = tmp_path / "systemctl.calls"
     assert not calls.exists() or "restart kit-engine.service" not in calls.read_text()
