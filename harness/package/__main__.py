@@ -60,13 +60,16 @@ def _check(directory: Path) -> int:
 
 
 def _sizes(config_path: Path) -> int:
-    from harness.package.sizes import sizes, text_shapes
+    from harness.package.reads import bytes_read_per_token
+    from harness.package.sizes import sizes, table_rows, text_shapes
 
     shapes = text_shapes(json.loads(config_path.read_text()))
+    rows = table_rows(shapes)
     for name, s in SCHEMES.items():
         z = sizes(shapes, s)
         parts = ", ".join(f"{g} {v / GIB:.3f}" for g, v in z.items() if g != "total")
-        print(f"{name:5s} {z['total'] / GIB:6.3f} GiB  ({parts})")
+        read = bytes_read_per_token(z, rows) / GIB
+        print(f"{name:5s} {z['total'] / GIB:6.3f} GiB  read/token {read:.3f} GiB  ({parts})")
     return 0
 
 

@@ -21,6 +21,7 @@ from safetensors.torch import save_file
 from harness.package import grid, layout
 from harness.package.ignore import check_ignore
 from harness.package.manifest import write_manifest
+from harness.package.reads import bytes_read_per_token
 from harness.package.schemes import GROUPS, Scheme
 from harness.package.source import PackageError, Source, resolve
 
@@ -172,6 +173,7 @@ def convert(src: Source, s: Scheme, work: Path, log=print) -> dict:
     before = dict.fromkeys(GROUPS, 0)
     after = dict.fromkeys(GROUPS, 0)
     ignore: list[str] = []
+    rows: dict[str, int] = {}
     embed_q: Packed | None = None
     source_untied_head = not tied_source and any(p == layout.LM_HEAD for _, p in pairs)
 
@@ -182,6 +184,8 @@ def convert(src: Source, s: Scheme, work: Path, log=print) -> dict:
         fmt = s.format_of(g) if g != "lm_head" else ("int4" if s.untied_lm_head else "bf16")
         nbytes = w.numel() * w.element_size()
         before[g] += nbytes
+        if g in ("token_embeddings", "per_layer_embeddings"):
+            rows[g] = shape[0]
         key = pname if g != "linear" else f"linear ({s.linear})"
         t = tables.setdefault(key, Table(key, g, fmt, 0))
         t.bytes_before += nbytes
@@ -247,7 +251,7 @@ def convert(src: Source, s: Scheme, work: Path, log=print) -> dict:
     log(f"total {sum(before.values()) / GIB:.3f} GiB -> {sum(after.values()) / GIB:.3f} GiB "
         f"({len(files)} safetensors file(s)); ignore check ok ({check.quantized_modules} packed modules)")
     return write_manifest(work, src, s, before, after, [t.as_dict() for t in tables.values()],
-                          check.as_dict(), notes, CT_VERSION)
+                          check.as_dict(), notes, CT_VERSION, bytes_read_per_token(after, rows))
 
 
 def build(source: str, out: str, scheme: Scheme, revision: str | None = None, work_root: str | None = None,

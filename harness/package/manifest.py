@@ -18,7 +18,7 @@ def sha256_file(path: Path) -> str:
 
 
 def write_manifest(work: Path, src, scheme, before: dict, after: dict, tables: list[dict],
-                   ignore_check: dict, notes: list[str], ct_version: str) -> dict:
+                   ignore_check: dict, notes: list[str], ct_version: str, read_per_token: int) -> dict:
     files = {p.name: {"bytes": p.stat().st_size, "sha256": sha256_file(p)}
              for p in sorted(work.iterdir()) if p.is_file() and p.name != MANIFEST}
     manifest = {
@@ -29,6 +29,7 @@ def write_manifest(work: Path, src, scheme, before: dict, after: dict, tables: l
         "compressed_tensors_version": ct_version,
         "bytes": {**after, "total": sum(after.values())},
         "source_bytes": {**before, "total": sum(before.values())},
+        "bytes_read_per_token": read_per_token,  # weights one decode step reads (harness/package/reads.py)
         "tables": tables,
         "ignore_check": ignore_check,
         "notes": notes,

@@ -36,3 +36,8 @@ def sizes(shapes: dict[str, tuple[int, ...]], s: Scheme) -> dict[str, int]:
             out["lm_head"] += stored_bytes(s.token_embeddings, shape)
     out["total"] = sum(out[g] for g in GROUPS)
     return out
+
+
+def table_rows(shapes: dict[str, tuple[int, ...]]) -> dict[str, int]:
+    """Rows (vocabulary entries) of the embedding tables, for reads.bytes_read_per_token."""
+    return {layout.group_of(n, s): s[0] for n, s in shapes.items() if n in (layout.EMBED, layout.PLE)}

@@ -96,6 +96,7 @@ def test_manifest_bytes_match_the_config_only_computation(emb4):
     assert manifest["bytes"] == computed
     assert manifest["source"]["revision"] == "local"
     assert manifest["scheme"] == "emb4"
+    assert 0 < manifest["bytes_read_per_token"] < manifest["bytes"]["total"]
 
 
 def test_manifest_hashes_every_file_and_carries_tokenizer_not_processor(emb4):
