@@ -64,6 +64,9 @@ def add_options(p: argparse.ArgumentParser, prefix: str = "") -> None:
     p.add_argument(f"--{prefix}request-timeout", type=float, default=300.0, help="seconds per request (default 300)")
     p.add_argument(f"--{prefix}retries", type=int, default=3,
                    help="retries of a request the server refused or failed (default 3); then the backend stops")
+    p.add_argument(f"--{prefix}tokenizer", default=None, metavar="ID_OR_DIR",
+                   help="Hugging Face tokenizer (id or local directory) for log-likelihood tasks "
+                        "(default: the server's /tokenize if served, else the model id)")
     p.add_argument(f"--{prefix}task-path", type=Path, action="append", default=[], metavar="DIR",
                    help="extra lm-eval task YAML directory (repeatable)")
 
@@ -102,7 +105,8 @@ def check_options(a: argparse.Namespace, prog: str, prefix: str = "") -> dict[st
     return {"items": items[:limit] if (items and limit) else items, "tasks": tasks, "limit": limit,
             "settings": Settings(seed=g("seed"), max_tokens=g("max_tokens"), timeout=g("request_timeout"),
                                  retries=g("retries")),
-            "concurrency": g("concurrency"), "task_paths": list(g("task_path"))}
+            "concurrency": g("concurrency"), "task_paths": list(g("task_path")),
+            "tokenizer": g("tokenizer")}
 
 
 def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, dict[str, Any]]:

@@ -115,8 +115,14 @@ def _model_args(target: Any, kind: str, opts: dict[str, Any]) -> dict[str, Any]:
               "timeout": int(s.timeout), "seed": s.seed, "max_gen_toks": s.max_tokens}
     if kind == "chat":
         return {**common, "base_url": target.base_url.rstrip("/") + "/chat/completions"}
-    return {**common, "base_url": target.base_url.rstrip("/") + "/completions",
-            "tokenizer_backend": "auto", "tokenized_requests": False}
+    # Prompts go as text (tokenized_requests=False); the tokenizer only counts the context's
+    # tokens, to find the continuation's logprobs in the echoed prompt (api_models.py
+    # batch_loglikelihood_requests, parse_logprobs). "auto": the server's /tokenize when it serves
+    # /tokenizer_info and /tokenize, else the Hugging Face tokenizer of the model id
+    # (openai_completions.py LocalCompletionsAPI).
+    tok = {"tokenizer_backend": "huggingface", "tokenizer": opts["tokenizer"]} if opts.get("tokenizer") \
+        else {"tokenizer_backend": "auto"}
+    return {**common, "base_url": target.base_url.rstrip("/") + "/completions", "tokenized_requests": False, **tok}
 
 
 def _is_right(value: Any) -> bool | None:
@@ -143,12 +149,16 @@ def records_from_samples(backend: str, model: str, samples: list[dict[str, Any]]
         right = _is_right(s.get(metric))
         if right is None:
             raise ValueError(f"metric {metric} is not right/wrong per item ({s.get(metric)!r})")
-        resp = s["resps"][0][0] if s.get("resps") and s["resps"][0] else None
-        fr = s["filtered_resps"][0] if s.get("filtered_resps") else None
-        if isinstance(fr, list) and fr and isinstance(fr[0], (list, tuple)):  # loglikelihood choices
-            fr = max(range(len(fr)), key=lambda i: fr[i][0])
+        fr_all = s.get("filtered_resps") or []
+        if fr_all and isinstance(fr_all[0], (list, tuple)):  # log-likelihood: one (ll, greedy) per choice
+            lls = [float(x[0]) for x in fr_all]
+            resp: Any = json.dumps(lls)
+            fr: Any = max(range(len(lls)), key=lls.__getitem__)  # the choice it ranks first
+        else:  # generative: the raw reply and what the task's filter extracted from it
+            resp = s["resps"][0][0] if s.get("resps") and s["resps"][0] else None
+            fr = fr_all[0] if fr_all else None
         out.append({"backend": backend, "model": model, "doc_id": s["doc_id"], "prompt_hash": s["prompt_hash"],
-                    "response": resp if isinstance(resp, str) else json.dumps(resp, default=str),
+                    "response": resp if isinstance(resp, str) or resp is None else json.dumps(resp, default=str),
                     "extracted": fr if isinstance(fr, (str, int)) or fr is None else str(fr),
                     "correct": right, "answer": s.get("target") if isinstance(s.get("target"), (str, int))
                     else str(s.get("target"))})

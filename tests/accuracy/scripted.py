@@ -13,6 +13,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable
 
+WORDS = re.compile(r"\w+|[^\w\s]+")  # as the tokenizers library's Whitespace pre-tokenizer splits
 Script = Callable[[str], "str | int"]  # reply text, or an HTTP error status to answer with
 
 
@@ -31,7 +32,7 @@ def numbered(right: set[int], *, style: str = "line") -> Script:
 
 class ScriptedServer:
     def __init__(self, script: Script, *, model: str = "scripted-model", die_after: int | None = None,
-                 echo_logprobs: bool = False) -> None:
+                 echo_logprobs: "bool | Callable[[list[str]], float]" = False) -> None:
         self.script = script
         self.model = model
         self.die_after = die_after
@@ -90,11 +91,14 @@ class ScriptedServer:
                     prompts = body["prompt"] if isinstance(body["prompt"], list) else [body["prompt"]]
                     choices = []
                     for i, p in enumerate(prompts):
-                        toks = str(p).split(" ")
-                        lps = [None] + [-1.0] * (len(toks) - 1)
-                        choices.append({"index": i, "text": str(p), "logprobs": {
+                        toks = WORDS.findall(str(p))
+                        lps = [-1.0] * len(toks)
+                        if callable(outer.echo_logprobs):  # the last prompt token's logprob
+                            lps[-1] = outer.echo_logprobs(toks)
+                        toks, lps = toks + ["x"], [None] + lps[1:] + [-1.0]  # max_tokens 1: one more
+                        choices.append({"index": i, "text": " ".join(toks), "logprobs": {
                             "tokens": toks, "token_logprobs": lps,
-                            "top_logprobs": [None] + [{t: -1.0} for t in toks[1:]]}})
+                            "top_logprobs": [None] + [{t: lp} for t, lp in zip(toks[1:], lps[1:])]}})
                     self._send(200, {"id": "x", "object": "text_completion", "model": outer.model,
                                      "choices": choices})
                 else:

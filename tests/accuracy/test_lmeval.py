@@ -12,7 +12,7 @@ pytest.importorskip("lm_eval", reason="requirements-accuracy.txt not installed")
 
 from harness.accuracy.cli import main  # noqa: E402
 from tests.accuracy import oracle  # noqa: E402
-from tests.accuracy.scripted import ScriptedServer, numbered  # noqa: E402
+from tests.accuracy.scripted import WORDS, ScriptedServer, numbered  # noqa: E402
 
 N = 12
 A_RIGHT = set(range(10))  # 10 of 12
@@ -54,7 +54,7 @@ dataset_kwargs:
 test_split: test
 output_type: multiple_choice
 doc_to_text: "Q{{{{idx}}}}: what is {{{{idx}}}} plus {{{{idx}}}}?"
-doc_to_choice: ["{{{{answer}}}}", "{{{{answer}}}}1"]
+doc_to_choice: "{{{{[answer, answer ~ '1']}}}}"
 doc_to_target: 0
 metric_list:
   - metric: acc
@@ -77,7 +77,34 @@ def task_dir(tmp_path_factory):
         d.mkdir()
         (d / "acc_local_gen.yaml").write_text(GEN_TASK.format(data=data))
         (d / "acc_local_mc.yaml").write_text(MC_TASK.format(data=data))
+        _word_tokenizer(tmp / "tokenizer")
         yield d
+
+
+def _word_tokenizer(path) -> None:
+    """A local word-level tokenizer that splits as the scripted server does (no download)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    texts = [f"Q{i}: what is {i} plus {i}? {2 * i} {2 * i}1 x" for i in range(N)]
+    words = ["[UNK]"] + sorted({w for t in texts for w in WORDS.findall(t)})
+    tok = Tokenizer(models.WordLevel(vocab={w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", eos_token="x").save_pretrained(str(path))
+
+
+def prefers(right: set[int]):
+    """Echo logprob of the last prompt token: high for the right choice (2i) on items in
+    ``right``, high for the wrong one (2i then 1) on the others."""
+
+    def lp(tokens: list[str]) -> float:
+        if not tokens[0].startswith("Q"):  # the echo probe
+            return -1.0
+        i = int(tokens[0][1:])
+        favoured = str(2 * i) if i in right else f"{2 * i}1"
+        return -0.1 if tokens[-1] == favoured else -5.0
+
+    return lp
 
 
 def test_generative_task_end_to_end(tmp_path, task_dir):
@@ -178,3 +205,32 @@ def test_items_and_a_task_together_pool_and_split_by_task(tmp_path, task_dir):
     assert acc["backends"]["b"]["n"] == N + 5 and acc["backends"]["b"]["correct"] == len(B_RIGHT) + 4
     assert by_task["items"]["backends"]["b"]["n"] == 5 and by_task["acc_local_gen"]["backends"]["b"]["n"] == N
     assert by_task["acc_local_gen"]["pairs"][0]["a_only"] == 6
+
+
+def test_loglikelihood_task_through_completions_with_echo(tmp_path, task_dir):
+    """multiple_choice through local-completions: the servers serve /v1/completions with echo;
+    a local tokenizer (--tokenizer) counts the context's tokens."""
+    a = ScriptedServer(numbered(A_RIGHT), echo_logprobs=prefers(A_RIGHT))
+    b = ScriptedServer(numbered(B_RIGHT), echo_logprobs=prefers(B_RIGHT))
+    out = tmp_path / "out"
+    try:
+        rc = main(["--endpoint", f"a={a.url}", "--endpoint", f"b={b.url}", "--tasks", "acc_local_mc",
+                   "--task-path", str(task_dir), "--tokenizer", str(task_dir.parent / "tokenizer"),
+                   "--out", str(out), "--concurrency", "1"], echo=lambda s: None)
+    finally:
+        a.stop(), b.stop()
+    assert rc == 0
+    acc = json.loads((out / "accuracy.json").read_text())
+    assert acc["backends"]["a"]["correct"] == len(A_RIGHT) and acc["backends"]["b"]["correct"] == len(B_RIGHT)
+    assert {k: acc["pairs"][0][k] for k in ("n", "both", "a_only", "b_only", "neither")} == \
+        {"n": N, "both": 4, "a_only": 6, "b_only": 2, "neither": 0}
+    sent = [x for x in a.bodies if x["path"].endswith("/v1/completions") and x.get("max_tokens") == 1]
+    assert len(sent) >= 2 * N and all(x["echo"] is True and x["temperature"] == 0 for x in sent)
+    assert not [x for x in a.bodies if "messages" in x]  # no chat request for a log-likelihood task
+    run = json.loads((out / "run.json").read_text())
+    assert run["tasks"]["acc_local_mc"]["scoring"]["acc_local_mc"] == "acc under filter none"
+    recs = [json.loads(x) for x in (out / "items.jsonl").read_text().splitlines()]
+    for r in recs:  # extracted = the choice the backend ranked first (0 = the right one)
+        i = int(r["id"])
+        assert r["extracted"] == (0 if i in (A_RIGHT if r["backend"] == "a" else B_RIGHT) else 1)
+        assert len(json.loads(r["response"])) == 2
