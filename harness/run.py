@@ -165,7 +165,7 @@ def _versions() -> dict[str, str]:
 
 # --------------------------------------------------------------------------- stages
 def _stage_bench(endpoints: list[Endpoint], run_dir: Path, args: argparse.Namespace,
-                 echo: Callable[[str], None]) -> str:
+                 echo: Callable[[str], None], meta: dict[str, Any]) -> str:
     from harness.bench.api import run_bench
 
     failed = []
@@ -182,6 +182,11 @@ def _stage_bench(endpoints: list[Endpoint], run_dir: Path, args: argparse.Namesp
             failed.append(ep.name)
             echo(f"bench      {ep.name}: error: {type(exc).__name__}: {str(exc)[:200]}")
             continue
+        path = next((lv.get("path_rtt_ms") for lv in levels if lv.get("path_rtt_ms")), None)
+        meta.setdefault("bench", {})[ep.name] = {"path_rtt_ms": path}
+        if path and path.get("n"):
+            echo(f"bench      {ep.name}: path round trip p50 {path['p50']} ms, p99 {path['p99']} ms "
+                 f"(n={path['n']}, {path.get('how')})")
         for lv in levels:
             where = f"c={lv['concurrency']}" if lv.get("concurrency") is not None else f"rate={lv.get('rate')}"
             echo(f"bench      {ep.name:<10} {where:<9} completed={lv.get('completed')} failed={lv.get('failed')} "
@@ -312,7 +317,7 @@ def main(argv: list[str] | None = None, *, session: Any = None,
             later: dict[str, Callable[[], str | None]] = {
                 "scoreboard": lambda: _scoreboard(live, args, session, region, creds, orchestrator,
                                                   model_factory, run_dir, meta, echo, retry_initial_delay),
-                "bench": lambda: _stage_bench(live, run_dir, args, echo),
+                "bench": lambda: _stage_bench(live, run_dir, args, echo, meta),
                 "accuracy": lambda: _stage_accuracy(live, run_dir, args, session, echo),
                 "cost": lambda: _stage_cost(run_dir, echo),
                 "report": lambda: _stage_report(run_dir, echo),

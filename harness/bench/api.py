@@ -21,6 +21,8 @@ Arguments (all keyword-only after ``endpoint``):
   vllm_extras      send continuous_usage_stats / ignore_eos / min_tokens (OpenAI, SageMaker)
   client           an injected boto3 client (SageMaker / Bedrock)
   progress         rich progress bar (None: only on a terminal)
+  path_probes      small round trips over the same path before the levels -> ``path_rtt_ms``
+                   {p50, p99, n, how} in every level and in bench.json (harness.bench.path; 0: none)
 
 Returns the list of levels exactly as written to summary.json. Raises ``BenchError`` (one-line
 message) for bad input; a failing backend never raises, its requests are recorded as failed.
@@ -39,6 +41,7 @@ from typing import Any, Iterable
 from harness.bench import metrics, store
 from harness.bench.clients import make_client
 from harness.bench.load import LevelSpec, run_level
+from harness.bench.path import DEFAULT_PROBES, measure_path
 from harness.bench.profiles import ProfileError, get_profile
 from harness.bench.progress import BenchProgress
 from harness.bench.record import TokenCounter, now_ns
@@ -121,7 +124,8 @@ async def run_bench_async(
         time_limit: float = 3600.0, resume: bool = False, tokenizer: str | Path | None = None,
         vllm_extras: bool = True, api_key: str | None = None, client: Any = None,
         max_inflight: int = 1024, seed: int = 0, rate_start: float = 1.0,
-        rate_max: float = 256.0, progress: bool | None = None) -> list[dict]:
+        rate_max: float = 256.0, progress: bool | None = None,
+        path_probes: int = DEFAULT_PROBES) -> list[dict]:
     deadline = now_ns() + int(time_limit * 1e9)
     try:
         prof = get_profile(profile)
@@ -160,6 +164,7 @@ async def run_bench_async(
     writer = store.RecordWriter(out / store.REQUESTS)
     meta = {"endpoint": endpoint.name, "protocol": endpoint.protocol, "model": endpoint.model_id,
             "profile": prof.name}
+    path: dict = {}
 
     async def one(spec: LevelSpec, bar: BenchProgress) -> dict | None:
         if _key(spec.key()) in done_keys:
@@ -190,7 +195,8 @@ async def run_bench_async(
                   "started": started, "ended": time.time(),
                   # is the client itself a bottleneck? (process CPU while the level ran, per chunk)
                   "client_cpu_s": round(cpu, 3), "chunks": chunks,
-                  "client_cpu_us_per_chunk": round(cpu / chunks * 1e6, 2) if chunks else None}
+                  "client_cpu_us_per_chunk": round(cpu / chunks * 1e6, 2) if chunks else None,
+                  "path_rtt_ms": path}
             levels[:] = [x for x in levels if _key(x) != _key(lv)] + [lv]
             _order(levels)
             metrics.mark_knee(levels)
@@ -209,6 +215,7 @@ async def run_bench_async(
 
     try:
         await bench_client.start(max_c)  # inside: a failing start still closes what it opened
+        path.update(await measure_path(bench_client, path_probes))
         with BenchProgress(progress) as bar:
             for spec in plan:
                 await one(spec, bar)
@@ -234,6 +241,7 @@ async def run_bench_async(
         write_json(out / store.CONFIG, {**config, "levels_done": sorted(done),
                                         "levels_not_run": [s.label for s in plan
                                                            if _key(s.key()) not in done],
+                                        "path_rtt_ms": path,
                                         "python": platform.python_version(),
                                         "updated": time.time()})
     return levels

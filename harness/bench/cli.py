@@ -93,6 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="tokenizer.json for per-chunk token counts when the server sends no usage")
     ap.add_argument("--no-vllm-extras", dest="vllm_extras", action="store_false",
                     help="send only standard OpenAI fields (no continuous_usage_stats, ignore_eos, min_tokens)")
+    ap.add_argument("--path-probes", type=_nonneg_int, default=20,
+                    help="small round trips (GET /models, or the cloud client's cheapest call) before "
+                         "the levels, recorded as path_rtt_ms in summary.json (default 20; 0: none)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--resume", action="store_true", help="continue DIR, skipping completed levels")
     ap.add_argument("--quiet", action="store_true", help="no progress bar, no table")
@@ -139,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
                            vllm_extras=args.vllm_extras, api_key=os.environ.get("OPENAI_API_KEY"),
                            max_inflight=args.max_inflight, seed=args.seed,
                            rate_start=args.rate_start, rate_max=args.rate_max,
+                           path_probes=args.path_probes,
                            progress=False if args.quiet else None)
     except BenchError as e:
         print(f"harness.bench: {e}", file=sys.stderr)

@@ -9,19 +9,21 @@ import sys
 import time
 from typing import Any, Callable
 
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
 
 class BenchProgress:
     def __init__(self, enabled: bool | None = None) -> None:
         if enabled is None:
             enabled = sys.stderr.isatty()
         self.enabled = enabled
-        self.progress: Progress | None = None
+        self.progress: Any = None
 
     def __enter__(self) -> "BenchProgress":
         if self.enabled:
+            # imported only when shown: a bench run on an instance (--bench-from instance) runs
+            # with the instance's Python, which may lack rich
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
             self.progress = Progress(
                 TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                 TextColumn("failed {task.fields[failed]}"), TextColumn("{task.fields[tok_s]} tok/s"),

@@ -7,6 +7,7 @@ import json
 from datetime import datetime, timezone
 from typing import Any, Callable
 
+from harness.bench.path import server_ttft_est_ms
 from harness.report.accuracy import SECTION as ACCURACY_SECTION
 from harness.report.data import RunData, knee_index, load_label, metric, per_token, sweeps
 from harness.report.plots import cost_per_m, decode_vs_ceiling, latency_throughput
@@ -69,8 +70,9 @@ def cost_table(run: RunData) -> Table:
 
 
 def bench_table(run: RunData) -> Table:
-    head = ["backend", "load", "ok", "failed", "errors", "TTFT p50 / p99 ms", "ITL p50 ms", "TPOT p50 ms",
-            "e2e p50 ms", "output tok/s", "req/s", "goodput req/s", "knee"]
+    head = ["backend", "load", "ok", "failed", "errors", "TTFT p50 / p99 ms", "path RTT p50 / p99 ms",
+            "server TTFT p50 (est.) ms", "ITL p50 ms", "TPOT p50 ms", "e2e p50 ms", "output tok/s", "req/s",
+            "goodput req/s", "client CPU (cores)", "knee"]
     rows = []
     for n in run.endpoint_names():
         for _kind, ordered in sweeps(run.bench.get(n, [])):
@@ -79,14 +81,33 @@ def bench_table(run: RunData) -> Table:
     return head, rows
 
 
+def _path(lv: dict) -> str:
+    p = lv.get("path_rtt_ms") if isinstance(lv.get("path_rtt_ms"), dict) else {}
+    if not p.get("n"):
+        return "—"
+    return f"{_f(p.get('p50'))} / {_f(p.get('p99'))}"
+
+
+def _client_cores(lv: dict) -> float | None:
+    """The load generator's CPU while the level ran, in cores: client CPU per chunk x chunks per
+    second (= client CPU seconds / level seconds). On an instance it is taken from the server."""
+    cpu, t0, t1 = lv.get("client_cpu_s"), lv.get("started"), lv.get("ended")
+    if not all(isinstance(v, (int, float)) for v in (cpu, t0, t1)) or not t1 > t0:
+        return None
+    return cpu / (t1 - t0)
+
+
 def _bench_row(n: str, lv: dict, knee: bool) -> list[str]:
     errs = ", ".join(f"{c}: {v}" for c, v in (lv.get("errors") or {}).items()) or "—"
     label = load_label(lv) + (" (incomplete)" if lv.get("complete") is False else "")
-    return [n, label, _f(lv.get("completed"), "d"), _f(lv.get("failed"), "d"), errs,
-            f"{_f(metric(lv, 'ttft_ms', 'p50'), '.0f')} / {_f(metric(lv, 'ttft_ms', 'p99'), '.0f')}",
+    where = " (bench on the instance)" if lv.get("bench_from") == "instance" else ""
+    ttft50 = metric(lv, "ttft_ms", "p50")
+    return [n + where, label, _f(lv.get("completed"), "d"), _f(lv.get("failed"), "d"), errs,
+            f"{_f(ttft50, '.0f')} / {_f(metric(lv, 'ttft_ms', 'p99'), '.0f')}", _path(lv),
+            _f(server_ttft_est_ms(ttft50, lv.get("path_rtt_ms")), ".0f"),
             _f(metric(lv, "itl_ms", "p50")), _f(metric(lv, "tpot_ms", "p50")), _f(metric(lv, "e2e_ms", "p50"), ".0f"),
             _f(lv.get("output_tok_s")), _f(lv.get("request_s"), ".2f"), _f(lv.get("goodput_request_s"), ".2f"),
-            "knee" if knee else ""]
+            _f(_client_cores(lv), ".2f"), "knee" if knee else ""]
 
 
 def agent_table(run: RunData) -> Table:
@@ -188,7 +209,10 @@ SECTIONS: list[tuple[str, str, Callable[[RunData], Table], Callable[[RunData], b
     ("latency", "Latency against throughput", bench_table, latency_throughput,
      "Each point is one load level (c = concurrent streams, req/s = Poisson rate). Failed requests are "
      "excluded from latencies and counted. The knee is the last level before median latency grows by a "
-     "larger factor than throughput (the bench's definition)."),
+     "larger factor than throughput (the bench's definition). Path RTT: small round trips over the same "
+     "path (tunnel, internet) before the levels; server TTFT (est.) = TTFT minus the path's median RTT, an "
+     "estimate, not a measurement. Client CPU: the load generator's CPU per chunk x chunks per second; "
+     "for a bench run on the instance it is taken from the server's own CPUs."),
     ("agent", "Agent trial", agent_table, None,
      "A run passes only if the model quoted 8 and called count_ids with the filter id >= 10."),
     ("scoreboard", "Scoreboard agent", scoreboard_table, None, "Sorted by code, not by the model."),

@@ -236,6 +236,9 @@ def test_full_run_every_stage_from_saved_results(tmp_path, no_aws):
         assert (run_dir / f).exists(), f
     levels = json.loads((run_dir / "bench/local/summary.json").read_text())
     assert [lv["concurrency"] for lv in levels] == [1, 2] and all(lv["completed"] == 4 for lv in levels)
+    # the path's round trip, measured before the levels, is in every level and in the run's meta
+    path = json.loads((run_dir / "meta.json").read_text())["bench"]["local"]["path_rtt_ms"]
+    assert path["n"] == 20 and path["p50"] > 0 and all(lv["path_rtt_ms"] == path for lv in levels)
 
 
 def test_bad_input_is_one_line_exit_2(capsys):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.bench.clients.boto import Retry, boto_client, call_with_retry, classify, error_code, \
+from harness.bench.clients.boto import Retry, answered_round_trip, boto_client, call_with_retry, classify, error_code, \
     run_in_thread
 from harness.bench.profiles import BenchRequest
 from harness.bench.record import Record, now_ns
@@ -23,6 +23,10 @@ _ERROR_EVENTS = {"internalServerException": "stream_error", "modelStreamErrorExc
 
 class BedrockClient:
     protocol = "bedrock"
+    # The cheapest bedrock-runtime call: ListAsyncInvokes (GET /async-invoke, botocore's
+    # bedrock-runtime service model) runs no model and costs nothing; an AccessDenied answer is
+    # a round trip all the same.
+    round_trip_how = "ListAsyncInvokes maxResults=1 (no model runs)"
 
     def __init__(self, model: str, *, region: str | None = None, client: Any = None,
                  read_timeout: float = 600.0, retry: Retry | None = None) -> None:
@@ -39,6 +43,9 @@ class BedrockClient:
 
     async def close(self) -> None:
         pass
+
+    async def round_trip(self) -> None:
+        await answered_round_trip(lambda: self.client.list_async_invokes(maxResults=1))
 
     async def stream(self, request: BenchRequest, record: Record) -> Record:
         kw: dict[str, Any] = {

@@ -125,3 +125,17 @@ def call_with_retry(record: Record, call: Callable[[], Any], retry: Retry) -> An
                 continue
             record.fail(cls, f"{error_code(e)}: {e}", status)
             return None
+
+
+async def answered_round_trip(call: Callable[[], Any]) -> None:
+    """Run a boto3 call made only to time the path (harness.bench.path) in a thread: an error the
+    service answers with (4xx) is a completed round trip; no answer (connection, timeout) raises."""
+    from botocore.exceptions import ClientError
+
+    def target() -> None:
+        try:
+            call()
+        except ClientError:
+            pass
+
+    await asyncio.to_thread(target)

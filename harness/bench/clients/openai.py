@@ -90,6 +90,7 @@ def _stamp(resp: aiohttp.ClientResponse) -> _ArrivalStamp | None:
 
 class OpenAIClient:
     protocol = "openai"
+    round_trip_how = "GET /models"
 
     def __init__(self, base_url: str, model: str, *, vllm_extras: bool = True,
                  api_key: str | None = None) -> None:
@@ -115,6 +116,13 @@ class OpenAIClient:
         if self.session is not None:
             await self.session.close()
             self.session = None
+
+    async def round_trip(self) -> None:
+        """One small request over the streams' session and path (harness.bench.path): any HTTP
+        answer is a round trip; a failed connection raises."""
+        assert self.session is not None, "start() first"
+        async with self.session.get(self.base_url + "/models") as resp:
+            await resp.read()
 
     async def stream(self, request: BenchRequest, record: Record) -> Record:
         assert self.session is not None, "start() first"

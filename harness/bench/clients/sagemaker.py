@@ -17,16 +17,26 @@ except ImportError:  # pragma: no cover
         return json.dumps(o).encode()
 
 from harness.bench.clients.body import chat_body
-from harness.bench.clients.boto import Retry, boto_client, call_with_retry, classify, error_code, \
-    run_in_thread
+from harness.bench.clients.boto import Retry, answered_round_trip, boto_client, call_with_retry, classify, \
+    error_code, run_in_thread
 from harness.bench.profiles import BenchRequest
 from harness.bench.record import Record, now_ns
 from harness.bench.sse import OpenAIStreamParser
 from harness.endpoint import Endpoint
 
 
+# An endpoint name that cannot exist in the account (names are at most 63 characters of
+# [a-zA-Z0-9-]): sagemaker-runtime has no operation that does not run a model (InvokeEndpoint,
+# InvokeEndpointAsync, InvokeEndpointWithResponseStream: botocore's sagemaker-runtime service
+# model), so the path probe asks the same regional runtime host for this one and times its
+# ValidationError answer. It measures the way to the runtime front end, not SageMaker's own
+# router-to-instance hop, which stays in "server" TTFT.
+PROBE_ENDPOINT = "inference-kit-path-probe-none"
+
+
 class SageMakerClient:
     protocol = "sagemaker"
+    round_trip_how = f"InvokeEndpoint on the absent endpoint {PROBE_ENDPOINT} (ValidationError answer)"
 
     def __init__(self, endpoint_name: str, model: str, *, region: str | None = None,
                  client: Any = None, vllm_extras: bool = True, read_timeout: float = 600.0,
@@ -47,6 +57,10 @@ class SageMakerClient:
 
     async def close(self) -> None:
         pass
+
+    async def round_trip(self) -> None:
+        await answered_round_trip(lambda: self.client.invoke_endpoint(
+            EndpointName=PROBE_ENDPOINT, Body=b"{}", ContentType="application/json"))
 
     async def stream(self, request: BenchRequest, record: Record) -> Record:
         body = dumps(chat_body(request, self.model, vllm_extras=self.vllm_extras))
