@@ -85,7 +85,12 @@ def quantization_config(s: Scheme, ignore: list[str], ct_version: str) -> dict:
     ``utils/match.py`` ``match_name``); vLLM builds a quantized ``VocabParallelEmbedding`` for a
     targeted embedding (vLLM ``compressed_tensors.py`` ``get_quant_method``).
     """
-    groups = {"group_0": {"targets": ["Linear"], "weights": _weights_args(s.linear),
+    # An untied lm_head is named too: vLLM builds it as a ParallelLMHead (a VocabParallelEmbedding,
+    # not a LinearBase) and gives it a linear scheme only when a target matches it (vLLM
+    # compressed_tensors.py get_quant_method: "ParallelLMHead subclasses VocabParallelEmbedding but
+    # is handled above as a linear"; vllm/model_executor/models/gemma4.py names it "lm_head").
+    linear_targets = ["Linear", "lm_head"] if s.untied_lm_head else ["Linear"]
+    groups = {"group_0": {"targets": linear_targets, "weights": _weights_args(s.linear),
                           "input_activations": None, "output_activations": None,
                           "format": "pack-quantized"}}
     emb_targets = []

@@ -84,6 +84,7 @@ def test_emb4_stores_tables_and_lm_head_packed(emb4):
     assert cfg["architectures"] == ["Gemma4ForCausalLM"]
     assert cfg["tie_word_embeddings"] is False
     assert cfg["quantization_config"]["ignore"] == []
+    assert cfg["quantization_config"]["config_groups"]["group_0"]["targets"] == ["Linear", "lm_head"]
     assert manifest["ignore_check"]["ok"] is True
     from compressed_tensors.quantization import QuantizationConfig
 
