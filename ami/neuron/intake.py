@@ -2,7 +2,8 @@
 
 The server runs ``prepare`` in its intake thread, never on the event loop, so the cost of a
 hostile body lands on that thread and ``/health`` keeps answering. The order is what keeps the
-cost small: the body size is capped by aiohttp before this runs; then UTF-8, JSON (a nesting
+cost small: the body size is capped (``IntakeLimits.max_body_bytes``, by aiohttp) before this
+runs; then UTF-8, JSON (a nesting
 too deep for the parser is a 400), the number of messages and tools, a budget of characters
 and nesting depth over both, the field types (``api.parse_chat_request``), and only then the
 chat template and the tokenizer, on a conversation already known to be small enough to fit.
@@ -14,6 +15,14 @@ from dataclasses import dataclass
 
 from . import api
 from .generator import Generator
+
+
+# The most bytes one character of a JSON string can take: a character outside the Basic
+# Multilingual Plane written as two \\uXXXX escapes (RFC 8259 section 7), 12 bytes.
+BYTES_PER_CHAR = 12
+STRUCTURE_BYTES = 64  # keys and punctuation of one message or tool, beyond its strings
+SLACK_BYTES = 64 * 1024  # the other fields (model, sampling, metadata, ...)
+BODY_CAP_BYTES = 16 * 1024 * 1024  # never more than this, whatever the shapes
 
 
 @dataclass(frozen=True)
@@ -29,6 +38,14 @@ class IntakeLimits:
     def for_generator(cls, gen: Generator) -> "IntakeLimits":
         tokens = gen.limits.max_prompt_tokens
         return cls(tokens, tokens, tokens * gen.chat.max_token_chars)
+
+    @property
+    def max_body_bytes(self) -> int:
+        """The largest body that could hold a request within these limits. Bigger bodies are
+        refused by size before any of it is parsed: Python's JSON parser holds the GIL while it
+        runs (0.8 s for 30,000 tools on a busy machine), which would stall the event loop."""
+        return min(BODY_CAP_BYTES, BYTES_PER_CHAR * self.max_chars
+                   + STRUCTURE_BYTES * (self.max_messages + self.max_tools) + SLACK_BYTES)
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,6 @@ INTAKE = web.AppKey("intake", object)  # (ThreadPoolExecutor, IntakeLimits)
 BODY_TIMEOUT = web.AppKey("body_timeout", float)
 MAX_BODY = web.AppKey("max_body", int)
 
-MAX_BODY_BYTES = 16 * 1024 * 1024  # aiohttp's client_max_size: a larger body is a 413
 ROUTES = "POST /v1/chat/completions, GET /v1/models, GET /health"
 
 
@@ -58,8 +57,9 @@ async def _errors_as_json(request: web.Request, handler):
             return _json_error(405, f"method {request.method} is not allowed on {request.path[:200]}; "
                                     f"allowed: {allow}", None, "method_not_allowed", headers={"Allow": allow})
         if exc.status == 413:
-            return _json_error(413, f"request body is larger than {request.app[MAX_BODY]} bytes, "
-                                    "the most this server reads", None, "body_too_large")
+            return _json_error(413, f"request body is larger than {request.app[MAX_BODY]} bytes, the "
+                                    "most a request that fits this server's largest prompt bucket "
+                                    "can take", None, "body_too_large")
         return _json_error(exc.status, f"{where}: {exc.reason}", None, None)
     except ConnectionResetError as exc:
         log.info("client went away during %s: %s", where, exc)
@@ -236,17 +236,16 @@ def runner_options(header_timeout: float) -> dict:
     return {"keepalive_timeout": header_timeout, "handler_cancellation": True, "access_log": None}
 
 
-def build_app(generator: Generator, backend: str, body_timeout: float = DEFAULT_BODY_TIMEOUT_S,
-              max_body: int = MAX_BODY_BYTES) -> web.Application:
-    app = web.Application(client_max_size=max_body, middlewares=[_errors_as_json])
+def build_app(generator: Generator, backend: str, body_timeout: float = DEFAULT_BODY_TIMEOUT_S) -> web.Application:
+    limits = intake.IntakeLimits.for_generator(generator)
+    app = web.Application(client_max_size=limits.max_body_bytes, middlewares=[_errors_as_json])
     app[GENERATOR] = generator
     app[BACKEND] = backend
     app[BODY_TIMEOUT] = body_timeout
-    app[MAX_BODY] = max_body
+    app[MAX_BODY] = limits.max_body_bytes
     # One intake thread: requests are checked and tokenized one at a time, off the event loop
     # (one thread also keeps the tokenizer's encode calls from overlapping).
-    app[INTAKE] = (ThreadPoolExecutor(1, thread_name_prefix="intake"),
-                   intake.IntakeLimits.for_generator(generator))
+    app[INTAKE] = (ThreadPoolExecutor(1, thread_name_prefix="intake"), limits)
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_get("/v1/models", models)
     app.router.add_get("/health", health)

@@ -168,7 +168,7 @@ MALFORMED = [
     ("body is not UTF-8", b'{"model": "tiny", "messages": [{"role": "user", "content": "\xff\xfe"}]}',
      "application/json", 400, None),
     ("body is a list", b"[1, 2]", "application/json", 400, None),
-    ("model is 1 MB", chat(model="m" * 1_000_000), "application/json", 404, "model"),
+    ("model is 100 kB", chat(model="m" * 100_000), "application/json", 404, "model"),
     ("an integer of 5000 digits", b'{"model": "tiny", "max_tokens": ' + b"7" * 5000 + b"}",
      "application/json", 400, None),
     ("NaN temperature", b'{"model": "tiny", "messages": [{"role": "user", "content": "x"}], "temperature": NaN}',
@@ -213,11 +213,13 @@ def test_404_and_405_are_openai_json(server, method, path, status):
 
 
 def test_413_is_openai_json_naming_the_limit(server):
-    big = b'{"model": "tiny", "messages": [{"role": "user", "content": "' + b"a" * (17 * 1024 * 1024) + b'"}]}'
+    # 256 prompt tokens x 16 characters (the tiny vocabulary's longest entry) = 4096 characters;
+    # at 12 bytes per character at most, plus structure: 147456 bytes.
+    big = b'{"model": "tiny", "messages": [{"role": "user", "content": "' + b"a" * 150_000 + b'"}]}'
     status, hdrs, payload = post(server.port, big)
     assert status == 413
     err = openai_error(status, hdrs, payload)
-    assert str(16 * 1024 * 1024) in err["message"] and err["code"] == "body_too_large"
+    assert "147456 bytes" in err["message"] and err["code"] == "body_too_large"
 
 
 def test_a_content_length_over_the_limit_is_refused_before_the_body_is_sent(server):
@@ -285,58 +287,70 @@ def test_a_client_that_leaves_before_a_whole_answer_frees_its_row(tiny_tokenizer
 # Point 3: a huge prompt is refused by cheap limits, and /health answers within 1 s meanwhile.
 # ---------------------------------------------------------------------------------------------
 
-def _big_prompt() -> bytes:
+def _big_prompt(model: str) -> bytes:
     text = "word " * 3_000_000  # 15 MB
-    return json.dumps(chat(messages=[{"role": "user", "content": text}])).encode()
+    return json.dumps(chat(model=model, messages=[{"role": "user", "content": text}])).encode()
 
 
-def _many_messages() -> bytes:
-    return json.dumps(chat(messages=[{"role": "user", "content": "hi"}] * 200_000)).encode()
+def _many_messages(model: str) -> bytes:
+    return json.dumps(chat(model=model, messages=[{"role": "user", "content": "hi"}] * 200_000)).encode()
 
 
-def _many_tools() -> bytes:
+def _many_tools(model: str) -> bytes:
     tools = [{"type": "function", "function": {"name": f"t{i}", "description": "does a thing",
                                                "parameters": {"type": "object", "properties": {}}}}
              for i in range(30_000)]
-    return json.dumps(chat(tools=tools)).encode()
+    return json.dumps(chat(model=model, tools=tools)).encode()
 
 
-ATTACKS = [("15 MB prompt", _big_prompt, "messages"), ("200k messages", _many_messages, "messages"),
-           ("30k tools", _many_tools, "tools")]
+# Each is far over the largest body a request fitting 256 prompt tokens can take: refused by size,
+# before a byte of it is parsed.
+ATTACKS = [("15 MB prompt", _big_prompt, "body_too_large"), ("200k messages", _many_messages, "body_too_large"),
+           ("30k tools", _many_tools, "body_too_large")]
 
 
-@pytest.mark.parametrize("case, build, param", ATTACKS, ids=[a[0] for a in ATTACKS])
-def test_big_prompt_attack_is_refused_while_health_answers_within_1s(server, case, build, param):
-    body = build()
+@pytest.mark.parametrize("case, build, code", ATTACKS, ids=[a[0] for a in ATTACKS])
+def test_big_prompt_attack_is_refused_while_health_answers_within_1s(tiny_server, case, build, code):
+    """Against the real CLI in its own process (the tiny model, prompts up to 256 tokens)."""
+    port = int(tiny_server.rsplit(":", 1)[1])
+    body = build("tiny-random-gemma4")
     result: dict = {}
 
     def attack():
-        result["reply"] = post(server.port, body, timeout=120)
+        result["reply"] = post(port, body, timeout=120)
 
     t = threading.Thread(target=attack)
     t.start()
     latencies = []
     while t.is_alive():
         try:
-            latencies.append(health_ms(server.port))
+            latencies.append(health_ms(port))
         except OSError as exc:  # a /health that does not answer in 5 s
             latencies.append(float("inf"))
             result.setdefault("health_error", repr(exc))
         time.sleep(0.05)
     t.join()
     err = openai_error(*result["reply"])
-    assert err["param"] == param, err
+    assert err["code"] == code, err
     assert max(latencies, default=0) < 1000, (case, sorted(latencies)[-3:], result.get("health_error"))
-    assert health_ms(server.port) < 1000
+    assert health_ms(port) < 1000
 
 
-def test_limits_are_named_in_the_refusal(server):
-    status, hdrs, payload = post(server.port, _many_messages())
+@pytest.mark.parametrize("fields, param, code, says", [
+    ({"messages": [{"role": "user", "content": "hi"}] * 300}, "messages", "too_many_messages", "300 entries"),
+    ({"tools": [{"type": "function", "function": {"name": f"t{i}"}} for i in range(300)]}, "tools",
+     "too_many_tools", "300 entries"),
+    ({"messages": [{"role": "user", "content": "x" * 5000}]}, "messages", "prompt_too_long", "4096 characters"),
+    ({"messages": [{"role": "user", "content": "x"}] * 100 + [{"role": "user", "content": "y" * 4000}]},
+     "messages", "prompt_too_long", "4096 characters"),
+    ({"tools": [{"type": "function", "function": {"name": "f", "description": "d" * 4100}}]}, "tools",
+     "prompt_too_long", "4096 characters"),
+])
+def test_cheap_limits_are_named_in_the_refusal(server, fields, param, code, says):
+    status, hdrs, payload = post(server.port, chat(**fields))
     err = openai_error(status, hdrs, payload)
-    assert "200000" in err["message"] and "256" in err["message"], err
-    status, hdrs, payload = post(server.port, chat(messages=[{"role": "user", "content": "x" * 200_000}]))
-    err = openai_error(status, hdrs, payload)
-    assert err["code"] == "prompt_too_long" and "characters" in err["message"], err
+    assert (err["param"], err["code"]) == (param, code) and says in err["message"], err
+    assert "256" in err["message"], err
 
 
 def test_a_prompt_just_under_the_character_limit_still_reaches_the_tokenizer(server):
