@@ -132,17 +132,19 @@ def _buildspec() -> dict:
         "env": {"shell": "bash"},
         "phases": {
             "install": {
-                "runtime-versions": {"python": "3.11"},
+                # The image's default Python 3 (no runtime-versions pin: which minor versions an
+                # image offers changes with the image; torch 2.13 has wheels for 3.10 to 3.13).
                 "commands": [
+                    "python3 --version",
                     # PyPI serves torch's CUDA build on Linux x86_64; the CPU wheel is enough here.
-                    "pip install -q --index-url https://download.pytorch.org/whl/cpu torch==2.13.0",
-                    "pip install -q -c constraints.txt -r requirements-package.txt",
+                    "python3 -m pip install -q --index-url https://download.pytorch.org/whl/cpu torch==2.13.0",
+                    "python3 -m pip install -q -c constraints.txt -r requirements-package.txt",
                 ],
             },
             "build": {
                 "commands": [
                     f'OUT="{out}"',
-                    'python -m harness.package build --scheme "$SCHEME" --out "$OUT" --work /tmp '
+                    'python3 -m harness.package build --scheme "$SCHEME" --out "$OUT" --work /tmp '
                     '${SOURCE:+--source "$SOURCE"} ${REVISION:+--revision "$REVISION"}',
                     f'aws ssm put-parameter --name "{PARAMETER_PREFIX}/$SCHEME" --type String '
                     '--value "$OUT" --overwrite',

@@ -54,7 +54,7 @@ def test_codebuild_is_cpu_only_with_the_token_secret_and_publishes_the_uri(kit):
     phases = json.loads(project["Properties"]["Source"]["BuildSpec"])["phases"]
     spec = "\n".join(phases["install"]["commands"] + phases["build"]["commands"])
     assert "--index-url https://download.pytorch.org/whl/cpu torch==2.13.0" in spec  # CPU wheel
-    assert "python -m harness.package build" in spec
+    assert "python3 -m harness.package build" in spec
     assert 'aws ssm put-parameter --name "/inference-kit/package/$SCHEME"' in spec
     assert project["Properties"]["Name"] == "inference-kit-package"
     statements = _policies(kit, "PackageStack")
