@@ -1,5 +1,13 @@
 """The six backends as data: the one source of truth read by the CDK stacks and the harness.
 
+Per backend: its stack, service (what bills) and protocol (how the harness speaks to it), the
+image family it boots and the instance types it accepts (``Hardware``, ``instance_problem``), its
+engine and the engine's settings for an instance type and model (``engine_settings``: vLLM's
+tool-call flags, the Neuron platform and tensor-parallel degrees), the default model per weight
+precision, whether ``-c model`` applies, its boot-image choices and whether it serves packages.
+Nothing outside this module compares against a backend id; stacks, boot scripts and the Neuron
+engine receive the decided values.
+
 Plain Python only. The stacks import this module; it must never import aws-cdk-lib, so the
 harness (``make run``) works without the CDK installed.
 
@@ -134,7 +142,8 @@ SAGEMAKER_GPU = Hardware("x86_64", r"ml\..+", "an ml.* SageMaker type")
 # trn1's degrees and trn1's compiled graphs.
 NEURON_PLATFORMS: dict[str, str] = {"inf2": "inf2", "trn1": "trn1", "trn1n": "trn1"}
 # NxD Inference tensor-parallel degrees the Neuron runtime supports per platform (Neuron SDK 2.28
-# NxD Inference API guide); the engine serves the largest of them that fits the instance's
+# NxD Inference API guide, as recorded when the kit pinned 2.28; not re-checked against the 2.31
+# guide that ami/pins.py now pins); the engine serves the largest of them that fits the instance's
 # NeuronCores and divides the model's attention heads (ami/neuron/neuron_config.py).
 NEURON_TP_DEGREES: dict[str, tuple[int, ...]] = {"inf2": (1, 2, 4, 8, 24), "trn1": (1, 2, 8, 16, 32)}
 
