@@ -39,7 +39,9 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m harness.accuracy", description=__doc__.split("\n\n")[0],
+    first, _, rest = __doc__.partition("\n\n")
+    p = _Parser(prog="python -m harness.accuracy", description=first.replace("``", ""),
+                epilog=rest + "Methods and files: docs/accuracy.md",
                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--endpoint", action="append", default=[], metavar="NAME=URL",
                    help="an OpenAI-compatible server (repeatable; at least one)")

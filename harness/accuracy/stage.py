@@ -52,8 +52,8 @@ def run_stage(endpoints: list[Endpoint], run_dir: Path, opts: dict[str, Any], *,
     run = run_accuracy(targets, opts, run_dir / OUT, echo=echo)
     done = [n for n, b in run["backends"].items() if b["status"] == "complete"]
     bad = [n for n in run["backends"] if n not in done] + [u.split(":")[0] for u in unreachable]
-    return f"ok ({len(done)}/{len(done) + len(bad)} endpoints complete)" + (
-        f"; incomplete: {', '.join(bad)}" if bad else "")
+    return f"{'incomplete' if bad else 'ok'} ({len(done)}/{len(done) + len(bad)} endpoints complete)" + (
+        f": {', '.join(bad)} (reasons in accuracy/run.json)" if bad else "")
 
 
 __all__ = ["UsageError", "add_stage_options", "check_stage_options", "run_stage"]

@@ -234,3 +234,72 @@ def test_loglikelihood_task_through_completions_with_echo(tmp_path, task_dir):
         i = int(r["id"])
         assert r["extracted"] == (0 if i in (A_RIGHT if r["backend"] == "a" else B_RIGHT) else 1)
         assert len(json.loads(r["response"])) == 2
+
+
+class _FakeSession:
+    """A boto3 Session stand-in: client(name) returns the fake for that service."""
+
+    def __init__(self, **clients):
+        self.clients, self.asked = clients, []
+
+    def client(self, name, config=None):
+        self.asked.append((name, config.region_name if config else None))
+        return self.clients[name]
+
+
+def test_bedrock_and_sagemaker_reach_lm_eval_through_the_gateway(tmp_path, task_dir):
+    """Stage path: a Bedrock and a SageMaker endpoint (clients injected) answer a generative lm-eval
+    task through the local chat gateway; the log-likelihood task is reported as not runnable."""
+    import io
+
+    from harness.accuracy.cli import check_options
+    from harness.accuracy.stage import add_stage_options, run_stage
+    from harness.endpoint import Endpoint
+
+    def question(msgs):
+        return [m for m in msgs if m["role"] == "user"][-1]
+
+    class Bedrock:
+        def converse(self, **kw):
+            text = question(kw["messages"])["content"][0]["text"]
+            return {"output": {"message": {"content": [{"text": numbered(A_RIGHT)(text)}]}}}
+
+    class SageMaker:
+        def invoke_endpoint(self, **kw):
+            text = question(json.loads(kw["Body"])["messages"])["content"]
+            reply = {"choices": [{"message": {"content": numbered(B_RIGHT)(text)}}]}
+            return {"Body": io.BytesIO(json.dumps(reply).encode())}
+
+    import argparse
+
+    p = argparse.ArgumentParser()
+    add_stage_options(p)
+    a = p.parse_args(["--accuracy-tasks", "acc_local_gen,acc_local_mc", "--accuracy-task-path", str(task_dir)])
+    opts = check_options(a, "harness.run", "accuracy-")
+    eps = [Endpoint("bedrock", "bedrock", "amazon.nova-micro-v1:0", region="us-east-1", service="bedrock"),
+           Endpoint("sagemaker", "sagemaker", "google/gemma", region="us-west-2", endpoint_name="ep",
+                    service="sagemaker")]
+    session = _FakeSession(**{"bedrock-runtime": Bedrock(), "sagemaker-runtime": SageMaker()})
+    status = run_stage(eps, tmp_path, opts, boto_session=session, echo=lambda s: None)
+    assert status == "incomplete (0/2 endpoints complete): bedrock, sagemaker (reasons in accuracy/run.json)"
+    assert ("bedrock-runtime", "us-east-1") in session.asked and ("sagemaker-runtime", "us-west-2") in session.asked
+    acc = json.loads((tmp_path / "accuracy/accuracy.json").read_text())
+    assert acc["backends"]["bedrock"]["correct"] == len(A_RIGHT) and acc["backends"]["sagemaker"]["n"] == N
+    assert {k: acc["pairs"][0][k] for k in ("both", "a_only", "b_only", "neither")} == \
+        {"both": 4, "a_only": 6, "b_only": 2, "neither": 0}
+    run = json.loads((tmp_path / "accuracy/run.json").read_text())
+    assert {(s["backend"], s["task"]) for s in run["skipped"]} == {("bedrock", "acc_local_mc"), ("sagemaker", "acc_local_mc")}
+    assert all("the bedrock API" in s["reason"] or "the sagemaker API" in s["reason"] for s in run["skipped"])
+    assert run["backends"]["bedrock"]["label"] == "bedrock · amazon.nova-micro-v1:0"
+
+
+def test_tasks_without_lm_eval_installed_is_one_line(tmp_path, monkeypatch, capsys):
+    import sys
+
+    from harness.accuracy import lmeval
+
+    monkeypatch.setitem(sys.modules, "lm_eval.tasks", None)  # import fails as if not installed
+    monkeypatch.setattr(lmeval, "_MANAGERS", {})
+    assert main(["--endpoint", "a=http://127.0.0.1:9/v1", "--tasks", "gsm8k", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "requirements-accuracy.txt" in err
