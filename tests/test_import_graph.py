@@ -3,9 +3,10 @@
 The graph is read from the source with ``ast``, every import statement counted wherever it sits
 (module level or inside a function: a lazy import still ties the two modules together), except
 those under ``if TYPE_CHECKING:``, which never run. ``from pkg import name`` is an edge to
-``pkg.name`` when that is a module, else to ``pkg``. Importing a submodule is not counted as an
-edge to its parent package's ``__init__`` (Python runs it, but a package that re-exports its
-submodules would then always be a cycle).
+``pkg`` (Python runs its ``__init__`` and reads ``name`` from it) and also to ``pkg.name`` when
+that is a module. ``import pkg.mod`` and ``from pkg.mod import x`` are edges to ``pkg.mod`` only:
+they are not counted against the parent packages' ``__init__`` (Python runs them too, but a
+package whose ``__init__`` imports its submodules would then always be a cycle).
 """
 from __future__ import annotations
 
@@ -23,7 +24,11 @@ ALLOWED: list[frozenset[str]] = []
 
 
 def module_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return module_name_in(ROOT, path)
+
+
+def module_name_in(root: Path, path: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
@@ -65,7 +70,9 @@ def edges(name: str, path: Path, modules: set[str]) -> set[str]:
                 anchor = package.split(".")
                 anchor = anchor[:len(anchor) - (node.level - 1)]
                 base = ".".join(anchor + ([base] if base else []))
-            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
+            # `from pkg import name` runs pkg/__init__ and reads name from it: an edge to pkg, and
+            # to pkg.name as well when that is a submodule.
+            targets = [base] + [f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in modules]
         for t in targets:
             # the longest product module the target names (import a.b.c where only a.b is ours)
             while t and t not in modules:
@@ -125,23 +132,28 @@ def cycles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
     return found
 
 
-def test_the_walker_sees_lazy_and_relative_imports(tmp_path):
-    """The oracle for the walker: a hand-made package whose only cycle goes through a function."""
+def test_the_walker_sees_lazy_relative_and_package_imports(tmp_path):
+    """The oracle for the walker: a hand-made package with two cycles, one through a function
+    (a <-> b), one through the package's own __init__ (the shape of issue 10's report cycle:
+    __init__ imports page lazily, page reads plots from the package)."""
     pkg = tmp_path / "p"
     pkg.mkdir()
-    (pkg / "__init__.py").write_text("")
-    (pkg / "a.py").write_text("from . import b\n")
-    (pkg / "b.py").write_text("def f():\n    from p.a import g\n")
-    (pkg / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from p import a\n")
-    mods = {"p": pkg / "__init__.py", "p.a": pkg / "a.py", "p.b": pkg / "b.py", "p.c": pkg / "c.py"}
-    global ROOT
-    saved, ROOT = ROOT, tmp_path
-    try:
-        graph = {n: edges(n, p, set(mods)) for n, p in mods.items()}
-    finally:
-        ROOT = saved
-    assert graph == {"p": set(), "p.a": {"p.b"}, "p.b": {"p.a"}, "p.c": set()}
-    assert cycles(graph) == [frozenset({"p.a", "p.b"})]
+    files = {
+        "__init__.py": "def render():\n    from p.page import html\n",
+        "page.py": "from p import plots\n",
+        "plots.py": "",
+        "a.py": "from . import b\n",
+        "b.py": "def f():\n    from p.a import g\n",
+        "c.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from p import a\n",
+        "d.py": "import p.plots\nfrom p.plots import x\n",
+    }
+    for name, text in files.items():
+        (pkg / name).write_text(text)
+    mods = {module_name_in(tmp_path, pkg / name): pkg / name for name in files}
+    graph = {n: edges(n, p, set(mods)) for n, p in mods.items()}
+    assert graph == {"p": {"p.page"}, "p.page": {"p", "p.plots"}, "p.plots": set(), "p.a": {"p", "p.b"},
+                     "p.b": {"p.a"}, "p.c": set(), "p.d": {"p.plots"}}
+    assert sorted(map(sorted, cycles(graph))) == [["p", "p.page"], ["p.a", "p.b"]]
 
 
 def test_the_graph_covers_the_product_modules():
