@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from aws_cdk.assertions import Match
 
 from stacks.config import ConfigError
 from stacks.sagemaker import image_uri
@@ -12,15 +13,15 @@ from tests.stacks.conftest import synth
 
 
 def test_model_image_and_vllm_environment(kit):
-    _, model = kit.one("SageMakerStack", "AWS::SageMaker::Model")
-    c = model["Properties"]["PrimaryContainer"]
-    assert c["Image"] == "763104351884.dkr.ecr.us-east-1.amazonaws.com/vllm:0.31.0-gpu-py312-cu130-ubuntu24.04-sagemaker"
-    env = c["Environment"]
-    assert env["SM_VLLM_MODEL"] == "google/gemma-4-E2B-it-qat-w4a16-ct"
-    assert env["SM_VLLM_MAX_MODEL_LEN"] == "4096"
-    assert env["SM_VLLM_TENSOR_PARALLEL_SIZE"] == "1"
-    assert env["SM_VLLM_ENABLE_AUTO_TOOL_CHOICE"] == "true"
-    assert env["SM_VLLM_TOOL_CALL_PARSER"] == "gemma4"
+    t = kit.template("SageMakerStack")
+    t.resource_count_is("AWS::SageMaker::Model", 1)
+    t.has_resource_properties("AWS::SageMaker::Model", {"PrimaryContainer": Match.object_like({
+        "Image": "763104351884.dkr.ecr.us-east-1.amazonaws.com/vllm:0.31.0-gpu-py312-cu130-ubuntu24.04-sagemaker",
+        "Environment": Match.object_like({
+            "SM_VLLM_MODEL": "google/gemma-4-E2B-it-qat-w4a16-ct", "SM_VLLM_MAX_MODEL_LEN": "4096",
+            "SM_VLLM_TENSOR_PARALLEL_SIZE": "1",  # ml.g6.xlarge: one L4
+            "SM_VLLM_ENABLE_AUTO_TOOL_CHOICE": "true", "SM_VLLM_TOOL_CALL_PARSER": "gemma4"}),
+    })})
 
 
 def test_hf_token_is_a_dynamic_reference_never_plain_text(kit):
@@ -31,9 +32,13 @@ def test_hf_token_is_a_dynamic_reference_never_plain_text(kit):
 
 
 def test_endpoint_config_timeouts_and_ami_version(kit):
+    t = kit.template("SageMakerStack")
+    t.resource_count_is("AWS::SageMaker::EndpointConfig", 1)
+    t.has_resource_properties("AWS::SageMaker::EndpointConfig", {"ProductionVariants": [Match.object_like({
+        "InstanceType": "ml.g6.xlarge", "InitialInstanceCount": 1,
+        "InferenceAmiVersion": "al2023-ami-sagemaker-inference-gpu-4-1"})]})
     _, cfg = kit.one("SageMakerStack", "AWS::SageMaker::EndpointConfig")
     (v,) = cfg["Properties"]["ProductionVariants"]
-    assert v["InstanceType"] == "ml.g6.xlarge" and v["InitialInstanceCount"] == 1
     assert 60 <= v["ContainerStartupHealthCheckTimeoutInSeconds"] <= 3600
     assert 60 <= v["ModelDataDownloadTimeoutInSeconds"] <= 3600
     assert v["InferenceAmiVersion"] == "al2023-ami-sagemaker-inference-gpu-4-1"
@@ -76,10 +81,10 @@ def test_endpoint_is_deleted_at_the_ttl(kit):
 
 
 def test_sagemaker_outputs(kit):
-    out = {k: v["Value"] for k, v in kit.templates["SageMakerStack"]["Outputs"].items()}
-    assert out["EndpointName"] == {"Fn::GetAtt": ["EndpointMlG6Xlarge", "EndpointName"]}
-    assert out["EndpointNames"] == "ml.g6.xlarge=SageMakerStack-ml-g6-xlarge"
-    assert out["InstanceType"] == "ml.g6.xlarge"
+    t = kit.template("SageMakerStack")
+    t.has_output("EndpointName", {"Value": {"Fn::GetAtt": ["EndpointMlG6Xlarge", "EndpointName"]}})
+    t.has_output("EndpointNames", {"Value": "ml.g6.xlarge=SageMakerStack-ml-g6-xlarge"})
+    t.has_output("InstanceType", {"Value": "ml.g6.xlarge"})
 
 
 def test_gpu_family_sweep_is_a_config_change(tmp_path):
@@ -90,8 +95,9 @@ def test_gpu_family_sweep_is_a_config_change(tmp_path):
     assert tp == {"ModelMlG6Xlarge": "1", "ModelMlG6E12Xlarge": "4", "ModelMlG7E12Xlarge": "4"}
     env = models["ModelMlG6Xlarge"]["Properties"]["PrimaryContainer"]["Environment"]
     assert env["SM_VLLM_MODEL"] == "Qwen/Qwen3-Coder-30B-A3B-Instruct" and env["SM_VLLM_TOOL_CALL_PARSER"] == "qwen3_coder"
-    assert len(s.resources("SageMakerStack", "AWS::SageMaker::Endpoint")) == 3
-    assert len(s.resources("SageMakerStack", "AWS::Scheduler::Schedule")) == 3
+    t = s.template("SageMakerStack")
+    t.resource_count_is("AWS::SageMaker::Endpoint", 3)
+    t.resource_count_is("AWS::Scheduler::Schedule", 3)  # each endpoint deleted at the TTL
     for cfg in s.resources("SageMakerStack", "AWS::SageMaker::EndpointConfig").values():
         assert "InferenceAmiVersion" not in cfg["Properties"]["ProductionVariants"][0]
 
