@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import sys
 import threading
 from pathlib import Path
@@ -170,7 +171,9 @@ def run_accuracy(targets: list[Target], opts: dict[str, Any], out_dir: Path, *,
             via = [t if t.base_url else gateways.enter_context(openai_gateway(t)) for t in targets]
         for task in opts["tasks"]:
             _task(task, via, writer, out_dir, opts, run, status, keys, echo)
-    acc = summarize([t.name for t in targets], keys, finished(out_dir))
+    results = finished(out_dir)
+    names = [t.name for t in targets] + _earlier(out_dir, run, results, status, {t.name for t in targets})
+    acc = summarize(names, keys, results)
     for name, b in acc["backends"].items():
         reasons = status[name] + [f"{s['task']}: could not run: {s['reason']}" for s in run["skipped"]
                                   if s["backend"] == name]
@@ -180,14 +183,31 @@ def run_accuracy(targets: list[Target], opts: dict[str, Any], out_dir: Path, *,
         run["backends"][name]["status"] = "complete" if b["complete"] else "incomplete: " + "; ".join(reasons)
     leaves = list(dict.fromkeys(k[0] for k in keys))
     if len(leaves) > 1:  # accuracy.json pools every task; the same numbers per task here
-        results = finished(out_dir)
-        run["by_task"] = {leaf: summarize([t.name for t in targets], [k for k in keys if k[0] == leaf], results)
+        run["by_task"] = {leaf: summarize(names, [k for k in keys if k[0] == leaf], results)
                           for leaf in leaves}
     write_json(out_dir / "accuracy.json", acc)
     write_json(out_dir / "run.json", run)
     for line in format_table(acc, run):
         echo(line)
     return run
+
+
+def _earlier(out_dir: Path, run: dict[str, Any], results: dict, status: dict[str, list[str]],
+             now: set[str]) -> list[str]:
+    """Backends a resumed directory already has answers from but this run did not ask (e.g. the
+    bf16 deployment, measured before the stack was redeployed with int4): compared on their
+    recorded answers, with what the earlier run.json said about them."""
+    try:
+        prev = json.loads((out_dir / "run.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        prev = {}
+    names = [n for n in dict.fromkeys([*prev.get("backends", {}), *results]) if n not in now]
+    for n in names:
+        run["backends"][n] = {k: v for k, v in prev.get("backends", {}).get(n, {}).items() if k != "status"}
+        run["backends"][n]["asked"] = "in an earlier run"
+        run["skipped"] += [x for x in prev.get("skipped", []) if x.get("backend") == n]
+        status[n] = []
+    return names
 
 
 def _task(task: str, targets: list[Target], writer: _Writer, out_dir: Path, opts: dict[str, Any],

@@ -209,3 +209,26 @@ def test_module_entry_point_bad_input(tmp_path):
                         "--items", str(tmp_path / "missing.jsonl"), "--out", str(tmp_path / "o")],
                        capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2], timeout=60)
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "missing.jsonl" in p.stderr
+
+
+def test_resume_adds_a_backend_measured_later(tmp_path, servers):
+    """One stack, redeployed: bf16 measured first, int4 later into the same --out with --resume;
+    the pair uses both runs' answers and bf16 is not asked again."""
+    bf16 = servers(numbered(A_RIGHT), model="google/gemma-bf16")
+    items = write_items(tmp_path / "items.jsonl")
+    out = tmp_path / "out"
+    common = ["--items", str(items), "--out", str(out)]
+    assert run(["--endpoint", f"bf16={bf16.url}", *common]) == 0
+    bf16.stop()
+    int4 = servers(numbered(B_RIGHT), model="package:emb4")
+    assert run(["--endpoint", f"int4={int4.url}", *common, "--resume"]) == 0
+    acc, lines = load(out)
+    assert list(acc["backends"]) == ["int4", "bf16"] and len(lines) == 2 * N
+    assert acc["backends"]["bf16"]["complete"] is True and acc["backends"]["bf16"]["correct"] == len(A_RIGHT)
+    [pair] = acc["pairs"]
+    assert (pair["a"], pair["b"]) == ("int4", "bf16")
+    assert {k: pair[k] for k in ("both", "a_only", "b_only", "neither")} == \
+        {"both": 20, "a_only": 2, "b_only": 9, "neither": 9}
+    meta = json.loads((out / "run.json").read_text())["backends"]
+    assert meta["bf16"]["model"] == "google/gemma-bf16" and meta["bf16"]["asked"] == "in an earlier run"
+    assert meta["int4"]["model"] == "package:emb4"
