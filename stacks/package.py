@@ -39,13 +39,12 @@ from constructs import Construct
 
 from harness.catalog import BACKENDS
 from harness.package.remote import PARAMETER_PREFIX, PROJECT_NAME
-from harness.package.schemes import DEFAULT_SCHEME, SCHEMES
+from harness.package.schemes import DEFAULT_SCHEME, MODEL_WORD, SCHEMES, scheme_of_model
 from stacks import nag
 from stacks.config import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
 KEY_PREFIX = "package"
-MODEL_WORD = "package"
 BUILD_TIMEOUT = cdk.Duration.hours(3)
 # What the build needs from the kit: the package builder and its pins, nothing else.
 ASSET_INCLUDE = ("harness/__init__.py", "harness/package/*.py", "requirements-package.txt", "constraints.txt")
@@ -75,13 +74,13 @@ def stage_kit_source() -> Path:
 
 def package_scheme(model_id: str) -> str | None:
     """The scheme a ``<backend>_model`` value asks for: ``package`` -> emb4, ``package:<scheme>``."""
-    if model_id != MODEL_WORD and not model_id.startswith(MODEL_WORD + ":"):
-        return None
-    name = model_id.partition(":")[2] or DEFAULT_SCHEME
-    if name not in SCHEMES:
+    try:
+        s = scheme_of_model(model_id)
+    except ValueError:
+        name = model_id.partition(":")[2]
         raise ConfigError(f"model={model_id!r}: unknown package scheme {name!r}; valid: "
-                          f"{', '.join(f'{MODEL_WORD}:{s}' for s in SCHEMES)} ({MODEL_WORD} = {MODEL_WORD}:{DEFAULT_SCHEME})")
-    return name
+                          f"{', '.join(f'{MODEL_WORD}:{s}' for s in SCHEMES)} ({MODEL_WORD} = {MODEL_WORD}:{DEFAULT_SCHEME})") from None
+    return s.name if s else None
 
 
 def check_backend(backend_id: str, model_id: str) -> str | None:

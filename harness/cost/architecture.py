@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from harness import catalog
+from harness.package.schemes import SCHEMES
 
 # Bytes per stored weight. Weight-only int8/int4 formats also store one 16-bit scale per group of
 # ``group_size`` weights, added by ``weight_bytes``.
@@ -169,10 +170,12 @@ GEMMA_4_E2B = DecoderArch(
     source="google/gemma-4-E2B-it config.json (text_config)",
 )
 
-# Model ids the kit serves -> architecture (quantized packages share the architecture).
+# Model ids the kit serves -> architecture (quantized packages share the architecture; the kit's
+# own packages, "package:<scheme>" from harness/package, are built from the E2B sources).
 MODELS: dict[str, DecoderArch] = {
     catalog.GEMMA_E2B: GEMMA_4_E2B,
     catalog.GEMMA_E2B_INT4: GEMMA_4_E2B,
+    **{f"package:{name}": GEMMA_4_E2B for name in SCHEMES}, "package": GEMMA_4_E2B,
 }
 
 

@@ -33,6 +33,7 @@ from harness.cost import formulas
 from harness.cost.architecture import arch_for
 from harness.cost.prices import PriceBook, Quote
 from harness.cost.roofline import roofline
+from harness.package.schemes import roofline_args, scheme_of_model
 
 # measured key -> the suffix of the $/M key computed from it
 PER_M_OUTPUT = {"single_stream_tok_s": "single", "c16_tok_s": "c16", "best_tok_s": "best"}
@@ -78,7 +79,9 @@ def cost_row(*, service: str | None, instance_type: str | None, model_id: str | 
             row["break_even_against"] = (f"{reference.what} at {input_per_output:g} input tokens "
                                          "per output token")
     if model_id and arch_for(model_id) and instance_type in catalog.INSTANCES:
-        r = roofline(instance_type, model_id, precision or "bf16")
+        package = scheme_of_model(model_id)  # a kit package: its scheme's real precisions
+        r = roofline(instance_type, model_id, **(roofline_args(package) if package else
+                                                   {"precision": precision or "bf16"}))
         row["roofline"] = r.to_dict()
         row["efficiency"] = r.efficiency(measured.get("decode_tok_s"))
     else:

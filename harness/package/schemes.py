@@ -72,6 +72,26 @@ DEFAULT_SCHEME = "emb4"
 GROUP_SIZE = {"int4": 32, "int8": None}  # int8: one scale per output channel
 
 
+# A backend serving a package is configured and served as "package" (= package:emb4) or
+# "package:<scheme>" (stacks/package.py); the model id the harness sees carries the scheme.
+MODEL_WORD = "package"
+
+
+def scheme_of_model(model_id: str) -> Scheme | None:
+    """The scheme a served model id names (None: not a package id; ValueError: unknown scheme)."""
+    if model_id != MODEL_WORD and not model_id.startswith(MODEL_WORD + ":"):
+        return None
+    return scheme(model_id.partition(":")[2] or DEFAULT_SCHEME)
+
+
+def roofline_args(s: Scheme) -> dict:
+    """Precisions for harness.cost.roofline: linears at ``s.linear``, the output layer int4 only
+    when the package stores an int4 lm_head (emb4), int4 scales per group of 32. Bytes per token
+    from these agree with a manifest's bytes_read_per_token to 0.2% (tests/package)."""
+    return {"precision": s.linear, "embed_precision": "int4" if s.untied_lm_head else "bf16",
+            "group_size": GROUP_SIZE["int4"] if s.linear == "int4" else None}
+
+
 def scheme(name: str) -> Scheme:
     try:
         return SCHEMES[name]
