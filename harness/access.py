@@ -363,6 +363,14 @@ class SshForward:
                 continue
             self._relay.add(conn, chan)
 
+    def run_remote(self, command: str, stdin: bytes = b"", *, on_stderr: Callable[[bytes], None] | None = None,
+                   cancel: threading.Event | None = None) -> tuple[int, bytes]:
+        """(exit status, stdout) of ``command`` on the far side, over this tunnel's SSH connection
+        (``harness.remote_exec``; used by ``--bench-from instance``)."""
+        from harness.remote_exec import run_on_transport
+
+        return run_on_transport(self._live_transport(), command, stdin, on_stderr=on_stderr, cancel=cancel)
+
     def close(self) -> None:
         self._closing.set()
         if self._listener is not None:
@@ -383,6 +391,27 @@ class SshForward:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+# --------------------------------------------------------------------------- open tunnels
+# The forwarder behind each live tunnel's local base URL, for what runs over the same SSH
+# connection besides the forward (``--bench-from instance``). Filled while a tunnel is open.
+_OPEN: dict[str, Any] = {}
+
+
+@contextlib.contextmanager
+def registered(base_url: str, forwarder: Any) -> Iterator[None]:
+    """Make ``forwarder`` (with ``run_remote``) known as the tunnel behind ``base_url``."""
+    _OPEN[base_url] = forwarder
+    try:
+        yield
+    finally:
+        _OPEN.pop(base_url, None)
+
+
+def forwarder_for(base_url: str | None) -> Any | None:
+    """The open tunnel's forwarder behind ``base_url`` (None: not reached through a tunnel)."""
+    return _OPEN.get(base_url or "")
 
 
 # --------------------------------------------------------------------------- the whole chain
@@ -440,12 +469,12 @@ def eic_tunnel(endpoint: Endpoint, *, botocore_session: Any, region: str, pins: 
             return bridge.sock, t["key"], bridge.close
 
         with SshForward(dial, username=os_user, remote_port=endpoint.port, host_id=endpoint.instance_id,
-                        pins=pins) as fwd:
+                        pins=pins) as fwd, registered(fwd.base_url, fwd):
             yield endpoint.with_base_url(fwd.base_url)
         return
 
     from harness.tunnel_proc import ProcessForward
 
     with ProcessForward(ticket, username=os_user, remote_port=endpoint.port,
-                        host_id=endpoint.instance_id, pins=pins) as pfwd:
+                        host_id=endpoint.instance_id, pins=pins) as pfwd, registered(pfwd.base_url, pfwd):
         yield endpoint.with_base_url(pfwd.base_url)

@@ -68,6 +68,11 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--rate", default="", help="open-loop Poisson levels in requests/s, or auto (default none)")
     b.add_argument("--bench-requests", type=int, default=128, help="measured requests per level (default 128)")
     b.add_argument("--slo", default="ttft_p99_ms=800", help="goodput SLO (default ttft_p99_ms=800)")
+    b.add_argument("--bench-from", choices=("local", "instance"), default="local",
+                   help="where the load generator runs for EC2 backends: here, through the tunnel "
+                        "(local, default), or on the backend's own instance against its loopback "
+                        "(instance: the bench is shipped over the tunnel's SSH connection; "
+                        "harness/bench/remote.py). Other backends always run here.")
     from harness.accuracy.stage import add_stage_options
 
     add_stage_options(p)
@@ -166,16 +171,28 @@ def _versions() -> dict[str, str]:
 # --------------------------------------------------------------------------- stages
 def _stage_bench(endpoints: list[Endpoint], run_dir: Path, args: argparse.Namespace,
                  echo: Callable[[str], None], meta: dict[str, Any]) -> str:
+    from harness.access import forwarder_for
     from harness.bench.api import run_bench
+    from harness.bench.remote import run_remote_bench
 
     failed = []
     for ep in endpoints:
         echo(f"bench      {ep.name}: profile {args.bench_profile}, concurrency {args.concurrency or '-'}"
              f"{', rates ' + args.rate if args.rate else ''}, {args.bench_requests} requests per level")
+        fwd = forwarder_for(ep.base_url) if args.bench_from == "instance" else None
+        if args.bench_from == "instance" and fwd is None:
+            echo(f"bench      {ep.name}: not reached through a tunnel; the bench runs here")
         try:
-            levels = run_bench(ep, profile=args.bench_profile, concurrency=args.concurrency_levels,
-                               rates=args.rates, requests=args.bench_requests, slo=args.slo,
-                               out_dir=run_dir / "bench" / ep.name)
+            if fwd is not None:
+                echo(f"bench      {ep.name}: running on the instance ({ep.instance_id}) against 127.0.0.1:{ep.port}")
+                levels = run_remote_bench(fwd, ep, run_dir / "bench" / ep.name, remote_port=fwd.remote[1],
+                                          bench={"profile": args.bench_profile, "concurrency": args.concurrency_levels,
+                                                 "rates": args.rates, "requests": args.bench_requests,
+                                                 "slo": args.slo}, echo=echo)
+            else:
+                levels = run_bench(ep, profile=args.bench_profile, concurrency=args.concurrency_levels,
+                                   rates=args.rates, requests=args.bench_requests, slo=args.slo,
+                                   out_dir=run_dir / "bench" / ep.name)
         except KeyboardInterrupt:
             raise
         except Exception as exc:  # noqa: BLE001 - recorded, the next backend runs
@@ -183,7 +200,8 @@ def _stage_bench(endpoints: list[Endpoint], run_dir: Path, args: argparse.Namesp
             echo(f"bench      {ep.name}: error: {type(exc).__name__}: {str(exc)[:200]}")
             continue
         path = next((lv.get("path_rtt_ms") for lv in levels if lv.get("path_rtt_ms")), None)
-        meta.setdefault("bench", {})[ep.name] = {"path_rtt_ms": path}
+        meta.setdefault("bench", {})[ep.name] = {"path_rtt_ms": path,
+                                                 "from": "instance" if fwd is not None else "local"}
         if path and path.get("n"):
             echo(f"bench      {ep.name}: path round trip p50 {path['p50']} ms, p99 {path['p99']} ms "
                  f"(n={path['n']}, {path.get('how')})")

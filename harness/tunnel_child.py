@@ -2,6 +2,7 @@
 ``harness.tunnel_proc.ProcessForward``; the protocol and the reasons are described there)."""
 from __future__ import annotations
 
+import base64
 import contextlib
 import io
 import itertools
@@ -90,14 +91,37 @@ def child_main() -> int:
     closing = threading.Event()
     waiting: dict[int, queue.SimpleQueue] = {}
     ids = itertools.count(1)
+    live: dict[str, Any] = {}  # "fwd" once the forwarder is up
+    cancels: dict[int, threading.Event] = {}
+
+    def execute(msg: dict) -> None:
+        n, cancel = msg["id"], threading.Event()
+        cancels[n] = cancel
+        try:
+            status, out = live["fwd"].run_remote(
+                msg["cmd"], base64.b64decode(msg.get("stdin") or ""), cancel=cancel,
+                on_stderr=lambda d: report({"op": "exec-err", "id": n, "data": base64.b64encode(d).decode()}))
+            report({"op": "exec-done", "id": n, "status": status, "stdout": base64.b64encode(out).decode()})
+        except Exception as exc:  # noqa: BLE001 - the parent raises it as RemoteError
+            report({"op": "exec-done", "id": n, "error": f"{type(exc).__name__}: {exc}"})
+        finally:
+            cancels.pop(n, None)
 
     def read_parent() -> None:
         with contextlib.suppress(OSError, ValueError):
             for raw in inp:
                 msg = json.loads(raw)
-                if msg.get("op") == "ticket" and msg.get("id") in waiting:
+                op = msg.get("op")
+                if op == "ticket" and msg.get("id") in waiting:
                     waiting.pop(msg["id"]).put(msg)
-                elif msg.get("op") == "close":
+                elif op == "exec":
+                    if "fwd" not in live:
+                        report({"op": "exec-done", "id": msg["id"], "error": "the tunnel is not up"})
+                        continue
+                    threading.Thread(target=execute, args=(msg,), daemon=True).start()
+                elif op == "exec-cancel" and msg.get("id") in cancels:
+                    cancels[msg["id"]].set()
+                elif op == "close":
                     break
         closing.set()  # close asked, or EOF: the parent is gone
         for q in list(waiting.values()):
@@ -134,6 +158,7 @@ def child_main() -> int:
     except access.AccessError as exc:
         report({"op": "fatal", "type": type(exc).__name__, "error": str(exc)})
         return 1
+    live["fwd"] = fwd
     with fwd:
         report({"op": "ready", "port": fwd.local_port})
         closing.wait()

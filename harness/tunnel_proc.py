@@ -13,6 +13,10 @@ Parent and child speak JSON lines over the child's stdin/stdout:
     parent -> child  {"op": "ticket", "id": n, "key": PEM, "tcp": [host, port] | "ws": URL}
     child  -> parent {"op": "pin", ...} {"op": "ready", "port": N} {"op": "reconnected", "n": k}
                      {"op": "fatal", "type": ..., "error": ...}
+    parent -> child  {"op": "exec", "id": n, "cmd": ..., "stdin": b64}   a command on the far side
+    child  -> parent {"op": "exec-err", "id": n, "data": b64}           its stderr, as it comes
+                     {"op": "exec-done", "id": n, "status": k, "stdout": b64 | "error": ...}
+    parent -> child  {"op": "exec-cancel", "id": n}
     parent -> child  {"op": "close"}                        (or EOF: the parent is gone)
 
 Credentials: the child never holds AWS credentials. Each (re)dial, including the redial after
@@ -34,11 +38,14 @@ when its stdin reaches EOF, which happens when the parent dies for any reason.
 """
 from __future__ import annotations
 
+import base64
 import contextlib
 import io
+import itertools
 import json
 import logging
 import os
+import queue
 import subprocess
 import sys
 import threading
@@ -48,6 +55,7 @@ from typing import Any, Callable
 import paramiko
 
 from harness.hostkeys import AccessError, HostKeyMismatch, HostKeyPins
+from harness.remote_exec import RemoteError
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +112,8 @@ class ProcessForward:
         self._fatal: dict | None = None
         self._closing = False
         self._wlock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._execs: dict[int, tuple[queue.SimpleQueue, Callable[[bytes], None] | None]] = {}
         self.proc = subprocess.Popen([sys.executable, "-m", "harness.tunnel_child"],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      cwd=str(_ROOT), env=child_env())
@@ -171,6 +181,12 @@ class ProcessForward:
                 elif op == "ready":
                     self.local_port = int(msg["port"])
                     self._ready.set()
+                elif op in ("exec-err", "exec-done") and msg.get("id") in self._execs:
+                    q, on_stderr = self._execs[msg["id"]]
+                    if op == "exec-done":
+                        q.put(msg)
+                    elif on_stderr is not None:
+                        on_stderr(base64.b64decode(msg["data"]))
                 elif op == "reconnected":
                     self.reconnects = int(msg["n"])
                 elif op == "fatal":
@@ -186,6 +202,37 @@ class ProcessForward:
                 self.error = f"tunnel process exited (status {self.proc.poll()})"
                 log.error("tunnel to %s: %s", self._host_id, self.error)
             self._ready.set()
+            for q, _ in list(self._execs.values()):
+                q.put({"op": "exec-done", "error": "the tunnel process exited"})
+
+    def run_remote(self, command: str, stdin: bytes = b"", *, on_stderr: Callable[[bytes], None] | None = None,
+                   cancel: threading.Event | None = None) -> tuple[int, bytes]:
+        """(exit status, stdout) of ``command`` on the far side, run by the child over its SSH
+        connection (``harness.remote_exec``). Ctrl-C or ``cancel`` closes the remote channel."""
+        n = next(self._ids)
+        q: queue.SimpleQueue = queue.SimpleQueue()
+        self._execs[n] = (q, on_stderr)
+        try:
+            self._send({"op": "exec", "id": n, "cmd": command, "stdin": base64.b64encode(stdin).decode()})
+            while True:
+                try:
+                    msg = q.get(timeout=0.5)
+                except queue.Empty:
+                    if cancel is not None and cancel.is_set():
+                        self._send({"op": "exec-cancel", "id": n})
+                        cancel = None  # asked once; the child answers with exec-done
+                    continue
+                if "error" in msg:
+                    raise RemoteError(msg["error"])
+                return int(msg["status"]), base64.b64decode(msg["stdout"])
+        except KeyboardInterrupt:
+            with contextlib.suppress(OSError, ValueError):
+                self._send({"op": "exec-cancel", "id": n})
+            raise
+        except (OSError, ValueError) as exc:  # the pipe to the child broke
+            raise RemoteError(f"the tunnel process is gone: {exc}") from exc
+        finally:
+            self._execs.pop(n, None)
 
     def close(self) -> None:
         self._closing = True

@@ -169,9 +169,13 @@ def test_changed_host_key_on_redial_aborts_the_tunnel(ssh_server, key, tmp_path)
             assert _get(fwd.base_url + "/models") == {"path": "/v1/models"}
             proxy.target = second["port"]  # the "same instance" now shows another host key
             proxy.cut()
-            with contextlib.suppress(OSError):
-                _get(fwd.base_url + "/models")
-            _wait(lambda: fwd.proc.poll() is not None)  # the child closed the tunnel and exited
+
+            def redial_exits() -> bool:  # connections go on until one redials and meets the new key
+                with contextlib.suppress(OSError):
+                    _get(fwd.base_url + "/models")
+                return fwd.proc.poll() is not None
+
+            _wait(redial_exits)  # the child closed the tunnel and exited
             assert "changed during the run" in (fwd.error or "")
             with pytest.raises(OSError):
                 _get(fwd.base_url + "/models")

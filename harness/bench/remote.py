@@ -1,0 +1,185 @@
+"""``harness.run --bench-from instance``: the load generator runs on the backend's own instance,
+against the model server's loopback, so what it reports has no tunnel or internet path in it.
+
+1. ``kit_zip()``: the kit's bench as one zip the instance's Python runs directly (``python
+   kit.zip``): every ``harness`` module ``harness.bench.cli`` imports (found from the source with
+   ``ast``, so it follows refactors) plus a ``__main__.py``. Only pure Python of the kit; third-party
+   packages come from the instance: ``aiohttp`` is required (the vLLM and Neuron engine venvs
+   have it: vLLM depends on it, the Neuron engine serves with aiohttp.web); ``uvloop``,
+   ``orjson``, ``rich`` and ``tokenizers`` are optional in the bench and used when present.
+2. One command over the SSH connection the tunnel already holds (``run_remote``): the zip on
+   stdin, the first Python on the instance that imports aiohttp (the engine venvs, then
+   ``python3``), ``python kit.zip --base-url http://127.0.0.1:PORT/v1 ... --out DIR``, then
+   ``tar`` of DIR on stdout. The bench's own stderr comes back as it runs.
+3. The tar is unpacked into the run's ``bench/<name>/`` and every level, and bench.json, get
+   ``bench_from: "instance"`` (plus the instance's CPU count), so the report can say where the
+   bench ran; requests.jsonl and summary.json are otherwise what a local run writes.
+"""
+from __future__ import annotations
+
+import ast
+import io
+import json
+import shlex
+import tarfile
+import zipfile
+from pathlib import Path
+from typing import Any, Callable
+
+from harness.bench import store
+from harness.endpoint import Endpoint
+from harness.results import write_json
+
+ROOT = Path(__file__).resolve().parents[2]  # the directory holding the harness package
+ENTRY = "harness.bench.cli"
+# Where the instance's Python with aiohttp is: the engine venvs the kit's images and boot
+# scripts create (ami/components/vllm-cuda.yaml, userdata/engine-vllm-gpu.sh KIT_VENV,
+# ami/components/neuron-engine.yaml), then the system's.
+INSTANCE_PYTHONS = ("/opt/inference-kit/vllm/bin/python", "/opt/inference-kit/neuron/bin/python", "python3")
+_MAIN = """import os, sys
+for name in filter(None, os.environ.get("KIT_BENCH_WITHOUT", "").split(",")):
+    sys.modules[name] = None  # as if not installed (tests: the fallbacks without uvloop/orjson)
+from harness.bench.cli import main
+sys.exit(main())
+"""
+
+
+class RemoteBenchError(RuntimeError):
+    """The bench on the instance could not run or its results did not come back."""
+
+
+# --------------------------------------------------------------------------- the zip
+def _module_file(name: str) -> Path | None:
+    p = ROOT.joinpath(*name.split("."))
+    if (p / "__init__.py").is_file():
+        return p / "__init__.py"
+    return p.with_suffix(".py") if p.with_suffix(".py").is_file() else None
+
+
+def kit_modules(entry: str = ENTRY) -> list[Path]:
+    """Every harness module ``entry`` can import (each import statement, at any depth), and
+    the packages above them."""
+    seen: dict[str, Path] = {}
+    todo = [entry]
+    while todo:
+        name = todo.pop()
+        path = _module_file(name)
+        if name in seen or path is None:
+            continue
+        seen[name] = path
+        parts = name.split(".")
+        todo += [".".join(parts[:i]) for i in range(1, len(parts))]
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.Import):
+                todo += [a.name for a in node.names if a.name.split(".")[0] == "harness"]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                    base = f"{up}.{base}" if base else up
+                if base.split(".")[0] == "harness":
+                    todo += [base] + [f"{base}.{a.name}" for a in node.names]
+    return sorted(seen.values())
+
+
+def kit_zip() -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+        for path in kit_modules():
+            z.write(path, path.relative_to(ROOT).as_posix())
+        z.writestr("__main__.py", _MAIN)
+    return buf.getvalue()
+
+
+# --------------------------------------------------------------------------- the command
+def bench_argv(endpoint: Endpoint, *, remote_port: int, bench: dict[str, Any]) -> list[str]:
+    """The ``python -m harness.bench`` arguments for the instance (its loopback, this run's settings)."""
+    argv = ["--base-url", f"http://127.0.0.1:{remote_port}/v1", "--model", endpoint.model_id,
+            "--name", endpoint.name, "--profile", bench["profile"], "--requests", str(bench["requests"]),
+            "--quiet"]
+    if bench.get("concurrency"):
+        argv += ["--concurrency", ",".join(str(c) for c in bench["concurrency"])]
+    rates = bench.get("rates")
+    if rates:
+        argv += ["--rate", rates if isinstance(rates, str) else ",".join(f"{r:g}" for r in rates)]
+    if bench.get("slo"):
+        argv += ["--slo", ",".join(f"{k}={v:g}" for k, v in bench["slo"].items())
+                 if isinstance(bench["slo"], dict) else str(bench["slo"])]
+    return argv
+
+
+def remote_command(argv: list[str], *, pythons: tuple[str, ...] = INSTANCE_PYTHONS,
+                   env: dict[str, str] | None = None) -> str:
+    """The shell command run on the instance: read the zip from stdin, find a Python with
+    aiohttp, run the bench (its output to stderr), send its results as a tar on stdout."""
+    cands = " ".join(shlex.quote(p) for p in pythons)
+    envs = " ".join(f"{k}={shlex.quote(v)}" for k, v in (env or {}).items())
+    bench = " ".join(shlex.quote(a) for a in argv)
+    return (
+        'set -u; d=$(mktemp -d "${TMPDIR:-/tmp}/kit-bench.XXXXXX") || exit 90; '
+        "trap 'rm -rf \"$d\"' EXIT; cat > \"$d/kit.zip\" || exit 91; py=; "
+        f"for c in {cands}; do if command -v \"$c\" >/dev/null 2>&1 && "
+        "\"$c\" -c 'import aiohttp' >/dev/null 2>&1; then py=$c; break; fi; done; "
+        f"if [ -z \"$py\" ]; then echo 'no Python with aiohttp on the instance (looked for: {' '.join(pythons)})' >&2; "
+        "exit 92; fi; "
+        f"{envs} \"$py\" \"$d/kit.zip\" {bench} --out \"$d/out\" 1>&2; rc=$?; "
+        "mkdir -p \"$d/out\"; "
+        "\"$py\" -c 'import json,os,platform,sys; json.dump({\"python\": platform.python_version(), "
+        "\"python_path\": sys.argv[1], \"cpus\": os.cpu_count()}, open(sys.argv[2], \"w\"))' "
+        "\"$py\" \"$d/out/instance.json\"; "
+        "tar -C \"$d/out\" -cf - . || exit 93; exit $rc"
+    )
+
+
+# --------------------------------------------------------------------------- run and merge
+def run_remote_bench(forwarder: Any, endpoint: Endpoint, out_dir: Path, *, remote_port: int,
+                     bench: dict[str, Any], echo: Callable[[str], None] = print,
+                     pythons: tuple[str, ...] | None = None,
+                     env: dict[str, str] | None = None) -> list[dict]:
+    """Run the bench on the instance behind ``forwarder`` and unpack its results into
+    ``out_dir`` (which must not hold a bench yet). Returns the levels as in summary.json."""
+    out_dir = Path(out_dir)
+    if (out_dir / store.SUMMARY).exists() or (out_dir / store.REQUESTS).exists():
+        raise RemoteBenchError(f"{out_dir}: already holds a benchmark")
+    tail: list[str] = []
+
+    def on_stderr(data: bytes) -> None:
+        for line in data.decode("utf-8", "replace").splitlines():
+            if line.strip():
+                tail[:] = (tail + [line])[-5:]
+                echo(f"bench      {endpoint.name} (instance): {line}")
+
+    cmd = remote_command(bench_argv(endpoint, remote_port=remote_port, bench=bench),
+                         pythons=pythons or INSTANCE_PYTHONS, env=env)
+    status, tar_bytes = forwarder.run_remote(cmd, kit_zip(), on_stderr=on_stderr)
+    if not tar_bytes:
+        raise RemoteBenchError(f"no results came back (exit status {status})"
+                               + (f": {tail[-1]}" if tail else ""))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(fileobj=io.BytesIO(tar_bytes), mode="r:") as tar:
+        tar.extractall(out_dir, filter="data")  # no absolute paths, no links out, no devices
+    if not (out_dir / store.SUMMARY).exists():
+        raise RemoteBenchError(f"the bench on the instance wrote no summary (exit status {status})"
+                               + (f": {tail[-1]}" if tail else ""))
+    return _mark_instance(out_dir, status)
+
+
+def _mark_instance(out_dir: Path, status: int) -> list[dict]:
+    inst = _read(out_dir / "instance.json") or {}
+    (out_dir / "instance.json").unlink(missing_ok=True)
+    where = {"bench_from": "instance", "instance_cpus": inst.get("cpus")}
+    levels = [{**lv, **where} for lv in (_read(out_dir / store.SUMMARY) or []) if isinstance(lv, dict)]
+    store.write_summary(out_dir, levels)
+    config = _read(out_dir / store.CONFIG) or {}
+    write_json(out_dir / store.CONFIG, {**config, **where, "instance_python": inst.get("python"),
+                                        "instance_python_path": inst.get("python_path"),
+                                        "remote_exit_status": status})
+    return levels
+
+
+def _read(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
