@@ -2,7 +2,8 @@
 
 Sources, combined in this order:
 
-* CloudFormation in the configured region (``describe_stacks`` on the kit's stack names from
+* CloudFormation in each configured region (harness/regions.py: the kit's region and any
+  ``<id>_region``; ``describe_stacks`` on the kit's stack names from
   ``harness.catalog``; a stack that does not exist is simply not deployed);
 * or an outputs file (``cdk deploy --outputs-file cdk-outputs.json``: ``{StackName: {Key: value}}``);
 * plus any OpenAI-compatible server given as ``--endpoint NAME=URL`` (model id from
@@ -15,7 +16,6 @@ Every backend stack emits the same outputs (the contract with ``stacks/``): ``Ba
 from __future__ import annotations
 
 import json
-import os
 import re
 import time
 import urllib.error
@@ -44,16 +44,14 @@ class Discovery:
 
 def resolve_region(arg: str | None, env: Mapping[str, str] | None = None,
                    cdk_json: Path = Path("cdk.json")) -> str | None:
-    """--region, else AWS_REGION / AWS_DEFAULT_REGION, else cdk.json context ``region``."""
-    env = os.environ if env is None else env
-    if arg:
-        return arg
-    for k in ("AWS_REGION", "AWS_DEFAULT_REGION"):
-        if env.get(k):
-            return env[k]
+    """The kit's region (harness/regions.py: --region, else cdk.json context ``region``, else the
+    default); the shell's AWS_REGION / AWS_DEFAULT_REGION are not used (``env`` is ignored, kept
+    for callers). None when the value is malformed."""
+    from harness.regions import RegionError, resolve
+
     try:
-        return json.loads(cdk_json.read_text()).get("context", {}).get("region")
-    except (OSError, ValueError):
+        return resolve(arg, cdk_json=cdk_json).region
+    except RegionError:
         return None
 
 
@@ -184,6 +182,22 @@ def from_cloudformation(cfn: Any, default_region: str | None = None,
         outputs = {o["OutputKey"]: o["OutputValue"] for o in stack.get("Outputs", [])}
         d.endpoints.append(endpoint_from_outputs(b.stack_name, outputs, default_region))
         d.notes += [n for n in [ttl_note(b.id, outputs)] if n]
+    return d
+
+
+def from_regions(client_for: Any, kit: Any, backends: Iterable[str] | None = None) -> Discovery:
+    """``from_cloudformation`` in every region the configuration uses (harness/regions.py
+    ``KitRegions``), each backend looked for in its own region. ``client_for(region)`` returns a
+    CloudFormation client there."""
+    wanted = tuple(backends) if backends else catalog.BACKEND_IDS
+    d = Discovery()
+    for region in kit.regions:
+        here = kit.backends_in(region, wanted)
+        if not here:
+            continue
+        part = from_cloudformation(client_for(region), region, here)
+        d.endpoints += part.endpoints
+        d.notes += [n.replace(" not deployed", f" not deployed in {region}") for n in part.notes]
     return d
 
 

@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from harness import catalog
-from harness.discovery import resolve_region
+from harness.regions import RegionError, resolve
 
 QUOTA_CODES = {"G": "L-DB2E81BA", "Inf": "L-1945791B", "Trn": "L-2C3B7624"}
 QUOTA_NAMES = {"G": "Running On-Demand G and VT instances", "Inf": "Running On-Demand Inf instances",
@@ -322,7 +323,8 @@ class _Parser(argparse.ArgumentParser):
 def main(argv: list[str] | None = None, *, session: Any = None, **inject: Any) -> int:
     p = _Parser(prog="python -m harness.preflight", description=__doc__.split("\n\n")[0])
     p.add_argument("--backends", help=f"comma-separated (default: cdk.json context backends): {','.join(catalog.BACKEND_IDS)}")
-    p.add_argument("--region", help="default: AWS_REGION, AWS_DEFAULT_REGION, then cdk.json context")
+    p.add_argument("--region", help="the kit's region (default: cdk.json context region; the shell's "
+                                    "AWS_REGION is not used, see harness/regions.py)")
     p.add_argument("--cdk-json", type=Path, default=Path("cdk.json"), help="default ./cdk.json")
     p.add_argument("-c", "--context", action="append", default=[], metavar="KEY=VALUE",
                    help="context override, as for cdk deploy -c (e.g. g5g_instance_type=g5g.4xlarge)")
@@ -330,7 +332,11 @@ def main(argv: list[str] | None = None, *, session: Any = None, **inject: Any) -
         args = p.parse_args(argv)
         backends = parse_backends(args.backends)
         ctx = _context(args.cdk_json, args.context)
-        region = resolve_region(args.region, cdk_json=args.cdk_json)
+        try:  # the one region resolution the stacks deploy with (harness/regions.py)
+            kit = resolve(args.region, context=ctx, cdk_json=args.cdk_json)
+        except RegionError as e:
+            raise ValueError(f"preflight: {e}") from None
+        region = kit.region
         if ctx is not None:
             from stacks.config import ConfigError
 
@@ -345,18 +351,25 @@ def main(argv: list[str] | None = None, *, session: Any = None, **inject: Any) -
     except ValueError as e:
         print(e, file=sys.stderr)
         return 2
-    if not region:
-        print("preflight: no region: pass --region, set AWS_REGION, or set context.region in cdk.json", file=sys.stderr)
-        return 2
     if session is None:
         import boto3
 
         session = boto3.Session(region_name=region)
     ids = [t.id for t in targets]
-    rep = run_preflight(session, region, targets, **inject)
-    print(f"preflight in {region} for {', '.join(ids)}\n")
-    print(rep.render(ids))
-    return 1 if rep.blocked(ids) else 0
+    print(f"preflight in {kit.describe()} for {', '.join(ids)}")
+    shell = kit.shell_note(os.environ)
+    if shell:
+        print(f"note: {shell}")
+    blocked = False
+    for where in kit.regions:  # each backend is checked in the region it deploys to
+        group = [t for t in targets if kit.of(t.id) == where]
+        if not group:
+            continue
+        rep = run_preflight(session, where, group, **inject)
+        print(f"\n{where}" if len(kit.regions) > 1 else "")
+        print(rep.render([t.id for t in group]))
+        blocked = blocked or rep.blocked([t.id for t in group])
+    return 1 if blocked else 0
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import os
 import platform
 import sys
 import time
@@ -44,7 +45,9 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m harness.run", description=__doc__.split("\n\n")[0])
-    p.add_argument("--region", help="default: AWS_REGION, AWS_DEFAULT_REGION, then cdk.json context")
+    p.add_argument("--region", help="the kit's region (default: cdk.json context region; the shell's "
+                                    "AWS_REGION is not used, see harness/regions.py); <id>_region "
+                                    "in cdk.json moves one backend")
     p.add_argument("--outputs-file", type=Path, help="cdk deploy --outputs-file JSON instead of CloudFormation")
     p.add_argument("--endpoint", action="append", default=[], metavar="NAME=URL",
                    help="an OpenAI-compatible server to include (repeatable)")
@@ -142,13 +145,17 @@ def _parse_bench_args(a: argparse.Namespace) -> None:
 
 
 # --------------------------------------------------------------------------- the offline plan
-def offline_plan_text() -> str:
-    """What would be measured and what it would cost, from the dated price snapshot."""
+def offline_plan_text(kit: Any = None) -> str:
+    """What would be measured and what it would cost, from the dated price snapshot, priced in
+    each backend's region (``kit``: harness/regions.py KitRegions; default: cdk.json's)."""
     from harness.cost.plan import format_plan, offline_plan
     from harness.cost.prices import PriceBook
+    from harness.regions import resolve
 
+    kit = kit or resolve()
     book = PriceBook.auto(offline=True)
-    return format_plan(offline_plan(5.0, book), 5.0, book.notes)
+    plan = offline_plan(5.0, book, backend_regions={b: kit.of(b) for b in catalog.BACKEND_IDS})
+    return f"plan in {kit.describe()}\n" + format_plan(plan, 5.0, book.notes)
 
 
 def _has_credentials(session: Any) -> bool:
@@ -252,18 +259,29 @@ def main(argv: list[str] | None = None, *, session: Any = None,
     # Strands logs each recoverable model/tool problem as a warning; the trial records them in
     # agent_runs.jsonl, so the terminal keeps to one line per run.
     logging.getLogger("strands").setLevel(logging.ERROR)
-    from harness.discovery import (Discovery, DiscoveryError, from_cloudformation, from_endpoint_args,
-                                   from_outputs, load_outputs_file, resolve_region)
+    from harness.discovery import (Discovery, DiscoveryError, from_endpoint_args, from_outputs,
+                                   from_regions, load_outputs_file)
+    from harness.regions import RegionError, resolve
 
-    region = resolve_region(args.region)
+    try:  # the one region resolution the stacks were deployed with (harness/regions.py)
+        kit = resolve(args.region)
+    except RegionError as e:
+        print(f"harness.run: {e}", file=sys.stderr)
+        return 2
+    region = kit.region
     if session is None:
         import boto3
 
-        session = boto3.Session(region_name=region) if region else boto3.Session()
+        session = boto3.Session(region_name=region)
     creds = _has_credentials(session)
+    if creds or not args.endpoint:  # where discovery looks, or what the plan prices
+        echo(f"region     {kit.describe()}")
+        shell = kit.shell_note(os.environ)
+        if shell:
+            echo(f"note       {shell}")
 
     if not creds and not args.endpoint:
-        echo(offline_plan_text())
+        echo(offline_plan_text(kit))
         echo("")
         echo(f"harness.run: nothing measured: {NEEDS}.")
         return 0
@@ -274,16 +292,15 @@ def main(argv: list[str] | None = None, *, session: Any = None,
         if args.outputs_file:
             d = from_outputs(load_outputs_file(args.outputs_file), region, args.backend_ids)
         elif creds:
-            if not region:
-                raise DiscoveryError("no region: pass --region, set AWS_REGION, or set context.region in cdk.json")
-            d = from_cloudformation(session.client("cloudformation", region_name=region), region, args.backend_ids)
+            d = from_regions(lambda r: session.client("cloudformation", region_name=r), kit, args.backend_ids)
         else:
             d = Discovery()
     except DiscoveryError as e:
         print(f"harness.run: {e}", file=sys.stderr)
         return 2
     except Exception as e:  # noqa: BLE001 - e.g. expired credentials: one line, not a traceback
-        print(f"harness.run: discovery failed in {region}: {type(e).__name__}: {str(e)[:300]}", file=sys.stderr)
+        print(f"harness.run: discovery failed in {', '.join(kit.regions)}: {type(e).__name__}: {str(e)[:300]}",
+              file=sys.stderr)
         return 1
     aws_eps = d.endpoints
     if aws_eps and not creds:
@@ -298,7 +315,7 @@ def main(argv: list[str] | None = None, *, session: Any = None,
     for n in d.notes:
         echo(f"discovery  {n}")
     if not endpoints:
-        echo(f"harness.run: no backend deployed in {region} and no --endpoint given; "
+        echo(f"harness.run: no backend deployed in {', '.join(kit.regions)} and no --endpoint given; "
              "deploy one (npx cdk deploy G6Stack) or pass --endpoint NAME=URL.")
         return 0
 

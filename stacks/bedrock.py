@@ -62,7 +62,7 @@ class BedrockStack(cdk.Stack):
     def __init__(self, scope: Construct, construct_id: str, *, backend: BackendConfig, config: KitConfig,
                  **kwargs) -> None:
         super().__init__(scope, construct_id, **kwargs)
-        statements = invoke_statements(backend.model_id, config.region)
+        statements = invoke_statements(backend.model_id, backend.region or config.region)
         self.policy = iam.ManagedPolicy(
             self, "InvokePolicy", statements=statements,
             description=f"Invoke only {backend.model_id} (InvokeModel, streaming, Converse)")

@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+from harness import regions as kit_regions
 from harness.catalog import BACKEND_IDS, BACKENDS
 
 
@@ -24,7 +25,6 @@ class ConfigError(ValueError):
     """A context value is malformed or out of range. str(e) is the one line to show."""
 
 
-_REGION = re.compile(r"^[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d$")
 _SECRET_NAME = re.compile(r"^[A-Za-z0-9/_+=.@-]{1,512}$")
 _VLLM_TAG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
@@ -40,6 +40,8 @@ class BackendConfig:
     az: str | None = None
     # The boot-image choice (catalog ``Backend.image_choices``, ``-c <id>_image``); None = no choice.
     image_choice: str | None = None
+    # Its region (harness/regions.py): KitConfig.region unless ``-c <id>_region`` moves it.
+    region: str = ""
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,11 @@ class KitConfig:
     # an ami-... id to build the Neuron image on instead of the Neuron DLAMI parameter.
     image_az: str | None = None
     neuron_parent_image: str | None = None
+
+    @property
+    def regions(self) -> tuple[str, ...]:
+        """Every region a selected backend uses, the kit's region first."""
+        return tuple(dict.fromkeys([self.region, *(b.region for b in self.backends)]))
 
     @property
     def backend_ids(self) -> tuple[str, ...]:
@@ -120,10 +127,11 @@ KNOWN_KEYS = {
     *(f"{b}_instance_types" for b in BACKEND_IDS if BACKENDS[b].service == "sagemaker"),
     *(f"{b}_image" for b in BACKEND_IDS if BACKENDS[b].image_choices),
     *(f"{b}_model" for b in BACKEND_IDS),
+    *(kit_regions.region_key(b) for b in BACKEND_IDS),
 }
 
 DEFAULTS: dict[str, Any] = {
-    "region": "us-east-1",
+    "region": kit_regions.DEFAULT_REGION,
     "backends": ",".join(BACKEND_IDS),
     "hf_token_secret": "inference-kit/hf-token",
     "idle_stop_minutes": 60,
@@ -158,9 +166,11 @@ def parse(context: Mapping[str, Any]) -> KitConfig:
     check_keys(context)
     get = lambda k: context.get(k, DEFAULTS.get(k))  # noqa: E731
 
-    region = get("region")
-    if not isinstance(region, str) or not _REGION.match(region):
-        raise ConfigError(f"region={region!r} is not an AWS region code (e.g. us-east-1)")
+    try:  # the one region resolution (deploy, discovery, preflight, cost, lint)
+        where = kit_regions.resolve(context=context)
+    except kit_regions.RegionError as e:
+        raise ConfigError(str(e)) from None
+    region = where.region
 
     ids = _str_list("backends", get("backends"))
     for i in ids:
@@ -200,12 +210,16 @@ def parse(context: Mapping[str, Any]) -> KitConfig:
                 itype = itypes[0]
             elif b.service == "sagemaker":
                 itypes = (itype,)
+        where_b = where.of(bid)
         az = context.get(f"{bid}_az")
-        if az is not None and b.service == "ec2" and az not in azs:
+        if az is not None and b.service == "ec2" and where_b == region and az not in azs:
             valid = ", ".join(azs) if azs else f"none until azs lists it, e.g. -c azs={region}a,{region}b"
             raise ConfigError(f"{bid}_az={az!r} is not one of the VPC's Availability Zones (azs); valid: {valid}")
+        if az is not None and b.service == "ec2" and where_b != region:
+            raise ConfigError(f"{bid}_az={az!r}: {bid} is in {where_b} ({bid}_region), whose VPC spans its "
+                              f"first two Availability Zones; drop {bid}_az there")
         backends.append(BackendConfig(bid, itype, model, itypes, az if b.service == "ec2" else None,
-                                      choices.get(bid)))
+                                      choices.get(bid), where_b))
 
     secret = get("hf_token_secret")
     if not isinstance(secret, str) or not _SECRET_NAME.match(secret):

@@ -89,7 +89,7 @@ class SageMakerStack(cdk.Stack):
     def __init__(self, scope: Construct, construct_id: str, *, backend: BackendConfig, config: KitConfig,
                  ttl_expires_at: datetime | None, **kwargs) -> None:
         super().__init__(scope, construct_id, **kwargs)
-        region = config.region
+        region = backend.region or config.region
         registry = dlc_account(region)
         self.role = iam.Role(self, "ExecutionRole", assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"),
                              description="SageMaker endpoint: pull the vLLM image, write its logs and metrics")

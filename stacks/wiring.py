@@ -9,6 +9,7 @@ builds it), ``stack_name`` and ``label``; stacks/images.py reads the image famil
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timezone
 
 import aws_cdk as cdk
@@ -25,26 +26,38 @@ from stacks.package import PackageStack, check_backend
 KIT_TAGS = {"project": "aws-inference-kit"}
 
 
+def _suffix(config: KitConfig, region: str) -> str:
+    """Stack-name suffix of a region's shared stacks: none in the kit's region (the names users
+    know), ``-<region>`` in a region a backend was moved to with ``<id>_region``."""
+    return "" if region == config.region else f"-{region}"
+
+
 def build(app: cdk.App, config: KitConfig, now: datetime | None = None) -> dict[str, cdk.Stack]:
-    """Create the stacks on ``app``; returns them by stack name. ``now`` fixes the TTL clock (tests)."""
-    env = cdk.Environment(region=config.region)
+    """Create the stacks on ``app``; returns them by stack name. ``now`` fixes the TTL clock (tests).
+
+    Every region the configuration uses (harness/regions.py) gets its own NetworkStack, image
+    pipelines and package builder for the backends placed there: AMIs, SSM parameters and VPCs
+    are regional, and no stack refers to another region."""
     expires = ttl_expiry(now or datetime.now(timezone.utc), config.ttl_hours)
     stacks: dict[str, cdk.Stack] = {}
-    network = None
+    networks: dict[str, NetworkStack] = {}
 
-    def get_network() -> NetworkStack:
-        nonlocal network
-        if network is None:
-            network = NetworkStack(app, "NetworkStack", azs=config.azs, env=env,
-                                   description="Inference kit: VPC without NAT, Instance Connect Endpoint, S3 endpoint")
-            stacks["NetworkStack"] = network
-        return network
+    def get_network(region: str) -> NetworkStack:
+        if region not in networks:
+            name = "NetworkStack" + _suffix(config, region)
+            networks[region] = NetworkStack(
+                app, name, azs=config.azs if region == config.region else (),
+                env=cdk.Environment(region=region),
+                description="Inference kit: VPC without NAT, Instance Connect Endpoint, S3 endpoint")
+            stacks[name] = networks[region]
+        return networks[region]
 
     for bc in config.backends:
         spec = BACKENDS[bc.id]
         desc = f"Inference kit: {spec.label}"
+        env = cdk.Environment(region=bc.region)
         if spec.service == "ec2":
-            net = get_network()
+            net = get_network(bc.region)
             stack = Ec2BackendStack(app, spec.stack_name, backend=bc, config=config, vpc=net.vpc,
                                     eice_security_group=net.eice_security_group, ttl_expires_at=expires,
                                     env=env, description=desc)
@@ -59,17 +72,25 @@ def build(app: cdk.App, config: KitConfig, now: datetime | None = None) -> dict[
             stack = BedrockStack(app, spec.stack_name, backend=bc, config=config, env=env, description=desc)
         stacks[spec.stack_name] = stack
 
-    # The package builder (stacks/package.py), when a selected backend serves a package.
-    if any(check_backend(bc.id, bc.model_id) for bc in config.backends):
-        stacks["PackageStack"] = PackageStack(
-            app, "PackageStack", hf_token_secret=config.hf_token_secret, env=env,
-            description="Inference kit: quantized model packages (S3 bucket, CPU CodeBuild build)")
-
-    # Image pipelines for the selected EC2 backends' images (stacks/images.py). Deploying one
-    # builds nothing: a pipeline has no schedule and runs only when started (docs/images.md).
-    for spec in image_specs(config).values():
-        stacks[spec.stack_name] = ImagePipelineStack(app, spec.stack_name, spec=spec, config=config,
-                                                     vpc=get_network().vpc, env=env, description=spec.description)
+    for region in config.regions:
+        here = tuple(bc for bc in config.backends if bc.region == region)
+        if not here:
+            continue
+        local = replace(config, region=region, backends=here,
+                        image_az=config.image_az if region == config.region else None)
+        env = cdk.Environment(region=region)
+        # The package builder (stacks/package.py), when a backend here serves a package.
+        if any(check_backend(bc.id, bc.model_id) for bc in here):
+            name = "PackageStack" + _suffix(config, region)
+            stacks[name] = PackageStack(
+                app, name, hf_token_secret=config.hf_token_secret, env=env,
+                description="Inference kit: quantized model packages (S3 bucket, CPU CodeBuild build)")
+        # Image pipelines for the EC2 backends' images here (stacks/images.py). Deploying one
+        # builds nothing: a pipeline has no schedule and runs only when started (docs/images.md).
+        for spec in image_specs(local).values():
+            name = spec.stack_name + _suffix(config, region)
+            stacks[name] = ImagePipelineStack(app, name, spec=spec, config=local,
+                                              vpc=get_network(region).vpc, env=env, description=spec.description)
 
     for key, value in {**KIT_TAGS, **config.tags}.items():
         cdk.Tags.of(app).add(key, value)

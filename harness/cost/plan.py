@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from functools import lru_cache
 from pathlib import Path
+from typing import Mapping
 
 from harness import catalog
 from harness.cost.prices import PriceBook
@@ -47,14 +48,19 @@ def seed_measured(backend_id: str) -> dict[str, float]:
 
 
 def offline_plan(input_per_output: float = 5.0, book: PriceBook | None = None,
-                 backends: tuple[str, ...] = catalog.BACKEND_IDS, region: str | None = None) -> dict:
-    """Plan per backend id (see module doc). Without ``book``, prices come from the snapshot."""
+                 backends: tuple[str, ...] = catalog.BACKEND_IDS, region: str | None = None,
+                 backend_regions: Mapping[str, str] | None = None) -> dict:
+    """Plan per backend id (see module doc). Without ``book``, prices come from the snapshot.
+    ``backend_regions`` (backend id -> region, harness/regions.py) prices each backend where the
+    kit deploys it; it wins over ``region``."""
     book = book or PriceBook.auto(offline=True)
-    reference = book.bedrock(catalog.NOVA_MICRO, region or "us-east-1")
+    backend_regions = backend_regions or {}
+    reference = book.bedrock(catalog.NOVA_MICRO, backend_regions.get("bedrock") or region or "us-east-1")
     plan: dict[str, dict] = {}
     for bid in backends:
         b = catalog.backend(bid)
-        where = region or (_snapshot_region(book, b.instance_type) if b.instance_type else "us-east-1")
+        where = backend_regions.get(bid) or region or (
+            _snapshot_region(book, b.instance_type) if b.instance_type else "us-east-1")
         plan[bid] = {"label": b.label, **cost_row(
             service=b.service, instance_type=b.instance_type, model_id=b.model_id, precision=b.precision,
             region=where, measured=seed_measured(bid), measured_by=MEASURED_BY, book=book,

@@ -87,10 +87,10 @@ def test_region_resolution(tmp_path):
     cdk = tmp_path / "cdk.json"
     cdk.write_text(json.dumps({"context": {"region": "eu-west-1"}}))
     assert disc.resolve_region("ap-south-1", {"AWS_REGION": "us-west-2"}, cdk) == "ap-south-1"
-    assert disc.resolve_region(None, {"AWS_REGION": "us-west-2", "AWS_DEFAULT_REGION": "x"}, cdk) == "us-west-2"
-    assert disc.resolve_region(None, {"AWS_DEFAULT_REGION": "us-east-2"}, cdk) == "us-east-2"
+    # The shell's region is not the kit's (harness/regions.py): cdk deploy follows cdk.json.
+    assert disc.resolve_region(None, {"AWS_REGION": "us-west-2", "AWS_DEFAULT_REGION": "x"}, cdk) == "eu-west-1"
     assert disc.resolve_region(None, {}, cdk) == "eu-west-1"
-    assert disc.resolve_region(None, {}, tmp_path / "missing.json") is None
+    assert disc.resolve_region(None, {}, tmp_path / "missing.json") == "us-east-1"
 
 
 def test_ttl_notes():

@@ -1,0 +1,166 @@
+"""One region resolution for the whole kit: deploy, discovery, preflight, cost and lint.
+
+The kit's region is, in this order:
+1. an explicit value: ``cdk deploy -c region=…`` (app.py, through stacks.config) or ``--region``
+   (harness.run, harness.preflight);
+2. cdk.json's context ``region``;
+3. ``DEFAULT_REGION``.
+
+The shell's ``AWS_REGION`` / ``AWS_DEFAULT_REGION`` are *not* consulted. The stacks carry their
+region in ``env`` (stacks/wiring.py): ``cdk deploy`` deploys there whatever the shell says, so a
+harness that followed the shell would look in another region and find nothing. When the shell
+names another region, ``shell_note`` says which one is used and why, in one line.
+
+A backend whose instance type its region lacks goes elsewhere with ``<id>_region`` (context, in
+cdk.json or ``-c``): it gets its own NetworkStack (and image and package stacks) in that region,
+and discovery looks for it there. ``KitRegions.regions`` is every region the configuration uses.
+
+No aws-cdk-lib import: the harness, preflight and tests use this without jsii.
+"""
+from __future__ import annotations
+
+import json
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from harness import catalog
+
+DEFAULT_REGION = "us-east-1"
+CDK_JSON = Path(__file__).resolve().parent.parent / "cdk.json"
+REGION_PATTERN = re.compile(r"^[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d$")
+SHELL_VARIABLES = ("AWS_REGION", "AWS_DEFAULT_REGION")
+
+
+class RegionError(ValueError):
+    """A region value is malformed. str(e) is the one line to show."""
+
+
+def region_key(backend_id: str) -> str:
+    return f"{backend_id}_region"
+
+
+def read_context(cdk_json: Path | None = None) -> dict[str, Any]:
+    """cdk.json's ``context`` (empty when the file is missing or not JSON)."""
+    try:
+        return dict(json.loads(Path(cdk_json or CDK_JSON).read_text()).get("context", {}))
+    except (OSError, ValueError, AttributeError):
+        return {}
+
+
+def check_region(key: str, value: Any) -> str:
+    if not isinstance(value, str) or not REGION_PATTERN.match(value):
+        raise RegionError(f"{key}={value!r} is not an AWS region code (e.g. us-east-1)")
+    return value
+
+
+@dataclass(frozen=True)
+class KitRegions:
+    region: str  # the kit's region: every backend without its own <id>_region
+    source: str  # where it came from, for the one line the commands print
+    overrides: Mapping[str, str] = field(default_factory=dict)  # backend id -> its own region
+
+    def of(self, backend_id: str) -> str:
+        return self.overrides.get(backend_id, self.region)
+
+    @property
+    def regions(self) -> tuple[str, ...]:
+        """Every region in use: the kit's first, then the overrides' in catalog order."""
+        out = [self.region]
+        for bid in catalog.BACKEND_IDS:
+            r = self.overrides.get(bid)
+            if r and r not in out:
+                out.append(r)
+        return tuple(out)
+
+    def backends_in(self, region: str, backend_ids: tuple[str, ...] = catalog.BACKEND_IDS) -> tuple[str, ...]:
+        return tuple(b for b in backend_ids if self.of(b) == region)
+
+    def describe(self) -> str:
+        """E.g. ``us-east-1 (cdk.json context region); g5g in us-west-2 (g5g_region)``."""
+        text = f"{self.region} ({self.source})"
+        extra = [f"{b} in {r} ({region_key(b)})" for b, r in self.overrides.items() if r != self.region]
+        return "; ".join([text, *extra])
+
+    def shell_note(self, env: Mapping[str, str]) -> str | None:
+        """One line when the shell names a region the kit does not use."""
+        for var in SHELL_VARIABLES:
+            value = env.get(var)
+            if value and value not in self.regions:
+                return (f"{var}={value} in your shell is not used: the kit's stacks deploy to "
+                        f"{self.describe()}; to use {value}, set context region in cdk.json "
+                        f"or pass -c region={value} to cdk and --region {value} to the harness")
+        return None
+
+
+def resolve(explicit: str | None = None, context: Mapping[str, Any] | None = None,
+            cdk_json: Path | None = None) -> KitRegions:
+    """The kit's regions from an explicit value, else ``context`` (default: cdk.json's) ``region``,
+    else DEFAULT_REGION; per-backend ``<id>_region`` from the context. Raises RegionError."""
+    ctx = read_context(cdk_json) if context is None else context
+    if explicit:
+        region, source = check_region("--region", explicit), "--region"
+    elif ctx.get("region") is not None:
+        region, source = check_region("region", ctx["region"]), "context region"
+    else:
+        region, source = DEFAULT_REGION, "default"
+    overrides = {}
+    for bid in catalog.BACKEND_IDS:
+        value = ctx.get(region_key(bid))
+        if value is not None:
+            overrides[bid] = check_region(region_key(bid), value)
+    return KitRegions(region, source, overrides)
+
+
+def template_regions(cdk_out: Path) -> dict[str, list[Path]]:
+    """Region -> templates, from the cloud assembly's manifest (each stack's ``environment`` is
+    ``aws://<account>/<region>``)."""
+    manifest = json.loads((Path(cdk_out) / "manifest.json").read_text())
+    out: dict[str, list[Path]] = {}
+    for art in manifest.get("artifacts", {}).values():
+        if art.get("type") != "aws:cloudformation:stack":
+            continue
+        region = art["environment"].rsplit("/", 1)[-1]
+        out.setdefault(region, []).append(Path(cdk_out) / art["properties"]["templateFile"])
+    return out
+
+
+def lint_commands(cdk_out: Path, cfn_lint: str = "cfn-lint") -> list[list[str]]:
+    """One cfn-lint command per region, with ``--regions`` set to the templates' own region:
+    cfn-lint otherwise checks against the shell's region (AWS_DEFAULT_REGION), where e.g.
+    g5g.2xlarge is not offered (E3628) although the template deploys elsewhere."""
+    return [[cfn_lint, *map(str, sorted(paths)), "--regions", region]  # --regions takes 1+ values: last
+            for region, paths in sorted(template_regions(cdk_out).items())]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m harness.regions`` prints the kit's regions; ``lint CDK_OUT`` runs cfn-lint per region."""
+    import os
+    import subprocess
+
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["lint"] and len(argv) == 2:
+        rc = 0
+        cfn_lint = str(Path(sys.executable).parent / "cfn-lint")
+        for cmd in lint_commands(Path(argv[1]), cfn_lint):
+            rc = max(rc, subprocess.run(cmd).returncode)
+        return rc
+    if argv:
+        print("usage: python -m harness.regions [lint CDK_OUT]", file=sys.stderr)
+        return 2
+    try:
+        kit = resolve()
+    except RegionError as e:
+        print(f"regions: {e}", file=sys.stderr)
+        return 2
+    print(kit.describe())
+    note = kit.shell_note(os.environ)
+    if note:
+        print(f"note: {note}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
