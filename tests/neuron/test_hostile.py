@@ -136,11 +136,11 @@ MALFORMED = [
      chat(messages=[{**CALL, "tool_calls": [{"id": "c1", "type": "function", "function": {
          "name": "f", "arguments": '{"a":' + "[" * 1500 + "]" * 1500 + "}"}}]}, {"role": "user", "content": "x"}]),
      "application/json", 400, "messages[0].tool_calls[0].function.arguments"),
-    ("arguments nested 100 deep",
+    ("arguments nested 100 deep, over the 64-level limit",
      chat(messages=[{**CALL, "tool_calls": [{"id": "c1", "type": "function", "function": {
          "name": "f", "arguments": '{"a":' + "[" * 100 + "]" * 100 + "}"}}]}, {"role": "user", "content": "x"}]),
      "application/json", 400, "messages[0].tool_calls[0].function.arguments"),
-    ("tool parameters nested 200 deep",
+    ("tool parameters nested 200 deep, over the 64-level limit",
      chat(tools=[{"type": "function", "function": {"name": "f", "parameters": json.loads(
          '{"a":' * 200 + "1" + "}" * 200)}}]),
      "application/json", 400, "tools"),
