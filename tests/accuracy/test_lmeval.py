@@ -4,7 +4,6 @@ OpenAI-compatible servers."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
