@@ -168,6 +168,9 @@ def _tools(body: dict) -> list[dict] | None:
                 or not isinstance(fn.get("name"), str) or not fn["name"]:
             raise RequestError(f"tools[{i}] must be {{'type': 'function', 'function': {{'name': ...}}}}",
                                "tools")
+        if fn.get("description") is not None and not isinstance(fn["description"], str):
+            raise RequestError(f"tools[{i}].function.description must be a string, got "
+                               f"{show(fn['description'])}", "tools")
         if fn.get("parameters") is not None and not isinstance(fn["parameters"], dict):
             raise RequestError(f"tools[{i}].function.parameters must be a JSON Schema object", "tools")
     return tools

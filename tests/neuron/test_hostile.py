@@ -158,6 +158,8 @@ MALFORMED = [
      "application/json", 400, "messages[0].tool_calls[0].id"),
     ("tool name is a list", chat(messages=[CALL, {"role": "tool", "name": ["f"], "content": "8"}]),
      "application/json", 400, "messages[1].name"),
+    ("tool description is a list", chat(tools=[{"type": "function", "function": {"name": "f", "description": ["x"]}}]),
+     "application/json", 400, "tools"),
     ('stream: "false"', chat(stream="false"), "application/json", 400, "stream"),
     ('stream: 0', chat(stream=0), "application/json", 400, "stream"),
     ('ignore_eos: "false"', chat(ignore_eos="false"), "application/json", 400, "ignore_eos"),
