@@ -364,12 +364,13 @@ class SshForward:
             self._relay.add(conn, chan)
 
     def run_remote(self, command: str, stdin: bytes = b"", *, on_stderr: Callable[[bytes], None] | None = None,
-                   cancel: threading.Event | None = None) -> tuple[int, bytes]:
+                   cancel: threading.Event | None = None, keep_stdin_open: bool = False) -> tuple[int, bytes]:
         """(exit status, stdout) of ``command`` on the far side, over this tunnel's SSH connection
         (``harness.remote_exec``; used by ``--bench-from instance``)."""
         from harness.remote_exec import run_on_transport
 
-        return run_on_transport(self._live_transport(), command, stdin, on_stderr=on_stderr, cancel=cancel)
+        return run_on_transport(self._live_transport(), command, stdin, on_stderr=on_stderr, cancel=cancel,
+                                keep_stdin_open=keep_stdin_open)
 
     def close(self) -> None:
         self._closing.set()

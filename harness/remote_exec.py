@@ -20,11 +20,14 @@ class RemoteError(RuntimeError):
 
 def run_on_transport(transport: paramiko.Transport, command: str, stdin: bytes = b"", *,
                      on_stderr: Callable[[bytes], None] | None = None,
-                     cancel: threading.Event | None = None) -> tuple[int, bytes]:
+                     cancel: threading.Event | None = None,
+                     keep_stdin_open: bool = False) -> tuple[int, bytes]:
     """(exit status, stdout) of ``command`` in a session channel on ``transport``.
 
-    ``cancel`` set: the channel is closed (sshd then hangs up the command's pipes) and the
-    status is -1. A transport that dies underneath raises ``RemoteError``.
+    ``cancel`` set: the channel is closed (sshd then closes the command's pipes) and the
+    status is -1. ``keep_stdin_open``: no EOF after ``stdin`` until the command ends or is
+    cancelled, so the command can watch its stdin to learn that its caller has gone. A
+    transport that dies underneath raises ``RemoteError``.
     """
     try:
         chan = transport.open_session(timeout=15)
@@ -35,7 +38,8 @@ def run_on_transport(transport: paramiko.Transport, command: str, stdin: bytes =
     try:
         if stdin:
             chan.sendall(stdin)
-        chan.shutdown_write()
+        if not keep_stdin_open:
+            chan.shutdown_write()
         while True:
             busy = False
             if chan.recv_ready():

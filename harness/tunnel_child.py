@@ -100,6 +100,7 @@ def child_main() -> int:
         try:
             status, out = live["fwd"].run_remote(
                 msg["cmd"], base64.b64decode(msg.get("stdin") or ""), cancel=cancel,
+                keep_stdin_open=bool(msg.get("keep_stdin_open")),
                 on_stderr=lambda d: report({"op": "exec-err", "id": n, "data": base64.b64encode(d).decode()}))
             report({"op": "exec-done", "id": n, "status": status, "stdout": base64.b64encode(out).decode()})
         except Exception as exc:  # noqa: BLE001 - the parent raises it as RemoteError

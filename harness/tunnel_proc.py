@@ -206,14 +206,15 @@ class ProcessForward:
                 q.put({"op": "exec-done", "error": "the tunnel process exited"})
 
     def run_remote(self, command: str, stdin: bytes = b"", *, on_stderr: Callable[[bytes], None] | None = None,
-                   cancel: threading.Event | None = None) -> tuple[int, bytes]:
+                   cancel: threading.Event | None = None, keep_stdin_open: bool = False) -> tuple[int, bytes]:
         """(exit status, stdout) of ``command`` on the far side, run by the child over its SSH
         connection (``harness.remote_exec``). Ctrl-C or ``cancel`` closes the remote channel."""
         n = next(self._ids)
         q: queue.SimpleQueue = queue.SimpleQueue()
         self._execs[n] = (q, on_stderr)
         try:
-            self._send({"op": "exec", "id": n, "cmd": command, "stdin": base64.b64encode(stdin).decode()})
+            self._send({"op": "exec", "id": n, "cmd": command, "stdin": base64.b64encode(stdin).decode(),
+                        "keep_stdin_open": keep_stdin_open})
             while True:
                 try:
                     msg = q.get(timeout=0.5)

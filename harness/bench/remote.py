@@ -36,7 +36,10 @@ ENTRY = "harness.bench.cli"
 # scripts create (ami/components/vllm-cuda.yaml, userdata/engine-vllm-gpu.sh KIT_VENV,
 # ami/components/neuron-engine.yaml), then the system's.
 INSTANCE_PYTHONS = ("/opt/inference-kit/vllm/bin/python", "/opt/inference-kit/neuron/bin/python", "python3")
-_MAIN = """import os, sys
+_MAIN = """import os, signal, sys
+# started in the background by a non-interactive shell, which ignores SIGINT for it: restore
+# Ctrl-C's KeyboardInterrupt, so the remote script's watcher can stop the bench cleanly
+signal.signal(signal.SIGINT, signal.default_int_handler)
 for name in filter(None, os.environ.get("KIT_BENCH_WITHOUT", "").split(",")):
     sys.modules[name] = None  # as if not installed (tests: the fallbacks without uvloop/orjson)
 from harness.bench.cli import main
@@ -109,25 +112,32 @@ def bench_argv(endpoint: Endpoint, *, remote_port: int, bench: dict[str, Any]) -
     return argv
 
 
-def remote_command(argv: list[str], *, pythons: tuple[str, ...] = INSTANCE_PYTHONS,
+def remote_command(argv: list[str], zip_size: int, *, pythons: tuple[str, ...] = INSTANCE_PYTHONS,
                    env: dict[str, str] | None = None) -> str:
-    """The shell command run on the instance: read the zip from stdin, find a Python with
-    aiohttp, run the bench (its output to stderr), send its results as a tar on stdout."""
+    """The shell command run on the instance: read the zip (``zip_size`` bytes) from stdin, find
+    a Python with aiohttp, run the bench in the background (its output to stderr) while a
+    watcher waits for stdin's EOF, which comes when the caller closes the channel (done or
+    Ctrl-C): then the bench gets SIGINT. Finally the results as a tar on stdout; the temporary
+    directory is removed on every exit."""
     cands = " ".join(shlex.quote(p) for p in pythons)
     envs = " ".join(f"{k}={shlex.quote(v)}" for k, v in (env or {}).items())
     bench = " ".join(shlex.quote(a) for a in argv)
     return (
-        'set -u; d=$(mktemp -d "${TMPDIR:-/tmp}/kit-bench.XXXXXX") || exit 90; '
-        "trap 'rm -rf \"$d\"' EXIT; cat > \"$d/kit.zip\" || exit 91; py=; "
+        # fd 3 = the channel's stdin: a background job's own stdin is /dev/null (POSIX sh)
+        'set -u; exec 3<&0; d=$(mktemp -d "${TMPDIR:-/tmp}/kit-bench.XXXXXX") || exit 90; '
+        "trap 'rm -rf \"$d\"' EXIT; "
+        f"head -c {int(zip_size)} > \"$d/kit.zip\" || exit 91; py=; "
         f"for c in {cands}; do if command -v \"$c\" >/dev/null 2>&1 && "
-        "\"$c\" -c 'import aiohttp' >/dev/null 2>&1; then py=$c; break; fi; done; "
+        "\"$c\" -c 'import aiohttp' >/dev/null 2>&1 </dev/null; then py=$c; break; fi; done; "
         f"if [ -z \"$py\" ]; then echo 'no Python with aiohttp on the instance (looked for: {' '.join(pythons)})' >&2; "
         "exit 92; fi; "
-        f"{envs} \"$py\" \"$d/kit.zip\" {bench} --out \"$d/out\" 1>&2; rc=$?; "
+        f"{envs} \"$py\" \"$d/kit.zip\" {bench} --out \"$d/out\" 1>&2 </dev/null 3<&- & pid=$!; "
+        "( cat <&3 >/dev/null; kill -INT $pid ) >/dev/null 2>&1 & w=$!; exec 3<&-; "
+        "wait $pid; rc=$?; kill $w 2>/dev/null; "
         "mkdir -p \"$d/out\"; "
         "\"$py\" -c 'import json,os,platform,sys; json.dump({\"python\": platform.python_version(), "
         "\"python_path\": sys.argv[1], \"cpus\": os.cpu_count()}, open(sys.argv[2], \"w\"))' "
-        "\"$py\" \"$d/out/instance.json\"; "
+        "\"$py\" \"$d/out/instance.json\" </dev/null; "
         "tar -C \"$d/out\" -cf - . || exit 93; exit $rc"
     )
 
@@ -136,9 +146,10 @@ def remote_command(argv: list[str], *, pythons: tuple[str, ...] = INSTANCE_PYTHO
 def run_remote_bench(forwarder: Any, endpoint: Endpoint, out_dir: Path, *, remote_port: int,
                      bench: dict[str, Any], echo: Callable[[str], None] = print,
                      pythons: tuple[str, ...] | None = None,
-                     env: dict[str, str] | None = None) -> list[dict]:
+                     env: dict[str, str] | None = None, cancel: Any = None) -> list[dict]:
     """Run the bench on the instance behind ``forwarder`` and unpack its results into
-    ``out_dir`` (which must not hold a bench yet). Returns the levels as in summary.json."""
+    ``out_dir`` (which must not hold a bench yet). Returns the levels as in summary.json.
+    ``cancel`` (a threading.Event) or Ctrl-C stops the bench on the instance."""
     out_dir = Path(out_dir)
     if (out_dir / store.SUMMARY).exists() or (out_dir / store.REQUESTS).exists():
         raise RemoteBenchError(f"{out_dir}: already holds a benchmark")
@@ -150,9 +161,10 @@ def run_remote_bench(forwarder: Any, endpoint: Endpoint, out_dir: Path, *, remot
                 tail[:] = (tail + [line])[-5:]
                 echo(f"bench      {endpoint.name} (instance): {line}")
 
-    cmd = remote_command(bench_argv(endpoint, remote_port=remote_port, bench=bench),
+    kit = kit_zip()
+    cmd = remote_command(bench_argv(endpoint, remote_port=remote_port, bench=bench), len(kit),
                          pythons=pythons or INSTANCE_PYTHONS, env=env)
-    status, tar_bytes = forwarder.run_remote(cmd, kit_zip(), on_stderr=on_stderr)
+    status, tar_bytes = forwarder.run_remote(cmd, kit, on_stderr=on_stderr, keep_stdin_open=True, cancel=cancel)
     if not tar_bytes:
         raise RemoteBenchError(f"no results came back (exit status {status})"
                                + (f": {tail[-1]}" if tail else ""))

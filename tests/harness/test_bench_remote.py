@@ -109,3 +109,36 @@ def test_harness_run_stage_bench_from_instance(instance, tmp_path, monkeypatch):
     assert meta["bench"]["g6"]["from"] == "instance" and meta["bench"]["g6"]["path_rtt_ms"]["n"] == 20
     assert json.loads((tmp_path / "bench" / "g6" / "summary.json").read_text())[0]["completed"] == 2
     assert any("running on the instance" in line for line in lines)
+
+
+def _kit_bench_processes() -> list[str]:
+    from pathlib import Path
+    found = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if "kit-bench." in cmd and "kit.zip" in cmd:
+                found.append(cmd)
+    return found
+
+
+def test_cancel_stops_the_bench_on_the_instance(instance, tmp_path):
+    import threading
+    import time
+
+    fwd, ep = instance
+    cancel = threading.Event()
+    long = {**BENCH, "concurrency": [1], "requests": 100000}
+    threading.Timer(4.0, cancel.set).start()
+    t0 = time.monotonic()
+    with pytest.raises(remote.RemoteBenchError):
+        remote.run_remote_bench(fwd, ep, tmp_path / "o", remote_port=ep.port, bench=long, echo=lambda line: None,
+                                pythons=(sys.executable,), env=WITHOUT, cancel=cancel)
+    assert time.monotonic() - t0 < 30
+    deadline = time.monotonic() + 20
+    while _kit_bench_processes() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _kit_bench_processes() == []  # the watcher saw stdin close and stopped the bench
