@@ -62,6 +62,28 @@ class BoundedFormatter(logging.Formatter):
         return "\n".join(lines)
 
 
+class ClientErrorsAreInfo(logging.Filter):
+    """A request aiohttp's HTTP parser refuses (bad request line, header over 8190 bytes, bad
+    Content-Length) is the client's error, not the server's: one INFO line, no traceback.
+    aiohttp logs it with ``logger.exception("Error handling request from %s", ...)`` through the
+    ``logger`` its RequestHandler is given (aiohttp 3.14 web_protocol.RequestHandler.handle_error)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        code = getattr(exc, "code", 500)
+        if exc is not None and type(exc).__module__ == "aiohttp.http_exceptions" and 400 <= code < 500:
+            detail = " ".join(str(getattr(exc, "message", "") or exc).split())[:200]
+            record.msg = f"{record.msg}: HTTP {code} {type(exc).__name__}: {detail}"
+            if record.levelno > logging.INFO:
+                record.levelno, record.levelname = logging.INFO, "INFO"
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
+HTTP_LOG = logging.getLogger("ami.neuron.http")  # the logger aiohttp's RequestHandler writes to
+HTTP_LOG.addFilter(ClientErrorsAreInfo())
+
+
 def handler(stream=None) -> logging.Handler:
     h = logging.StreamHandler(stream if stream is not None else sys.stderr)
     h.setFormatter(BoundedFormatter(FORMAT))

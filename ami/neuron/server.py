@@ -230,10 +230,13 @@ def runner_options(header_timeout: float) -> dict:
     keepalive_timeout: aiohttp's keep-alive timer starts when a connection opens and closes it if
     no complete request head has arrived when it fires (aiohttp 3.14 web_protocol.RequestHandler:
     connection_made / _process_keepalive), so it is also the header timeout.
+    logger: aiohttp's own messages go through logs.HTTP_LOG, where a request its HTTP parser
+    refuses is one INFO line instead of an ERROR traceback.
     handler_cancellation: a lost connection cancels its handler, so a client that leaves while a
     whole (non-streamed) answer is generated frees its batch slot at once (aiohttp docs, "Web
     handler cancellation")."""
-    return {"keepalive_timeout": header_timeout, "handler_cancellation": True, "access_log": None}
+    return {"keepalive_timeout": header_timeout, "handler_cancellation": True, "access_log": None,
+            "logger": logs.HTTP_LOG}
 
 
 def build_app(generator: Generator, backend: str, body_timeout: float = DEFAULT_BODY_TIMEOUT_S) -> web.Application:

@@ -285,6 +285,26 @@ def test_a_client_that_leaves_before_a_whole_answer_frees_its_row(tiny_tokenizer
         assert runner.stopped.wait(5), "row still decoding for a client that left"
 
 
+@pytest.mark.parametrize("raw", [
+    b"GARBAGE\r\n\r\n",
+    b"GET /health HTTP/1.1\r\nX-Long: " + b"a" * 10_000 + b"\r\n\r\n",
+    b"POST /v1/chat/completions HTTP/1.1\r\nContent-Length: abc\r\n\r\n",
+], ids=["bad request line", "header over 8190 bytes", "bad Content-Length"])
+def test_broken_http_is_a_400_and_one_info_line(server, caplog, raw):
+    gc.collect()
+    caplog.set_level(logging.DEBUG)
+    caplog.clear()
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
+        s.sendall(raw)
+        reply = s.recv(65536)
+    time.sleep(0.2)
+    assert int(reply.split()[1]) == 400
+    loud = [r for r in caplog.records if r.levelno >= logging.WARNING or r.exc_info]
+    assert not loud, [(r.name, r.levelname, r.getMessage()[:200]) for r in loud]
+    said = [r for r in caplog.records if r.name == "ami.neuron.http"]  # INFO, or DEBUG for a non-HTTP method
+    assert len(said) == 1 and len(said[0].getMessage()) < 500, [r.getMessage()[:200] for r in said]
+
+
 # ---------------------------------------------------------------------------------------------
 # Point 3: a huge prompt is refused by cheap limits, and /health answers within 1 s meanwhile.
 # ---------------------------------------------------------------------------------------------
