@@ -168,9 +168,12 @@ def run_accuracy(targets: list[Target], opts: dict[str, Any], out_dir: Path, *,
             th.join()
     with contextlib.ExitStack() as gateways:
         if opts["tasks"]:  # lm-eval speaks OpenAI only: a local gateway in front of the others
-            via = [t if t.base_url else gateways.enter_context(openai_gateway(t)) for t in targets]
+            via = [_for_lm_eval(t, opts, run, gateways) for t in targets]
         for task in opts["tasks"]:
             _task(task, via, writer, out_dir, opts, run, status, keys, echo)
+    for t in targets:  # optional fields a server refused (then sent without)
+        if getattr(t.ask, "dropped", None):
+            run["backends"][t.name]["not_sent"] = sorted(t.ask.dropped)
     results = finished(out_dir)
     names = [t.name for t in targets] + _earlier(out_dir, run, results, status, {t.name for t in targets})
     acc = summarize(names, keys, results)
@@ -190,6 +193,18 @@ def run_accuracy(targets: list[Target], opts: dict[str, Any], out_dir: Path, *,
     for line in format_table(acc, run):
         echo(line)
     return run
+
+
+def _for_lm_eval(t: Target, opts: dict[str, Any], run: dict[str, Any], gateways: contextlib.ExitStack) -> Target:
+    """The target lm-eval talks to: itself, or a local gateway in front of it (not an
+    OpenAI-compatible server, or one that refuses lm-eval's seed/stop fields)."""
+    why = None if t.base_url is None else lmeval.refused_chat_fields(t.base_url, t.model_id, opts["settings"].seed)
+    if t.base_url and why is None:
+        return t
+    run["backends"][t.name]["lm_eval_via"] = (
+        f"local gateway: {t.protocol} is not OpenAI-compatible" if t.base_url is None else
+        f"local gateway (no stop sequences, seed dropped if refused): the server refused lm-eval's request: {why[:200]}")
+    return gateways.enter_context(openai_gateway(t))
 
 
 def _earlier(out_dir: Path, run: dict[str, Any], results: dict, status: dict[str, list[str]],

@@ -65,31 +65,57 @@ def _with_retries(call: Callable[[], str], s: Settings) -> str:
     raise BackendDown(str(last)) from None
 
 
-def openai_ask(base_url: str, model: str, s: Settings) -> Callable[[Messages], str]:
-    url = base_url.rstrip("/") + "/chat/completions"
+# Servers that refuse a request field rather than ignore it: the kit's own Neuron engine answers
+# 400 "seed is not supported" and "stop sequences are not supported" (ami/neuron/api.py). Greedy
+# decoding needs no seed, so a refused seed is dropped for that server and the run says so.
+OPTIONAL_FIELDS = ("seed",)
 
-    def once(msgs: Messages) -> str:
-        body = json.dumps({"model": model, "messages": msgs, "temperature": 0, "seed": s.seed,
-                           "max_tokens": s.max_tokens, "stream": False}).encode()
-        req = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
+
+class OpenAIAsk:
+    """POST /v1/chat/completions, non-streaming, greedy and seeded; ``dropped`` lists the optional
+    fields this server refused (then sent without)."""
+
+    def __init__(self, base_url: str, model: str, s: Settings) -> None:
+        self.url = base_url.rstrip("/") + "/chat/completions"
+        self.model, self.s = model, s
+        self.dropped: set[str] = set()
+
+    def body(self, msgs: Messages) -> dict[str, Any]:
+        b = {"model": self.model, "messages": msgs, "temperature": 0, "seed": self.s.seed,
+             "max_tokens": self.s.max_tokens, "stream": False}
+        return {k: v for k, v in b.items() if k not in self.dropped}
+
+    def once(self, msgs: Messages) -> str:
+        sent = self.body(msgs)
+        req = urllib.request.Request(self.url, data=json.dumps(sent).encode(),
+                                     headers={"Content-Type": "application/json"})
         try:
-            with urllib.request.urlopen(req, timeout=s.timeout) as r:  # noqa: S310 - user URL
+            with urllib.request.urlopen(req, timeout=self.s.timeout) as r:  # noqa: S310 - user URL
                 data = json.loads(r.read())
         except urllib.error.HTTPError as e:
-            detail = e.read()[:200].decode("utf-8", "replace")
+            detail = e.read()[:300].decode("utf-8", "replace")
             if e.code == 429 or e.code >= 500:
-                raise BackendDown(f"HTTP {e.code} from {url}: {detail}") from None
-            raise ItemFailed(f"HTTP {e.code} from {url}: {detail}") from None
+                raise BackendDown(f"HTTP {e.code} from {self.url}: {detail}") from None
+            refused = [f for f in OPTIONAL_FIELDS if f in sent and f in detail]
+            if e.code == 400 and refused:
+                self.dropped.update(refused)
+                return self.once(msgs)
+            raise ItemFailed(f"HTTP {e.code} from {self.url}: {detail}") from None
         except (urllib.error.URLError, OSError) as e:  # refused, reset, timed out
-            raise BackendDown(f"{url}: {getattr(e, 'reason', None) or e}") from None
+            raise BackendDown(f"{self.url}: {getattr(e, 'reason', None) or e}") from None
         except ValueError as e:
-            raise ItemFailed(f"{url}: reply is not JSON ({e})") from None
+            raise ItemFailed(f"{self.url}: reply is not JSON ({e})") from None
         try:
             return str(data["choices"][0]["message"]["content"] or "")
         except (KeyError, IndexError, TypeError):
-            raise ItemFailed(f"{url}: reply has no choices[0].message.content") from None
+            raise ItemFailed(f"{self.url}: reply has no choices[0].message.content") from None
 
-    return lambda msgs: _with_retries(lambda: once(msgs), s)
+    def __call__(self, msgs: Messages) -> str:
+        return _with_retries(lambda: self.once(msgs), self.s)
+
+
+def openai_ask(base_url: str, model: str, s: Settings) -> OpenAIAsk:
+    return OpenAIAsk(base_url, model, s)
 
 
 _RETRYABLE = ("throttl", "toomanyrequests", "serviceunavailable", "servicequotaexceeded", "modelnotready")

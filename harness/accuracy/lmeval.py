@@ -109,6 +109,27 @@ def serves_echo(base_url: str | None, model: str, timeout: float = 30.0) -> bool
         return False
 
 
+def refused_chat_fields(base_url: str, model: str, seed: int, timeout: float = 60.0) -> str | None:
+    """lm-eval's chat requests carry ``seed`` and ``stop`` (openai_completions.py
+    LocalChatCompletion._create_payload). A server that refuses them with a 400 (the kit's Neuron
+    engine: ami/neuron/api.py) is reached through the local gateway instead, which sends neither
+    (the seed is dropped once refused: harness.accuracy.client.OpenAIAsk). Returns the server's
+    refusal, or None when it accepts them (or answers anything but a 400)."""
+    body = json.dumps({"model": model, "messages": [{"role": "user", "content": "Say OK."}], "max_tokens": 1,
+                       "temperature": 0, "seed": seed, "stop": ["\n\n"]}).encode()
+    req = urllib.request.Request(base_url.rstrip("/") + "/chat/completions", data=body,
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:  # noqa: S310 - user URL
+            r.read()
+        return None
+    except urllib.error.HTTPError as e:
+        detail = e.read()[:300].decode("utf-8", "replace")
+        return detail if e.code == 400 and ("seed" in detail or "stop" in detail) else None
+    except (urllib.error.URLError, OSError):
+        return None
+
+
 def _model_args(target: Any, kind: str, opts: dict[str, Any]) -> dict[str, Any]:
     s = opts["settings"]
     common = {"model": target.model_id, "num_concurrent": opts["concurrency"], "max_retries": s.retries,

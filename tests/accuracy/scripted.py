@@ -32,11 +32,13 @@ def numbered(right: set[int], *, style: str = "line") -> Script:
 
 class ScriptedServer:
     def __init__(self, script: Script, *, model: str = "scripted-model", die_after: int | None = None,
-                 echo_logprobs: "bool | Callable[[list[str]], float]" = False) -> None:
+                 echo_logprobs: "bool | Callable[[list[str]], float]" = False,
+                 refuse: tuple[str, ...] = ()) -> None:
         self.script = script
         self.model = model
         self.die_after = die_after
         self.echo_logprobs = echo_logprobs
+        self.refuse = refuse  # request fields answered with a 400, as the kit's Neuron engine does
         self.bodies: list[dict] = []
         self.answered = 0
         self.lock = threading.Lock()
@@ -72,6 +74,10 @@ class ScriptedServer:
                     outer._die()
                     self.close_connection = True
                     return  # the connection closes with no reply
+                refused = [f for f in outer.refuse if body.get(f) not in (None, False, 0, [])]
+                if refused:
+                    self._send(400, {"error": {"message": f"{refused[0]} is not supported", "param": refused[0]}})
+                    return
                 if self.path.endswith("/chat/completions"):
                     msgs = body["messages"]
                     user = [m for m in msgs if m["role"] == "user"][-1]["content"]

@@ -232,3 +232,16 @@ def test_resume_adds_a_backend_measured_later(tmp_path, servers):
     meta = json.loads((out / "run.json").read_text())["backends"]
     assert meta["bf16"]["model"] == "google/gemma-bf16" and meta["bf16"]["asked"] == "in an earlier run"
     assert meta["int4"]["model"] == "package:emb4"
+
+
+def test_a_server_that_refuses_seed_is_asked_without_it(tmp_path, servers):
+    """The kit's Neuron engine answers 400 to a seed (ami/neuron/api.py): greedy needs none, so
+    the seed is dropped for that server and run.json says so."""
+    a = servers(numbered(A_RIGHT), refuse=("seed",))
+    items = write_items(tmp_path / "items.jsonl", 8)
+    out = tmp_path / "out"
+    assert run(["--endpoint", f"a={a.url}", "--items", str(items), "--out", str(out), "--concurrency", "1"]) == 0
+    acc, lines = load(out)
+    assert acc["backends"]["a"]["n"] == 8 and all(r["correct"] is not None for r in lines)
+    assert json.loads((out / "run.json").read_text())["backends"]["a"]["not_sent"] == ["seed"]
+    assert "seed" in a.bodies[0] and all("seed" not in b for b in a.bodies[1:])

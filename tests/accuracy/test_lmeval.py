@@ -302,3 +302,22 @@ def test_tasks_without_lm_eval_installed_is_one_line(tmp_path, monkeypatch, caps
     assert main(["--endpoint", "a=http://127.0.0.1:9/v1", "--tasks", "gsm8k", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "requirements-accuracy.txt" in err
+
+
+def test_lm_eval_reaches_a_server_that_refuses_seed_and_stop(tmp_path, task_dir):
+    """The kit's Neuron engine refuses seed and stop (400): lm-eval goes through the gateway."""
+    a = ScriptedServer(numbered(A_RIGHT), refuse=("seed", "stop"))
+    out = tmp_path / "out"
+    try:
+        rc = main(["--endpoint", f"a={a.url}", "--tasks", "acc_local_gen", "--task-path", str(task_dir),
+                   "--out", str(out)], echo=lambda s: None)
+    finally:
+        a.stop()
+    assert rc == 0
+    acc = json.loads((out / "accuracy.json").read_text())
+    assert acc["backends"]["a"]["n"] == N and acc["backends"]["a"]["correct"] == len(A_RIGHT)
+    info = json.loads((out / "run.json").read_text())["backends"]["a"]
+    assert info["lm_eval_via"].startswith("local gateway") and "not supported" in info["lm_eval_via"]
+    answered = [b for b in a.bodies if "messages" in b and "seed" not in b and "stop" not in b]
+    assert sorted(q["messages"][-1]["content"] for q in answered) == \
+        sorted(f"Q{i}: what is {i} plus {i}?" for i in range(N))
