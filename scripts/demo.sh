@@ -48,7 +48,7 @@ url="http://127.0.0.1:$port"
 
 say "starting the Neuron engine's CPU generator on a tiny random Gemma 4 at $url"
 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \
-    "$PY" -m ami.neuron.server --backend cpu --tiny-random --host 127.0.0.1 --port "$port" \
+    "$PY" -m ami.neuron.server --device cpu --tiny-random --host 127.0.0.1 --port "$port" \
     --cpu-threads 1 >"$work/engine.log" 2>&1 &
 engine_pid=$!
 say "engine pid $engine_pid, log $work/engine.log"

@@ -82,11 +82,11 @@ def _seconds(text: str) -> float:
 def build_parser() -> argparse.ArgumentParser:
     d = DEFAULT_SHAPES
     p = _Parser(prog=PROG, description="OpenAI-compatible server of the kit's Neuron engine.")
-    p.add_argument("--backend", required=True, choices=["neuron", "cpu"],
+    p.add_argument("--device", required=True, choices=["neuron", "cpu"],
                    help="neuron: compiled model on NeuronCores; cpu: transformers (tests, demos)")
     p.add_argument("--model", metavar="DIR", help="checkpoint directory (config.json, weights, tokenizer)")
     p.add_argument("--tiny-random", action="store_true",
-                   help="cpu backend only: a tiny random-weight Gemma 4 built in memory")
+                   help="cpu generator only: a tiny random-weight Gemma 4 built in memory")
     p.add_argument("--served-model-name", metavar="NAME",
                    help="model id clients must send (default: the --model value, or tiny-random-gemma4)")
     p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
@@ -136,25 +136,25 @@ def build_parser() -> argparse.ArgumentParser:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = build_parser()
     a = p.parse_args(argv)
-    if a.tiny_random and a.backend != "cpu":
-        p.error("--tiny-random needs --backend cpu (a random model is never compiled for Neuron)")
-    if a.compile_only and a.backend != "neuron":
-        p.error("--compile-only needs --backend neuron (the cpu backend compiles nothing)")
+    if a.tiny_random and a.device != "cpu":
+        p.error("--tiny-random needs --device cpu (a random model is never compiled for Neuron)")
+    if a.compile_only and a.device != "neuron":
+        p.error("--compile-only needs --device neuron (the cpu generator compiles nothing)")
     if a.tiny_random and a.model:
         p.error("give either --model DIR or --tiny-random, not both")
     if not a.tiny_random:
         if not a.model:
-            p.error(f"--model DIR is required with --backend {a.backend}" +
-                    (" (or --tiny-random)" if a.backend == "cpu" else ""))
+            p.error(f"--model DIR is required with --device {a.device}" +
+                    (" (or --tiny-random)" if a.device == "cpu" else ""))
         if not os.path.isfile(os.path.join(a.model, "config.json")):
             p.error(f"--model {a.model!r} is not a checkpoint directory (no config.json in it)")
     try:
         a.shapes = make_shapes(a.prompt_buckets, a.max_total_tokens, a.batch_size, a.token_buckets)
-        if a.backend == "neuron":
+        if a.device == "neuron":
             from .neuron_config import check_precision
             check_precision({}, a.dtype)
         elif a.dtype not in ("bf16", "fp16", "fp32"):
-            p.error(f"--dtype {a.dtype!r} is not one of bf16, fp16, fp32 for the cpu backend")
+            p.error(f"--dtype {a.dtype!r} is not one of bf16, fp16, fp32 for the cpu generator")
     except ConfigError as exc:
         p.error(str(exc))
     a.served_model_name = a.served_model_name or (a.model if a.model else "tiny-random-gemma4")
@@ -163,12 +163,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def compile_only(args: argparse.Namespace) -> str:
     """Compile for the configured shapes into the cache and return its directory."""
-    from . import neuron_backend
+    from . import neuron_generator
     try:
-        cfg = neuron_backend.engine_config(args.model, args.shapes, args.dtype, args.tp_degree,
+        cfg = neuron_generator.engine_config(args.model, args.shapes, args.dtype, args.tp_degree,
                                            args.compiled_dir, args.served_model_name,
                                            args.tp_degrees or (), args.platform)
-        neuron_backend.build_model(args.model, cfg, args.neuron_model_src, args.neuron_model_class,
+        neuron_generator.build_model(args.model, cfg, args.neuron_model_src, args.neuron_model_class,
                                    args.neuron_config_class, load=False)
     except ConfigError as exc:
         sys.exit(f"{PROG}: error: {exc}")
@@ -179,16 +179,16 @@ def build_generator(args: argparse.Namespace):
     shapes = args.shapes
     limits = Limits(shapes.max_prompt_tokens, shapes.total_tokens, shapes.batch_size)
     wait_s = args.batch_wait_ms / 1000.0
-    if args.backend == "cpu":
-        from . import cpu_backend
-        return cpu_backend.make_generator(args.served_model_name, args.model, args.tiny_random,
+    if args.device == "cpu":
+        from . import cpu_generator
+        return cpu_generator.make_generator(args.served_model_name, args.model, args.tiny_random,
                                           limits, wait_s, args.cpu_threads, args.dtype)
-    from . import neuron_backend
+    from . import neuron_generator
     try:
-        cfg = neuron_backend.engine_config(args.model, shapes, args.dtype, args.tp_degree,
+        cfg = neuron_generator.engine_config(args.model, shapes, args.dtype, args.tp_degree,
                                            args.compiled_dir, args.served_model_name,
                                            args.tp_degrees or (), args.platform)
-        return neuron_backend.make_generator(args.served_model_name, args.model, cfg, limits, wait_s,
+        return neuron_generator.make_generator(args.served_model_name, args.model, cfg, limits, wait_s,
                                              args.neuron_model_src, args.neuron_model_class,
                                              args.neuron_config_class)
     except ConfigError as exc:

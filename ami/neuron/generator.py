@@ -2,8 +2,8 @@
 
 A ``Generator`` owns the chat format (tokenizer and template), the compiled limits, and
 ``generate(prompt_ids, params)``: an async iterator of token ids, with concurrent calls batched
-behind it. ``BatchedGenerator`` is the implementation both backends use: a scheduler that
-batches requests up to the compiled batch size, over a backend-specific ``Runner`` (CPU:
+behind it. ``BatchedGenerator`` is the implementation both generators use: a scheduler that
+batches requests up to the compiled batch size, over a device-specific ``Runner`` (CPU:
 transformers; Neuron: the compiled NxD Inference model). Tests add a scripted implementation.
 """
 from __future__ import annotations
@@ -33,7 +33,7 @@ class LimitError(ValueError):
 
 @dataclass(frozen=True)
 class Limits:
-    """The shapes the model was compiled for (the CPU backend enforces the same ones)."""
+    """The shapes the model was compiled for (the CPU generator enforces the same ones)."""
 
     max_prompt_tokens: int  # largest prompt (context-encoding) bucket
     max_total_tokens: int  # prompt + generated tokens per sequence (compiled sequence length)

@@ -1,4 +1,4 @@
-"""Queue and batch concurrent requests up to the compiled batch size (both backends).
+"""Queue and batch concurrent requests up to the compiled batch size (both generators).
 
 A compiled Neuron model runs a fixed batch of sequences through a fixed total length, so the
 scheduler works in waves: when the model is free it takes the oldest waiting requests, as many

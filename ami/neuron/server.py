@@ -1,7 +1,7 @@
 """OpenAI-compatible HTTP server of the Neuron engine (aiohttp).
 
-    python -m ami.neuron.server --backend neuron --model DIR --host 127.0.0.1 --port 8000
-    python -m ami.neuron.server --backend cpu --tiny-random --port 8000
+    python -m ami.neuron.server --device neuron --model DIR --host 127.0.0.1 --port 8000
+    python -m ami.neuron.server --device cpu --tiny-random --port 8000
 
 Routes: POST /v1/chat/completions (streamed or not, with tools), GET /v1/models, GET /health.
 Every flag is described in ami/neuron/README.md. Heavy imports (torch, transformers, the
@@ -27,7 +27,7 @@ from .toolcalls import ContentDelta, ToolCall, ToolCallStream
 
 log = logging.getLogger("ami.neuron.server")
 GENERATOR = web.AppKey("generator", object)
-BACKEND = web.AppKey("backend", str)
+DEVICE = web.AppKey("device", str)
 INTAKE = web.AppKey("intake", object)  # (ThreadPoolExecutor, IntakeLimits)
 BODY_TIMEOUT = web.AppKey("body_timeout", float)
 MAX_BODY = web.AppKey("max_body", int)
@@ -218,7 +218,7 @@ async def health(request: web.Request) -> web.Response:
     stats = gen.stats()
     ok = stats.get("running", True)  # a dead scheduler would queue requests forever: say so
     return web.json_response({
-        "status": "ok" if ok else "error", "model": gen.model_id, "backend": request.app[BACKEND],
+        "status": "ok" if ok else "error", "model": gen.model_id, "device": request.app[DEVICE],
         "limits": {"max_prompt_tokens": lim.max_prompt_tokens, "max_total_tokens": lim.max_total_tokens,
                    "max_batch_size": lim.max_batch_size},
         "scheduler": stats}, status=200 if ok else 503)
@@ -239,11 +239,11 @@ def runner_options(header_timeout: float) -> dict:
             "logger": logs.HTTP_LOG}
 
 
-def build_app(generator: Generator, backend: str, body_timeout: float = DEFAULT_BODY_TIMEOUT_S) -> web.Application:
+def build_app(generator: Generator, device: str, body_timeout: float = DEFAULT_BODY_TIMEOUT_S) -> web.Application:
     limits = intake.IntakeLimits.for_generator(generator)
     app = web.Application(client_max_size=limits.max_body_bytes, middlewares=[_errors_as_json])
     app[GENERATOR] = generator
-    app[BACKEND] = backend
+    app[DEVICE] = device
     app[BODY_TIMEOUT] = body_timeout
     app[MAX_BODY] = limits.max_body_bytes
     # One intake thread: requests are checked and tokenized one at a time, off the event loop
@@ -277,9 +277,9 @@ def main(argv: list[str] | None = None) -> int:
         first = " ".join(str(exc).split())[:300]
         raise SystemExit(f"python -m ami.neuron.server: error: cannot load --model {args.model!r}: "
                          f"{type(exc).__name__}: {first}") from None
-    log.info("serving %s (%s) on http://%s:%d", generator.model_id, args.backend, args.host, args.port)
+    log.info("serving %s (%s) on http://%s:%d", generator.model_id, args.device, args.host, args.port)
     try:
-        web.run_app(build_app(generator, args.backend, args.body_timeout), host=args.host,
+        web.run_app(build_app(generator, args.device, args.body_timeout), host=args.host,
                     port=args.port, print=None, handle_signals=True,
                     **runner_options(args.header_timeout))
     except OSError as exc:  # taken between the check and the bind

@@ -44,10 +44,10 @@ TINY_ARGS = ["--prompt-buckets", "64,256", "--max-total-tokens", "512", "--batch
 
 @pytest.fixture(scope="session")
 def tiny_server():
-    """``python -m ami.neuron.server --backend cpu --tiny-random`` on a free port: the real CLI."""
+    """``python -m ami.neuron.server --device cpu --tiny-random`` on a free port: the real CLI."""
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "ami.neuron.server", "--backend", "cpu",
+    proc = subprocess.Popen([sys.executable, "-m", "ami.neuron.server", "--device", "cpu",
                              "--tiny-random", "--port", str(port), *TINY_ARGS],
                             env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:

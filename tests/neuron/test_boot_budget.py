@@ -74,19 +74,19 @@ def test_bad_input_is_one_line(args, needle):
 
 
 def test_is_compiled_needs_the_marker_with_this_cache_key(tmp_path):
-    from ami.neuron import neuron_backend
+    from ami.neuron import neuron_generator
     from ami.neuron.neuron_config import plan
 
     config = {"text_config": {"num_attention_heads": 8, "vocab_size": 1000, "hidden_size": 64,
                               "num_hidden_layers": 2}}
     cfg = plan(config, neuron_cores=2, tp_degrees=(1, 2), platform="inf2", cache_root=str(tmp_path))
-    assert not neuron_backend.is_compiled(cfg)
+    assert not neuron_generator.is_compiled(cfg)
     (tmp_path / cfg.compiled_dir.rsplit("/", 1)[1]).mkdir()
-    marker = tmp_path / cfg.compiled_dir.rsplit("/", 1)[1] / neuron_backend.MARKER
+    marker = tmp_path / cfg.compiled_dir.rsplit("/", 1)[1] / neuron_generator.MARKER
     marker.write_text(json.dumps({"cache_key": "other"}))
-    assert not neuron_backend.is_compiled(cfg)
+    assert not neuron_generator.is_compiled(cfg)
     marker.write_text(json.dumps(cfg.marker()))
-    assert neuron_backend.is_compiled(cfg)
+    assert neuron_generator.is_compiled(cfg)
 
 
 def test_on_the_instance_the_kernels_memtotal_is_the_host(tmp_path):

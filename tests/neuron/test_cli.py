@@ -21,22 +21,22 @@ def run_cli(args, cwd=REPO, pythonpath=REPO):
 
 
 @pytest.mark.parametrize("args, says", [
-    ([], "the following arguments are required: --backend"),
-    (["--backend", "gpu"], "invalid choice: 'gpu'"),
-    (["--backend", "neuron", "--tiny-random"], "--tiny-random needs --backend cpu"),
-    (["--backend", "cpu"], "--model DIR is required with --backend cpu (or --tiny-random)"),
-    (["--backend", "cpu", "--model", "/nonexistent"], "'/nonexistent' is not a checkpoint directory"),
-    (["--backend", "cpu", "--tiny-random", "--port", "70000"], "port must be 1..65535"),
-    (["--backend", "cpu", "--tiny-random", "--prompt-buckets", "512,128"], "increasing positive integers"),
-    (["--backend", "cpu", "--tiny-random", "--prompt-buckets", "128,a"], "comma-separated integers"),
-    (["--backend", "cpu", "--tiny-random", "--max-total-tokens", "128", "--prompt-buckets", "128"],
+    ([], "the following arguments are required: --device"),
+    (["--device", "gpu"], "invalid choice: 'gpu'"),
+    (["--device", "neuron", "--tiny-random"], "--tiny-random needs --device cpu"),
+    (["--device", "cpu"], "--model DIR is required with --device cpu (or --tiny-random)"),
+    (["--device", "cpu", "--model", "/nonexistent"], "'/nonexistent' is not a checkpoint directory"),
+    (["--device", "cpu", "--tiny-random", "--port", "70000"], "port must be 1..65535"),
+    (["--device", "cpu", "--tiny-random", "--prompt-buckets", "512,128"], "increasing positive integers"),
+    (["--device", "cpu", "--tiny-random", "--prompt-buckets", "128,a"], "comma-separated integers"),
+    (["--device", "cpu", "--tiny-random", "--max-total-tokens", "128", "--prompt-buckets", "128"],
      "must exceed the largest prompt bucket"),
-    (["--backend", "cpu", "--tiny-random", "--batch-size", "0"], "positive integer"),
-    (["--backend", "cpu", "--tiny-random", "--tp-degrees", "1,x"], "comma-separated integers"),
-    (["--backend", "cpu", "--tiny-random", "--compile-only"], "--compile-only needs --backend neuron"),
-    (["--backend", "cpu", "--tiny-random", "--model", "x"], "either --model DIR or --tiny-random"),
-    (["--backend", "cpu", "--tiny-random", "--header-timeout", "nan"], "seconds in 0.1..3600, got 'nan'"),
-    (["--backend", "cpu", "--tiny-random", "--body-timeout", "0"], "seconds in 0.1..3600, got '0'"),
+    (["--device", "cpu", "--tiny-random", "--batch-size", "0"], "positive integer"),
+    (["--device", "cpu", "--tiny-random", "--tp-degrees", "1,x"], "comma-separated integers"),
+    (["--device", "cpu", "--tiny-random", "--compile-only"], "--compile-only needs --device neuron"),
+    (["--device", "cpu", "--tiny-random", "--model", "x"], "either --model DIR or --tiny-random"),
+    (["--device", "cpu", "--tiny-random", "--header-timeout", "nan"], "seconds in 0.1..3600, got 'nan'"),
+    (["--device", "cpu", "--tiny-random", "--body-timeout", "0"], "seconds in 0.1..3600, got '0'"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, says):
     r = run_cli(args)
@@ -47,17 +47,17 @@ def test_bad_input_is_one_line_and_exit_2(args, says):
 
 def test_int4_dtype_is_refused_before_anything_loads(tmp_path):
     (tmp_path / "config.json").write_text("{}")
-    r = run_cli(["--backend", "neuron", "--model", str(tmp_path), "--dtype", "int4"])
+    r = run_cli(["--device", "neuron", "--model", str(tmp_path), "--dtype", "int4"])
     assert r.returncode == 2 and "27x slower" in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
-def test_neuron_backend_without_the_sdk_says_so(tmp_path):
+def test_neuron_generator_without_the_sdk_says_so(tmp_path):
     (tmp_path / "config.json").write_text("{}")
-    r = run_cli(["--backend", "neuron", "--model", str(tmp_path)])
+    r = run_cli(["--device", "neuron", "--model", str(tmp_path)])
     assert r.returncode != 0
     assert r.stderr.strip().splitlines() == [
         "python -m ami.neuron.server: error: neuronx_distributed_inference is not installed; the "
-        "neuron backend runs on the Neuron image (use --backend cpu elsewhere)"]
+        "neuron generator runs on the Neuron image (use --device cpu elsewhere)"]
 
 
 def test_unreadable_checkpoint_is_one_line(tmp_path):
@@ -66,7 +66,7 @@ def test_unreadable_checkpoint_is_one_line(tmp_path):
 
     (tmp_path / "config.json").write_text("{}")
     with pytest.raises(SystemExit) as e:
-        main(["--backend", "cpu", "--model", str(tmp_path), "--cpu-threads", "1", "--log-level", "error"])
+        main(["--device", "cpu", "--model", str(tmp_path), "--cpu-threads", "1", "--log-level", "error"])
     message = e.value.code  # a str: Python prints it to stderr and exits with status 1
     assert isinstance(message, str) and "\n" not in message
     assert message.startswith(f"python -m ami.neuron.server: error: cannot load --model '{tmp_path}': ")
@@ -80,7 +80,7 @@ def test_runs_from_an_installed_copy_of_the_directory(tmp_path):
     shutil.copy(REPO / "ami" / "__init__.py", dest / "__init__.py")
     r = run_cli(["--help"], cwd=tmp_path, pythonpath=tmp_path / "site")
     assert r.returncode == 0, r.stderr
-    for flag in ("--backend", "--model", "--tiny-random", "--host", "--port", "--prompt-buckets",
+    for flag in ("--device", "--model", "--tiny-random", "--host", "--port", "--prompt-buckets",
                  "--max-total-tokens", "--batch-size", "--dtype", "--tp-degree", "--tp-degrees", "--platform",
                  "--compiled-dir"):
         assert flag in r.stdout
@@ -128,7 +128,7 @@ def test_port_in_use_is_one_line_before_the_model_loads():
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        r = run_cli(["--backend", "cpu", "--tiny-random", "--port", str(port)])
+        r = run_cli(["--device", "cpu", "--tiny-random", "--port", str(port)])
     assert r.returncode == 1 and "Traceback" not in r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and f"cannot listen on 127.0.0.1:{port}" in lines[0]

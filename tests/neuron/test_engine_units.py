@@ -1,12 +1,12 @@
 """Per-row batch pieces (padding, sampling, stopping), the Neuron decode loop against a stand-in
-for NxDI's adapter, detokenization, and the CPU backend loading a checkpoint directory."""
+for NxDI's adapter, detokenization, and the CPU generator loading a checkpoint directory."""
 from __future__ import annotations
 
 import torch
 
 from ami.neuron.batch_ops import RowSampler, RowTracker, pad_batch
 from ami.neuron.chat import ChatFormat
-from ami.neuron.neuron_backend import NeuronRunner
+from ami.neuron.neuron_generator import NeuronRunner
 from ami.neuron.scheduler import Row
 
 
@@ -103,14 +103,14 @@ def test_incremental_decoder_never_splits_a_character(tiny_tokenizer):
     assert {"<turn|>", "<|tool_response>"} <= {tiny_tokenizer.convert_ids_to_tokens(i) for i in chat.stop_ids}
 
 
-def test_cpu_backend_serves_a_checkpoint_directory(tmp_path):
+def test_cpu_generator_serves_a_checkpoint_directory(tmp_path):
     import asyncio
 
-    from ami.neuron import cpu_backend, tiny
+    from ami.neuron import cpu_generator, tiny
     from ami.neuron.generator import Limits, SamplingParams
 
     tiny.save(str(tmp_path))
-    gen = cpu_backend.make_generator("dir-model", str(tmp_path), False, Limits(64, 128, 2), 0.0,
+    gen = cpu_generator.make_generator("dir-model", str(tmp_path), False, Limits(64, 128, 2), 0.0,
                                      threads=1, dtype="fp32")
 
     async def main():
@@ -145,7 +145,7 @@ def test_bundled_template_renders_every_role(tiny_tokenizer):
 def test_transformers5_shim_gives_nxd_the_name_it_imports(monkeypatch):
     import sys
 
-    from ami.neuron.neuron_backend import transformers5_shim
+    from ami.neuron.neuron_generator import transformers5_shim
 
     # As with transformers 5 (no transformers.utils.fx); undone after the test.
     monkeypatch.setitem(sys.modules, "transformers.utils.fx", None)

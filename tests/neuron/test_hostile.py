@@ -394,7 +394,7 @@ def test_trickling_connections_cannot_make_the_engine_unresponsive(tmp_path):
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     log = open(tmp_path / "stderr.log", "wb+")
-    proc = subprocess.Popen([sys.executable, "-m", "ami.neuron.server", "--backend", "cpu", "--tiny-random",
+    proc = subprocess.Popen([sys.executable, "-m", "ami.neuron.server", "--device", "cpu", "--tiny-random",
                              "--port", str(port), "--cpu-threads", "1", "--header-timeout", "1"],
                             env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=log, preexec_fn=_limit_fds)
     socks: list[socket.socket] = []

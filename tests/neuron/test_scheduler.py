@@ -1,4 +1,4 @@
-"""The batching scheduler both backends use, driven by a fake runner (no model)."""
+"""The batching scheduler both generators use, driven by a fake runner (no model)."""
 from __future__ import annotations
 
 import asyncio

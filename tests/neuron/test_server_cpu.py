@@ -1,4 +1,4 @@
-"""The real CLI (``python -m ami.neuron.server --backend cpu --tiny-random``) driven by the
+"""The real CLI (``python -m ami.neuron.server --device cpu --tiny-random``) driven by the
 OpenAI client: streaming with usage, non-streaming, limits, concurrency and batching."""
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def client(tiny_server):
 def test_models_and_health(client, tiny_server):
     assert [m.id for m in client.models.list().data] == [MODEL]
     h = health(tiny_server)
-    assert h["status"] == "ok" and h["backend"] == "cpu"
+    assert h["status"] == "ok" and h["device"] == "cpu"
     assert h["limits"] == {"max_prompt_tokens": 256, "max_total_tokens": 512, "max_batch_size": 4}
 
 

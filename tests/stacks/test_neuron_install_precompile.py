@@ -135,5 +135,5 @@ def test_image_smoke_passes_only_when_the_engine_reused_its_graphs(tmp_path, cac
 
 
 def test_the_log_lines_the_smoke_reads_are_the_engines():
-    src = (ROOT / "ami" / "neuron" / "neuron_backend.py").read_text()
+    src = (ROOT / "ami" / "neuron" / "neuron_generator.py").read_text()
     assert '"reusing compiled model in %s"' in src

@@ -1,4 +1,4 @@
-"""CPU backend: the same server over a transformers model, so every code path above the
+"""CPU generator: the same server over a transformers model, so every code path above the
 compiled model runs on a laptop and in CI. Not a production path (no compile, no bf16 kernels).
 """
 from __future__ import annotations

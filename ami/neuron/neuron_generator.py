@@ -1,10 +1,10 @@
-"""Neuron backend: a thin layer over NxD Inference (Neuron SDK 2.28 line) and the Gemma 4
+"""Neuron generator: a thin layer over NxD Inference (Neuron SDK 2.28 line) and the Gemma 4
 text model class from NxD Inference's contrib tree (``contrib/models/gemma-4-E2B/src``).
 
 What it does, in order: build NxDI's ``NeuronConfig`` from ``neuron_config.plan`` (shapes,
 tp degree, bf16), compile once into the cache directory (skipped when a marker with the same
 cache key is there), load the compiled model onto the NeuronCores, and decode batches with the
-same per-row sampler and stop tracker as the CPU backend. The Neuron packages are imported
+same per-row sampler and stop tracker as the CPU generator. The Neuron packages are imported
 here, lazily, and nowhere else: the rest of the engine runs without them.
 """
 from __future__ import annotations
@@ -103,8 +103,8 @@ def engine_config(model_dir: str, shapes, dtype: str, tp_degree: int | None, cac
     with open(os.path.join(model_dir, "config.json")) as f:
         model_config = json.load(f)
     if importlib.util.find_spec("neuronx_distributed_inference") is None:
-        raise ConfigError("neuronx_distributed_inference is not installed; the neuron backend "
-                          "runs on the Neuron image (use --backend cpu elsewhere)")
+        raise ConfigError("neuronx_distributed_inference is not installed; the neuron generator "
+                          "runs on the Neuron image (use --device cpu elsewhere)")
     transformers5_shim()
     sdk = importlib.import_module("neuronx_distributed_inference").__dict__.get("__version__", "unknown")
     cores = detect_neuron_cores()
