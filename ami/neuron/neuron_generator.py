@@ -1,4 +1,4 @@
-"""Neuron generator: a thin layer over NxD Inference (Neuron SDK 2.28 line) and the Gemma 4
+"""Neuron generator: a thin layer over NxD Inference (the Neuron SDK line ami/pins.py pins) and the Gemma 4
 text model class from NxD Inference's contrib tree (``contrib/models/gemma-4-E2B/src``).
 
 What it does, in order: build NxDI's ``NeuronConfig`` from ``neuron_config.plan`` (shapes,
@@ -64,7 +64,7 @@ class NeuronRunner:
 
 
 def transformers5_shim() -> None:
-    """NxD (Neuron SDK 2.28) imports ``transformers.utils.fx.HFTracer``, which transformers 5
+    """NxD Inference (2.28 through 2.31) imports ``transformers.utils.fx.HFTracer``, which transformers 5
     removed; Gemma 4 needs transformers 5. NxD only names the class, so an empty stand-in
     module is enough (the upstream Gemma 4 ports document the same stub as a file in the venv)."""
     try:
