@@ -168,7 +168,7 @@ def run_accuracy(targets: list[Target], opts: dict[str, Any], out_dir: Path, *,
             th.join()
     with contextlib.ExitStack() as gateways:
         if opts["tasks"]:  # lm-eval speaks OpenAI only: a local gateway in front of the others
-            via = [_for_lm_eval(t, opts, run, gateways) for t in targets]
+            via = [_for_lm_eval(t, run, gateways) for t in targets]
         for task in opts["tasks"]:
             _task(task, via, writer, out_dir, opts, run, status, keys, echo)
     for t in targets:  # optional fields a server refused (then sent without)
@@ -195,15 +195,11 @@ def run_accuracy(targets: list[Target], opts: dict[str, Any], out_dir: Path, *,
     return run
 
 
-def _for_lm_eval(t: Target, opts: dict[str, Any], run: dict[str, Any], gateways: contextlib.ExitStack) -> Target:
-    """The target lm-eval talks to: itself, or a local gateway in front of it (not an
-    OpenAI-compatible server, or one that refuses lm-eval's seed/stop fields)."""
-    why = None if t.base_url is None else lmeval.refused_chat_fields(t.base_url, t.model_id, opts["settings"].seed)
-    if t.base_url and why is None:
+def _for_lm_eval(t: Target, run: dict[str, Any], gateways: contextlib.ExitStack) -> Target:
+    """The target lm-eval talks to: itself, or a local gateway when it is not OpenAI-compatible."""
+    if t.base_url:
         return t
-    run["backends"][t.name]["lm_eval_via"] = (
-        f"local gateway: {t.protocol} is not OpenAI-compatible" if t.base_url is None else
-        f"local gateway (no stop sequences, seed dropped if refused): the server refused lm-eval's request: {why[:200]}")
+    run["backends"][t.name]["lm_eval_via"] = f"local gateway: {t.protocol} is not OpenAI-compatible"
     return gateways.enter_context(openai_gateway(t))
 
 
@@ -231,6 +227,8 @@ def _task(task: str, targets: list[Target], writer: _Writer, out_dir: Path, opts
     keys += res.keys
     run["tasks"][task] = res.info
     run["skipped"] += res.skipped
+    for name, via in res.via.items():
+        run["backends"][name]["lm_eval_via"] = via
     for name, why in res.incomplete.items():
         status[name].append(f"{task}: {why}")
 

@@ -21,6 +21,7 @@ answer: lm_eval/api/model.py CachingLM) lets ``--resume`` skip the requests alre
 """
 from __future__ import annotations
 
+import contextlib
 import difflib
 import json
 import logging
@@ -45,6 +46,7 @@ class TaskResult:
     info: dict[str, Any] = field(default_factory=dict)
     skipped: list[dict[str, str]] = field(default_factory=list)  # {"backend", "task", "reason"}
     incomplete: dict[str, str] = field(default_factory=dict)  # backend -> why
+    via: dict[str, str] = field(default_factory=dict)  # backend -> how lm-eval reached it, when not directly
 
 
 _MANAGERS: dict[tuple[tuple[str, ...], bool], Any] = {}
@@ -128,6 +130,23 @@ def refused_chat_fields(base_url: str, model: str, seed: int, timeout: float = 6
         return detail if e.code == 400 and ("seed" in detail or "stop" in detail) else None
     except (urllib.error.URLError, OSError):
         return None
+
+
+def _chat_target(target: Any, kind: str, opts: dict[str, Any], res: TaskResult,
+                 stack: contextlib.ExitStack) -> Any:
+    """The target itself, or (chat, a server that refuses lm-eval's seed/stop) a local gateway."""
+    if kind != "chat" or target.protocol != "openai" or not target.base_url:
+        return target
+    if target.chat_refusal is None:
+        target.chat_refusal = refused_chat_fields(target.base_url, target.model_id, opts["settings"].seed) or ""
+    why = target.chat_refusal
+    if not why:
+        return target
+    from harness.accuracy.gateway import openai_gateway
+
+    res.via[target.name] = ("local gateway (no stop sequences, seed dropped if refused): the server "
+                            f"refused lm-eval's request: {why[:200]}")
+    return stack.enter_context(openai_gateway(target))
 
 
 def _model_args(target: Any, kind: str, opts: dict[str, Any]) -> dict[str, Any]:
@@ -226,11 +245,13 @@ def run_task(task: str, targets: list[Any], writer: Any, out_dir: Path, opts: di
             cache = out_dir / "lmeval-cache" / f"{target.name}-{kind}"
             cache.parent.mkdir(parents=True, exist_ok=True)
             try:
-                out = evaluate(model="local-chat-completions" if kind == "chat" else "local-completions",
-                               model_args=_model_args(target, kind, opts), tasks=names, limit=opts["limit"],
-                               log_samples=True, apply_chat_template=kind == "chat",
-                               gen_kwargs={"temperature": 0}, use_cache=str(cache), task_manager=tm,
-                               bootstrap_iters=0)
+                with contextlib.ExitStack() as stack:
+                    direct = _chat_target(target, kind, opts, res, stack)
+                    out = evaluate(model="local-chat-completions" if kind == "chat" else "local-completions",
+                                   model_args=_model_args(direct, kind, opts), tasks=names, limit=opts["limit"],
+                                   log_samples=True, apply_chat_template=kind == "chat",
+                                   gen_kwargs={"temperature": 0}, use_cache=str(cache), task_manager=tm,
+                                   bootstrap_iters=0)
             except KeyboardInterrupt:
                 raise
             except Exception as exc:  # noqa: BLE001 - the backend failed mid-task: recorded, others go on

@@ -21,7 +21,10 @@ def numbered(right: set[int], *, style: str = "line") -> Script:
     """Questions 'Q<i>: what is <i> plus <i>?' (answer 2i): right for i in ``right``, else 2i+1."""
 
     def reply(text: str) -> str:
-        i = int(re.search(r"Q(\d+):", text).group(1))
+        m = re.search(r"Q(\d+):", text)
+        if m is None:  # not an item (lm-eval's one-token probe of the chat endpoint)
+            return "OK"
+        i = int(m.group(1))
         ans = 2 * i if i in right else 2 * i + 1
         if style == "line":
             return f"Adding {i} and {i} step by step.\nAnswer: {ans}"
@@ -126,10 +129,13 @@ class ScriptedServer:
         threading.Thread(target=self.stop, daemon=True).start()
 
     def questions(self) -> list[str]:
+        """The item questions asked, in order (other chat requests, such as probes, left out)."""
         out = []
         for b in self.bodies:
             if "messages" in b:
-                out.append([m for m in b["messages"] if m["role"] == "user"][-1]["content"])
+                q = [m for m in b["messages"] if m["role"] == "user"][-1]["content"]
+                if isinstance(q, str) and re.match(r"Q\d+:", q):
+                    out.append(q)
         return out
 
     def stop(self) -> None:

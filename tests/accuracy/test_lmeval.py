@@ -130,6 +130,7 @@ def test_generative_task_end_to_end(tmp_path, task_dir):
         assert r["extracted"] == str(2 * i if r["correct"] else 2 * i + 1)
     # chat completions, greedy and seeded, the same questions in the same order on both
     assert all(body["path"].endswith("/chat/completions") for body in a.bodies)
+    assert a.bodies[0]["stop"] and a.bodies[0]["max_tokens"] == 1  # the probe with lm-eval's fields
     assert all(body["temperature"] == 0 and body["seed"] == 1234 for body in a.bodies + b.bodies)
     assert sorted(a.questions()) == sorted(b.questions()) and len(a.questions()) == N
     run = json.loads((out / "run.json").read_text())
@@ -158,7 +159,7 @@ def test_server_dies_mid_task_then_resume_uses_the_request_cache(tmp_path, task_
     incomplete with no records for that task (the pair has no shared items); lm-eval's request
     cache keeps its answers, so --resume asks a new server only the rest."""
     a = ScriptedServer(numbered(A_RIGHT))
-    c = ScriptedServer(numbered(B_RIGHT), die_after=5)
+    c = ScriptedServer(numbered(B_RIGHT), die_after=6)  # the chat probe, then 5 items
     out = tmp_path / "out"
     args = ["--tasks", "acc_local_gen", "--task-path", str(task_dir), "--out", str(out),
             "--concurrency", "1", "--retries", "1"]
@@ -172,14 +173,14 @@ def test_server_dies_mid_task_then_resume_uses_the_request_cache(tmp_path, task_
         status = json.loads((out / "run.json").read_text())["backends"]["c"]["status"]
         assert "lm-eval stopped" in status
         c2 = ScriptedServer(numbered(B_RIGHT))
-        asked_a = len(a.bodies)
+        asked_a = len(a.questions())
         rc = main(["--endpoint", f"a={a.url}", "--endpoint", f"c={c2.url}", *args, "--resume"],
                   echo=lambda s: None)
         c2.stop()
     finally:
         a.stop()
     assert rc == 0
-    assert len(a.bodies) == asked_a  # every answer of a came from the cache
+    assert len(a.questions()) == asked_a  # every answer of a came from the cache
     assert len(c2.questions()) == N - 5
     acc = json.loads((out / "accuracy.json").read_text())
     assert {k: acc["pairs"][0][k] for k in ("n", "both", "a_only", "b_only", "neither")} == \
