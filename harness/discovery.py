@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import re
+import stat
 import time
 import urllib.error
 import urllib.request
@@ -145,13 +146,30 @@ def from_outputs(all_outputs: Mapping[str, Mapping[str, str]], default_region: s
     return d
 
 
+OUTPUTS_FILE_CAP = 16 * 1024 * 1024  # bytes; cdk's outputs file for the kit's stacks is a few KB
+
+
 def load_outputs_file(path: Path) -> dict[str, dict[str, str]]:
+    """The ``cdk deploy --outputs-file`` JSON, checked: a regular file (not a directory, FIFO or
+    device), at most OUTPUTS_FILE_CAP bytes, ``{StackName: {OutputKey: value}}``."""
+    path = Path(path)
     try:
-        data = json.loads(Path(path).read_text())
+        st = path.stat()
+    except OSError as e:
+        raise DiscoveryError(f"--outputs-file {path}: {e.strerror}; give the file cdk deploy "
+                             "--outputs-file wrote") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise DiscoveryError(f"--outputs-file {path}: not a regular file; give the file cdk deploy "
+                             "--outputs-file wrote")
+    if st.st_size > OUTPUTS_FILE_CAP:
+        raise DiscoveryError(f"--outputs-file {path}: {st.st_size} bytes, over the "
+                             f"{OUTPUTS_FILE_CAP} a cdk outputs file can be")
+    try:
+        data = json.loads(path.read_bytes().decode("utf-8"))
     except OSError as e:
         raise DiscoveryError(f"--outputs-file {path}: {e.strerror}") from None
-    except ValueError as e:
-        raise DiscoveryError(f"--outputs-file {path}: not JSON ({e})") from None
+    except (ValueError, RecursionError) as e:  # UnicodeDecodeError is a ValueError
+        raise DiscoveryError(f"--outputs-file {path}: not JSON ({str(e)[:200]})") from None
     if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
         raise DiscoveryError(f"--outputs-file {path}: expected {{StackName: {{OutputKey: value}}}} "
                              "as written by cdk deploy --outputs-file")
@@ -239,8 +257,25 @@ def parse_model_args(values: Iterable[str]) -> tuple[str | None, dict[str, str]]
     return default, per
 
 
+def check_endpoint_names(endpoints: Iterable[str], models: Iterable[str] = (),
+                         plain: Iterable[str] = ()) -> None:
+    """Every NAME that ``--model NAME=ID`` and ``--plain NAME`` give is an ``--endpoint`` NAME
+    (a typo there would silently measure the wrong model or mode). Raises DiscoveryError."""
+    names = [parse_endpoint_arg(v)[0] for v in endpoints]
+    valid = ", ".join(names) if names else "none (no --endpoint given)"
+    _, per_model = parse_model_args(models)
+    for flag, given in (("--model", list(per_model)), ("--plain", list(plain))):
+        for name in given:
+            if name not in names:
+                raise DiscoveryError(f"{flag} {name!r} names no --endpoint; valid names: {valid}")
+
+
 def from_endpoint_args(values: Iterable[str], models: Iterable[str] = (),
-                       plain: Iterable[str] = ()) -> list[Endpoint]:
+                       plain: Iterable[str] = (), *,
+                       unreachable: dict[str, str] | None = None) -> list[Endpoint]:
+    """Endpoints for ``--endpoint NAME=URL``. A server whose model id must be probed and that does
+    not answer raises DiscoveryError, unless ``unreachable`` is given: then it is recorded there
+    (name -> reason) and returned with an empty model id, for the caller to report and skip."""
     default_model, per_model = parse_model_args(models)
     plain = set(plain)
     out: list[Endpoint] = []
@@ -248,7 +283,15 @@ def from_endpoint_args(values: Iterable[str], models: Iterable[str] = (),
         name, url = parse_endpoint_arg(v)
         if any(e.name == name for e in out):
             raise DiscoveryError(f"--endpoint {v!r}: name {name!r} given twice")
-        model_id = per_model.get(name) or default_model or probe_model_id(url)
+        model_id = per_model.get(name) or default_model
+        if not model_id:
+            try:
+                model_id = probe_model_id(url)
+            except DiscoveryError as e:
+                if unreachable is None:
+                    raise
+                unreachable[name] = str(e)
+                model_id = ""
         out.append(Endpoint(name=name, protocol="openai", model_id=model_id, label=f"{name} ({url})",
                             base_url=url, tool_calls=name not in plain))
     return out

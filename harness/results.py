@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Iterator
@@ -41,6 +42,31 @@ def new_run_dir(root: Path = DEFAULT_ROOT) -> Path:
         except FileExistsError:
             continue
     raise FileExistsError(f"{root}: no free run directory for {stamp}")
+
+
+def writable_problem(path: Path, *, directory: bool) -> str | None:
+    """Why ``path`` could not be written (None: it can), found without creating it: the nearest
+    existing ancestor must be a directory this process can create a file in (probed with a
+    temporary file, removed at once: as root, permission bits say little; /proc refuses all).
+    ``directory``: ``path`` is to be a directory (else a file, which must not be a directory)."""
+    path = Path(path)
+    if path.exists():
+        if directory and not path.is_dir():
+            return f"{path} exists and is not a directory"
+        if not directory and path.is_dir():
+            return f"{path} is a directory"
+    probe = path if directory and path.exists() else path.parent
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir():
+        return f"{probe} is not a directory"
+    try:
+        fd, name = tempfile.mkstemp(prefix=".write-probe-", dir=probe)
+    except OSError as e:
+        return f"cannot create files in {probe} ({e.strerror or type(e).__name__})"
+    os.close(fd)
+    os.unlink(name)
+    return None
 
 
 def append_jsonl(path: Path, record: dict[str, Any]) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import math
 import os
 import platform
 import sys
@@ -26,7 +27,7 @@ from typing import Any, Callable
 
 from harness import catalog
 from harness.endpoint import Endpoint
-from harness.results import DEFAULT_ROOT, append_jsonl, new_run_dir, write_json
+from harness.results import DEFAULT_ROOT, append_jsonl, new_run_dir, writable_problem, write_json
 
 STAGES = ("agent", "scoreboard", "bench", "accuracy", "cost", "report")
 OFF_BY_DEFAULT = ("accuracy",)  # takes time: --accuracy or --only accuracy
@@ -101,8 +102,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             raise UsageError(str(e)) from None
     if a.runs < 1:
         raise UsageError(f"harness.run: --runs {a.runs}: must be >= 1")
-    if a.timeout <= 0:
-        raise UsageError(f"harness.run: --timeout {a.timeout:g}: must be > 0")
+    if not math.isfinite(a.timeout) or a.timeout <= 0:  # argparse's float takes nan and inf
+        raise UsageError(f"harness.run: --timeout {a.timeout:g}: must be a finite number of seconds > 0")
     a.backend_ids = None
     if a.backends:
         a.backend_ids = [b.strip() for b in a.backends.split(",") if b.strip()]
@@ -110,15 +111,23 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             if b not in catalog.BACKENDS:
                 raise UsageError(f"harness.run: --backends: unknown backend {b!r}; valid: {', '.join(catalog.BACKEND_IDS)}")
     _parse_bench_args(a)
-    from harness.discovery import DiscoveryError, parse_endpoint_arg, parse_model_args
+    from harness.discovery import DiscoveryError, check_endpoint_names, load_outputs_file
 
     try:
-        for e in a.endpoint:
-            parse_endpoint_arg(e)
-        parse_model_args(a.model)
+        check_endpoint_names(a.endpoint, a.model, a.plain)
+        # read and checked now, with or without credentials: a bad file is bad input either way
+        a.outputs = load_outputs_file(a.outputs_file) if a.outputs_file else None
     except DiscoveryError as e:
         raise UsageError(f"harness.run: {e}") from None
     return a
+
+
+def check_writable(a: argparse.Namespace) -> None:
+    """--results and --json can be written, checked before anything is measured."""
+    for flag, path, directory in (("--results", a.results, True), ("--json", a.json, False)):
+        problem = path is not None and writable_problem(path, directory=directory)
+        if problem:
+            raise UsageError(f"harness.run: {flag} {path}: {problem}; give a writable path")
 
 
 def _parse_bench_args(a: argparse.Namespace) -> None:
@@ -129,8 +138,9 @@ def _parse_bench_args(a: argparse.Namespace) -> None:
     except ValueError:
         raise UsageError(f"harness.run: --concurrency {a.concurrency!r} / --rate {a.rate!r}: comma-separated "
                          "numbers (e.g. 1,16,64 and 2,4,8 or auto)") from None
-    if any(c < 1 for c in a.concurrency_levels) or (a.rates != "auto" and any(not r > 0 for r in a.rates)):
-        raise UsageError("harness.run: --concurrency levels must be >= 1 and --rate levels > 0")
+    if any(c < 1 for c in a.concurrency_levels) or \
+            (a.rates != "auto" and any(not (math.isfinite(r) and r > 0) for r in a.rates)):
+        raise UsageError("harness.run: --concurrency levels must be >= 1 and --rate levels finite and > 0")
     if a.bench_requests < 1:
         raise UsageError(f"harness.run: --bench-requests {a.bench_requests}: must be >= 1")
     if "bench" in a.stages:
@@ -260,7 +270,7 @@ def main(argv: list[str] | None = None, *, session: Any = None,
     # agent_runs.jsonl, so the terminal keeps to one line per run.
     logging.getLogger("strands").setLevel(logging.ERROR)
     from harness.discovery import (Discovery, DiscoveryError, from_endpoint_args, from_outputs,
-                                   from_regions, load_outputs_file)
+                                   from_regions)
     from harness.regions import RegionError, resolve
 
     try:  # the one region resolution the stacks were deployed with (harness/regions.py)
@@ -286,11 +296,18 @@ def main(argv: list[str] | None = None, *, session: Any = None,
         echo(f"harness.run: nothing measured: {NEEDS}.")
         return 0
 
-    # Discovery
     try:
-        local = from_endpoint_args(args.endpoint, args.model, args.plain)
-        if args.outputs_file:
-            d = from_outputs(load_outputs_file(args.outputs_file), region, args.backend_ids)
+        check_writable(args)
+    except UsageError as e:
+        print(e, file=sys.stderr)
+        return 2
+    # Discovery. A --endpoint server whose model id cannot be probed is recorded as unreachable
+    # and skipped, like a backend whose tunnel fails; the others run.
+    unreachable: dict[str, str] = {}
+    try:
+        local = from_endpoint_args(args.endpoint, args.model, args.plain, unreachable=unreachable)
+        if args.outputs is not None:
+            d = from_outputs(args.outputs, region, args.backend_ids)
         elif creds:
             d = from_regions(lambda r: session.client("cloudformation", region_name=r), kit, args.backend_ids)
         else:
@@ -333,9 +350,12 @@ def main(argv: list[str] | None = None, *, session: Any = None,
         try:
             if any(st in args.stages for st in ("agent", "scoreboard", "bench", "accuracy")):
                 live = _open_access(endpoints, stack, session, region, args, run_dir, records, meta,
-                                    echo, open_access)
+                                    echo, open_access, unreachable)
             else:  # cost and report read saved results only: no tunnel needed
-                live = endpoints
+                live = [e for e in endpoints if e.name not in unreachable]
+            if unreachable and not live:
+                echo(f"harness.run: no endpoint reachable; what was tried is in {run_dir}")
+                rc = 1
             if model_factory is None:
                 from harness.agent.providers import build_model
 
@@ -379,26 +399,35 @@ def main(argv: list[str] | None = None, *, session: Any = None,
         finally:
             meta["ended_at"] = time.time()
             write_json(run_dir / "meta.json", meta)
-            if args.json:
-                write_json(args.json, {"results_dir": str(run_dir),
-                                       "agent_runs": [r.to_dict() for r in records],
-                                       "scoreboard": board, "stages": meta["stages"],
-                                       "interrupted": meta["interrupted"]})
+            if args.json:  # after the results directory: a failure here loses no measurement
+                try:
+                    write_json(args.json, {"results_dir": str(run_dir),
+                                           "agent_runs": [r.to_dict() for r in records],
+                                           "scoreboard": board, "stages": meta["stages"],
+                                           "interrupted": meta["interrupted"]})
+                except OSError as e:
+                    print(f"harness.run: --json {args.json}: not written ({e.strerror or e}); "
+                          f"every result is in {run_dir}", file=sys.stderr)
+                    rc = rc or 1
     return rc
 
 
 def _open_access(endpoints: list[Endpoint], stack: contextlib.ExitStack, session: Any, region: str | None,
                  args: argparse.Namespace, run_dir: Path, records: list[Any], meta: dict[str, Any],
-                 echo: Callable[[str], None], open_access: Callable[..., Any] | None) -> list[Endpoint]:
-    """EC2 backends get a tunnel (closed by ``stack``); one that cannot be reached is recorded
-    in meta.json ``access`` (and, when the agent trial runs, as a failed run in
-    agent_runs.jsonl) and left out of every stage."""
+                 echo: Callable[[str], None], open_access: Callable[..., Any] | None,
+                 unreachable: dict[str, str] | None = None) -> list[Endpoint]:
+    """EC2 backends get a tunnel (closed by ``stack``); one that cannot be reached (or an
+    ``--endpoint`` server in ``unreachable``) is recorded in meta.json ``access`` (and, when the
+    agent trial runs, as a failed run in agent_runs.jsonl) and left out of every stage."""
     from harness.access import DEFAULT_OS_USER, HostKeyPins, eic_tunnel
-    from harness.agent.trial import RunRecord
 
     pins = HostKeyPins()
     live: list[Endpoint] = []
+    unreachable = unreachable or {}
     for ep in endpoints:
+        if ep.name in unreachable:
+            _record_unreachable(ep, f"unreachable: {unreachable[ep.name]}", args, run_dir, records, meta, echo)
+            continue
         if ep.instance_id is None or ep.base_url:  # only an EC2 instance is reached by a tunnel
             live.append(ep)
             continue
@@ -412,17 +441,23 @@ def _open_access(endpoints: list[Endpoint], stack: contextlib.ExitStack, session
         except KeyboardInterrupt:
             raise
         except Exception as exc:  # noqa: BLE001
-            msg = f"access failed: {str(exc)[:300]}"
-            meta.setdefault("access", {})[ep.name] = msg
-            echo(f"access     {ep.name}: {msg}")
-            if "agent" not in args.stages:
-                continue
-            rec = RunRecord(ep.name, 1, args.runs, ok=False, mode="tools" if ep.tool_calls else "plain",
-                            protocol=ep.protocol, model_id=ep.model_id, started_at=time.time(), error=msg,
-                            unreachable=True)
-            records.append(rec)
-            append_jsonl(run_dir / "agent_runs.jsonl", rec.to_dict())
+            _record_unreachable(ep, f"access failed: {str(exc)[:300]}", args, run_dir, records, meta, echo)
     return live
+
+
+def _record_unreachable(ep: Endpoint, msg: str, args: argparse.Namespace, run_dir: Path,
+                        records: list[Any], meta: dict[str, Any], echo: Callable[[str], None]) -> None:
+    from harness.agent.trial import RunRecord
+
+    meta.setdefault("access", {})[ep.name] = msg
+    echo(f"access     {ep.name}: {msg}")
+    if "agent" not in args.stages:
+        return
+    rec = RunRecord(ep.name, 1, args.runs, ok=False, mode="tools" if ep.tool_calls else "plain",
+                    protocol=ep.protocol, model_id=ep.model_id, started_at=time.time(), error=msg,
+                    unreachable=True)
+    records.append(rec)
+    append_jsonl(run_dir / "agent_runs.jsonl", rec.to_dict())
 
 
 def _scoreboard(live: list[Endpoint], args: argparse.Namespace, session: Any, region: str | None,

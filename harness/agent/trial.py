@@ -10,6 +10,7 @@ calls, raw answer, error), so a crash, a dead backend or Ctrl-C loses nothing al
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -25,6 +26,20 @@ SYSTEM_PROMPT = ("You answer questions about the inventory table using the tools
                  "Finish with a line 'Answer: <number>'.")
 PLAIN_SYSTEM_PROMPT = cid.PLAIN_SYSTEM_PROMPT
 plain_question = cid.plain_question
+# Characters of one stored tool-call argument (as JSON text). What a model asked for is its input,
+# untrusted: one 20 MB argument made agent_runs.jsonl 63 MB per run and the report 42 MB.
+ARG_CAP = 4096
+
+
+def capped(value: Any, cap: int = ARG_CAP) -> Any:
+    """``value``, or, when its JSON text is longer than ``cap``, a marker of truncation with the
+    text's first ``cap`` characters and its full length (a string: its head and a marker)."""
+    if isinstance(value, str):
+        return value if len(value) <= cap else f"{value[:cap]}…[truncated: {len(value)} chars]"
+    text = json.dumps(value, default=str)
+    if len(text) <= cap:
+        return value
+    return {"truncated": True, "chars": len(text), "head": text[:cap]}
 
 
 @dataclass
@@ -52,7 +67,13 @@ class RunRecord:
     started_at: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """As stored (agent_runs.jsonl, --json): every argument the model chose is ``capped``."""
+        d = asdict(self)
+        d["tool_calls"] = [c | {"input": capped(c.get("input"))} for c in d["tool_calls"]]
+        d["tool_results"] = [{k: capped(v) if k in ("filters", "error") else v for k, v in r.items()}
+                             for r in d["tool_results"]]
+        d["filters"] = capped(d["filters"]) if d["filters"] is not None else None
+        return d
 
     def line(self) -> str:
         status = "ok" if self.ok else ("ERR" if self.error else "FAIL")
@@ -60,7 +81,7 @@ class RunRecord:
         if self.error:
             return f"{head} error: {self.error}  {self.seconds:.2f}s"
         what = "filters=(plain-text variant, no tool calling)" if self.mode == "plain" \
-            else f"filters={self.filters if self.filters is not None else []}"
+            else f"filters={capped(self.filters if self.filters is not None else [], 300)}"
         return f"{head} quoted={self.quoted}  {what}  {self.seconds:.2f}s"
 
 
