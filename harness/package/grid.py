@@ -8,14 +8,19 @@ integers ``q`` in [-8, 7] (Q4_0's range), rounded once to bfloat16 when the chec
 
 Recovery, per group, is exact and decided without tolerances:
 
-1. The value of largest magnitude is an anchor: with Q4_0 it is ``-8 * d`` (or ``7 * d``), and
-   because multiplying by a power of two commutes with rounding, ``v_max / -8`` is bf16(d).
-   Anchors -8, 7, -7, 6, ... 1, -1 are tried in turn (largest grid first) with a matching sign.
+1. The value of largest magnitude is an anchor: llama.cpp's Q4_0 reference quantizer sets
+   ``d = max / -8`` with ``max`` the signed value of largest magnitude (ggml-quants.c,
+   ``quantize_row_q4_0_ref``), so that value is ``-8 * d`` and ``d`` is negative when it is
+   positive; a positive-scale quantizer clips at 7 or -8 instead. Anchors -8, 7, -7, 6, ... 1, -1
+   are tried in turn (largest grid first), the scale taking whichever sign the anchor implies.
+   Because multiplying by a power of two commutes with rounding, ``v_max / -8`` is bf16(d).
 2. ``q = round(v / s0)``; every ``q`` must lie in [-8, 7].
 3. Each stored value ``v`` stands for the interval of reals that round to it in bf16 (half-way
    to its bf16 neighbours). ``q * d`` must fall in that interval for every element, which bounds
    ``d`` from both sides; the group is on the grid iff the intersection of those bounds is not
-   empty (elements with ``q == 0`` must be zero). Ties count as inside (closed intervals).
+   empty and excludes zero (elements with ``q == 0`` must be zero). Ties count as inside (closed
+   intervals). A negative scale is stored as it is: compressed-tensors' ``dequantize`` and vLLM's
+   kernels multiply ``q`` by the scale without taking its magnitude.
 4. The stored scale is the smallest bf16 number inside that intersection when there is one (then
    ``bf16(q * s)`` reproduces every value of the group bit for bit), else the bf16 number nearest
    its midpoint (values may then differ by one bf16 step; the build reports the share).
@@ -67,7 +72,7 @@ def _bf16_neighbours(v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _round_up_bf16(x: torch.Tensor) -> torch.Tensor:
-    """Smallest bf16 number >= x (x float64, positive)."""
+    """Smallest bf16 number >= x (x float64)."""
     c = x.to(torch.bfloat16)
     up = torch.nextafter(c, torch.full_like(c, float("inf")))
     return torch.where(c.double() < x, up, c)
@@ -93,7 +98,7 @@ def recover_int4(w: torch.Tensor, name: str) -> Quantized:
     done = absmax == 0
 
     for a in _ANCHORS:
-        todo = ~done & ((vmax > 0) == (a > 0))
+        todo = ~done
         if not bool(todo.any()):
             continue
         s0 = (vmax / a).unsqueeze(-1)
@@ -105,11 +110,12 @@ def recover_int4(w: torch.Tensor, name: str) -> Quantized:
         d_lo = torch.where(nz, torch.minimum(d_a, d_b), torch.full_like(v, -float("inf"))).amax(-1)
         d_hi = torch.where(nz, torch.maximum(d_a, d_b), torch.full_like(v, float("inf"))).amin(-1)
         zeros_ok = (nz | (v == 0)).all(-1)
-        ok = todo & in_range & zeros_ok & (d_lo <= d_hi) & (d_hi > 0)
+        ok = todo & in_range & zeros_ok & (d_lo <= d_hi) & ((d_lo > 0) | (d_hi < 0))
         if bool(ok.any()):
-            d_lo_c = d_lo.clamp(min=0)
-            exact = _round_up_bf16(torch.where(ok, d_lo_c, torch.ones_like(d_lo_c)))
-            mid = ((d_lo_c + d_hi) / 2).to(torch.bfloat16)
+            d_lo_c = torch.where(ok, d_lo, torch.ones_like(d_lo))
+            d_hi_c = torch.where(ok, d_hi, torch.ones_like(d_hi))
+            exact = _round_up_bf16(d_lo_c)
+            mid = ((d_lo_c + d_hi_c) / 2).to(torch.bfloat16)
             s = torch.where(exact.double() <= d_hi, exact, mid)
             s_out = torch.where(ok, s, s_out)
             q_out = torch.where(ok.unsqueeze(-1), q.to(torch.int8), q_out)

@@ -281,3 +281,19 @@ def test_moe_expert_tensors_are_refused_not_half_packed(tmp_path):
                         "--out", str(tmp_path / "out")], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and "mixture-of-experts" in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "out").exists()
+
+
+def test_q4_0_signed_scales_recovered_bit_exact(tmp_path):
+    """llama.cpp's Q4_0 makes the scale negative when a group's largest value is positive (its
+    +8 steps are -8 times a negative scale): recovered, stored as is, decompressed bit for bit."""
+    src_dir = tmp_path / "signed"
+    src = tiny.make_checkpoint(src_dir, seed=4, signed=True)
+    out = tmp_path / "pkg"
+    build(str(src_dir), str(out), SCHEMES["emb4"], log=lambda _: None)
+    scales = _read_all(out)["model.embed_tokens_per_layer.weight_scale"]
+    assert bool((scales < 0).any()) and bool((scales > 0).any())
+    deq = _decompress(out)
+    for n, t in deq.items():
+        ref = src["model.language_model.embed_tokens.weight"] if n == "lm_head.weight" else \
+            src["model.language_model." + n[len("model."):]]
+        assert _same_bits(t, ref), n

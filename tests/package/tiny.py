@@ -24,12 +24,15 @@ TOWERS = {  # a few tensors shaped like the towers the package drops
 }
 
 
-def on_grid(shape, gen, scale_dtype=torch.bfloat16) -> torch.Tensor:
-    """bf16(d * q): q in [-8, 7], one scale d per group of 32 along rows (d bf16 or finer)."""
+def on_grid(shape, gen, scale_dtype=torch.bfloat16, signed: bool = False) -> torch.Tensor:
+    """bf16(d * q): q in [-8, 7], one scale d per group of 32 along rows (d bf16 or finer).
+    ``signed``: d takes either sign, as llama.cpp's Q4_0 (d = max / -8) gives it."""
     rows, cols = shape
     q = torch.randint(-8, 8, (rows, cols // 32, 32), generator=gen).float()
     q[..., 0] = -8  # Q4_0: the largest magnitude maps to -8
     d = (torch.rand(rows, cols // 32, 1, generator=gen) * 0.05 + 0.001).to(scale_dtype).double()
+    if signed:
+        d = d * (torch.randint(0, 2, d.shape, generator=gen) * 2 - 1)
     return (q.double() * d).reshape(rows, cols).to(torch.bfloat16)
 
 
@@ -39,14 +42,14 @@ def text_shapes() -> dict[str, tuple[int, ...]]:
     return shapes({"text_config": TEXT_CONFIG})
 
 
-def make_checkpoint(d: Path, seed: int = 0, scale_dtype=torch.bfloat16) -> dict[str, torch.Tensor]:
+def make_checkpoint(d: Path, seed: int = 0, scale_dtype=torch.bfloat16, signed: bool = False) -> dict[str, torch.Tensor]:
     """Write a multimodal-named QAT-like checkpoint into ``d``; return its tensors."""
     gen = torch.Generator().manual_seed(seed)
     tensors: dict[str, torch.Tensor] = {}
     for name, shape in text_shapes().items():
         src = "model.language_model." + name[len("model."):]
         if len(shape) == 2:
-            tensors[src] = on_grid(shape, gen, scale_dtype)
+            tensors[src] = on_grid(shape, gen, scale_dtype, signed)
         else:
             tensors[src] = (torch.rand(shape, generator=gen) + 0.5).to(torch.bfloat16)
     for name, shape in TOWERS.items():
