@@ -195,12 +195,49 @@ def from_cloudformation(cfn: Any, default_region: str | None = None,
             raise
         status = stack.get("StackStatus", "")
         if status not in READY_STATUSES:
-            d.notes.append(f"{b.id}: {b.stack_name} is {status}, skipped")
+            hint = capacity_hint(b.id, _failure_events(cfn, b.stack_name)) if "ROLLBACK" in status or \
+                status.endswith("FAILED") else None
+            d.notes.append(f"{b.id}: {b.stack_name} is {status}, skipped" + (f": {hint}" if hint else ""))
             continue
         outputs = {o["OutputKey"]: o["OutputValue"] for o in stack.get("Outputs", [])}
         d.endpoints.append(endpoint_from_outputs(b.stack_name, outputs, default_region))
         d.notes += [n for n in [ttl_note(b.id, outputs)] if n]
     return d
+
+
+_AZ = r"[a-z]{2}(?:-gov|-iso[a-z]?)?-[a-z]+-\d[a-z]"
+
+
+def capacity_hint(backend_id: str, events: Iterable[Mapping[str, Any]]) -> str | None:
+    """One line saying what to do when EC2 had no capacity for the instance in its AZ
+    (``InsufficientInstanceCapacity``; the CREATE_FAILED event's reason carries EC2's message,
+    which names the AZ asked for in parentheses and, when it has them, the AZs to choose
+    instead). Capacity is per AZ and changes by the minute: the user redeploys with
+    ``-c <id>_az=`` one of those (stacks/az_choice.py honours it when the AZ offers the type)."""
+    for e in events:
+        reason = str(e.get("ResourceStatusReason") or "")
+        if "InsufficientInstanceCapacity" not in reason and not re.search(r"sufficient .*capacity", reason):
+            continue
+        asked = re.search(r"\((" + _AZ + r")\)", reason)
+        itype = re.search(r"sufficient ([a-z0-9]+\.[a-z0-9]+) capacity", reason)
+        instead = [z for z in re.findall(_AZ, reason.split("choosing", 1)[1])] if "choosing" in reason else []
+        what = f"no {itype.group(1)} capacity" if itype else "no capacity"
+        where = f" in {asked.group(1)}" if asked else ""
+        if instead:
+            return (f"EC2 had {what}{where}; deploy again with -c {backend_id}_az={instead[0]} "
+                    f"(EC2 suggests {', '.join(instead)})")
+        return (f"EC2 had {what}{where}; deploy again later, or with -c {backend_id}_az=<another AZ that "
+                f"offers it> (python -m harness.preflight lists them)")
+    return None
+
+
+def _failure_events(cfn: Any, stack_name: str) -> list[Mapping[str, Any]]:
+    """The stack's latest events that failed (first page, newest first); [] when unreadable."""
+    try:
+        events = cfn.describe_stack_events(StackName=stack_name).get("StackEvents", [])
+    except Exception:  # noqa: BLE001 - a hint is optional; the note still says the status
+        return []
+    return [e for e in events if str(e.get("ResourceStatus", "")).endswith("FAILED")]
 
 
 def from_regions(client_for: Any, kit: Any, backends: Iterable[str] | None = None) -> Discovery:

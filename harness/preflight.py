@@ -77,7 +77,7 @@ def targets_from_config(context: dict[str, Any], backends: list[str] | None) -> 
     for bc in cfg.backends:
         b = catalog.backend(bc.id)
         types = bc.instance_types or ((bc.instance_type,) if bc.instance_type else ())
-        launch_az = bc.az or (cfg.azs[0] if cfg.azs and b.service == "ec2" else None)
+        launch_az = bc.az  # a preference; without one the deploy picks an AZ that offers the type
         out.append(Target(bc.id, b.service, types, bc.model_id, launch_az))
     return cfg.region, out
 

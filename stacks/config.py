@@ -36,7 +36,8 @@ class BackendConfig:
     model_id: str
     # SageMaker only: one endpoint per instance type (the GPU-family sweep is a list here).
     instance_types: tuple[str, ...] = ()
-    # EC2 only: the Availability Zone to launch in (one of KitConfig.azs); None = the VPC's first.
+    # EC2 only: the Availability Zone to prefer (checked against the type's offerings at deploy
+    # time, stacks/az_choice.py); None = the first AZ that offers the type.
     az: str | None = None
     # The boot-image choice (catalog ``Backend.image_choices``, ``-c <id>_image``); None = no choice.
     image_choice: str | None = None
@@ -58,7 +59,8 @@ class KitConfig:
     # The VPC's Availability Zones by name (context ``azs``); empty = the region's first two,
     # resolved at deploy time. GPU/Neuron types are offered in few AZs: name one that has them.
     azs: tuple[str, ...] = ()
-    # Image pipelines (stacks/images.py): the AZ of the build subnet (None = the region's first);
+    # Image pipelines (stacks/images.py): the AZ to prefer for the build subnet (None = the first
+    # AZ offering the build types, stacks/az_choice.py);
     # an ami-... id to build the Neuron image on instead of the Neuron DLAMI parameter.
     image_az: str | None = None
     neuron_parent_image: str | None = None
@@ -211,13 +213,13 @@ def parse(context: Mapping[str, Any]) -> KitConfig:
             elif b.service == "sagemaker":
                 itypes = (itype,)
         where_b = where.of(bid)
+        # A preference: the deploy checks that the AZ offers the type (stacks/az_choice.py) and
+        # builds the backend's subnet there; without it, the first AZ that offers the type.
         az = context.get(f"{bid}_az")
-        if az is not None and b.service == "ec2" and where_b == region and az not in azs:
-            valid = ", ".join(azs) if azs else f"none until azs lists it, e.g. -c azs={region}a,{region}b"
-            raise ConfigError(f"{bid}_az={az!r} is not one of the VPC's Availability Zones (azs); valid: {valid}")
-        if az is not None and b.service == "ec2" and where_b != region:
-            raise ConfigError(f"{bid}_az={az!r}: {bid} is in {where_b} ({bid}_region), whose VPC spans its "
-                              f"first two Availability Zones; drop {bid}_az there")
+        if az is not None and b.service == "ec2" and not (
+                isinstance(az, str) and re.fullmatch(re.escape(where_b) + r"[a-h]", az)):
+            raise ConfigError(f"{bid}_az={az!r} is not an Availability Zone of {where_b}, where {bid} deploys "
+                              f"(e.g. {where_b}a; letters a-h)")
         backends.append(BackendConfig(bid, itype, model, itypes, az if b.service == "ec2" else None,
                                       choices.get(bid), where_b))
 
@@ -234,7 +236,7 @@ def parse(context: Mapping[str, Any]) -> KitConfig:
                           f"(e.g. {DEFAULTS['sagemaker_ami_version']}, or '' to omit)")
 
     image_az = context.get("image_az")
-    if image_az is not None and not (isinstance(image_az, str) and re.fullmatch(re.escape(region) + r"[a-z]", image_az)):
+    if image_az is not None and not (isinstance(image_az, str) and re.fullmatch(re.escape(region) + r"[a-h]", image_az)):
         raise ConfigError(f"image_az={image_az!r} is not an Availability Zone of {region} (e.g. {region}a)")
     neuron_parent = context.get("neuron_parent_image")
     if neuron_parent is not None and not (isinstance(neuron_parent, str)

@@ -19,6 +19,7 @@ from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
 from harness.catalog import BACKENDS
+from stacks.az_choice import BACKEND_CIDR_BASE
 from stacks.config import BackendConfig, KitConfig
 from stacks.guardrails import Ec2Guardrails
 from stacks.image_families import boot_family
@@ -65,6 +66,7 @@ class Ec2BackendStack(cdk.Stack):
             root_device_name=family.root_device_name,
             readiness_timeout=cdk.Duration.minutes(family.readiness_timeout_minutes),
             extra_statements=extra_statements, availability_zone=backend.az,
+            cidr_base=BACKEND_CIDR_BASE + 8 * [b for b in BACKENDS if BACKENDS[b].service == "ec2"].index(backend.id),
         )
         self.guardrails = Ec2Guardrails(self, "Guardrails", instance=self.server.instance,
                                         idle_stop_minutes=config.idle_stop_minutes, ttl_expires_at=ttl_expires_at,

@@ -43,6 +43,7 @@ from constructs import Construct
 
 from ami import pins
 from stacks import nag
+from stacks.az_choice import IMAGE_CIDR_BASE, OfferedSubnet
 from harness.catalog import BACKENDS, instance_arch
 from stacks.config import ConfigError, KitConfig
 from stacks.package import package_scheme
@@ -76,9 +77,6 @@ NEURON_DLAMI = "/aws/service/neuron/dlami/pytorch-2.9/ubuntu-24.04/latest/image_
 LIFECYCLE_KEEP_IMAGES = 2
 LIFECYCLE_KEEP_LAUNCHED_DAYS = 14
 
-# Subnets the build instances use: one public /24 per image stack inside NetworkStack's VPC,
-# with public IPv4 on launch (Image Builder cannot ask for one, and the VPC has no NAT).
-BUILD_SUBNET_CIDRS = {"vllm-cuda": "10.42.240.0/24", "vllm-sm75": "10.42.241.0/24", "neuron": "10.42.242.0/24"}
 
 
 def _digest(*parts: str) -> str:
@@ -278,12 +276,15 @@ class ImagePipelineStack(cdk.Stack):
         self.spec = spec
         name = f"inference-kit-{spec.image}"
 
-        # Build network: a public subnet of its own in the kit VPC, public IPv4 on launch.
-        self.subnet = ec2.Subnet(
-            self, "BuildSubnet", vpc_id=vpc.vpc_id, cidr_block=BUILD_SUBNET_CIDRS[spec.image],
-            availability_zone=config.image_az or cdk.Fn.select(0, cdk.Fn.get_azs()), map_public_ip_on_launch=True,
-        )
-        self.subnet.add_default_internet_route(vpc.internet_gateway_id, vpc.internet_connectivity_established)
+        # Build network: a public subnet of its own in the kit VPC, public IPv4 on launch (Image
+        # Builder cannot ask for one, and the VPC has no NAT), in an AZ that offers every build
+        # and test type of this image's pipelines in this account (stacks/az_choice.py; image_az
+        # is a preference it checks), not the region's first AZ.
+        build_types = list(dict.fromkeys(t for p in spec.pipelines("s3://unused") for t in p.instance_types))
+        self.placement = OfferedSubnet(
+            self, "BuildPlacement", vpc=vpc, instance_types=build_types, preferred_az=config.image_az,
+            cidr_base=IMAGE_CIDR_BASE + 8 * list(IMAGE_PARAMETERS).index(spec.image), map_public_ip_on_launch=True)
+        self.subnet = self.placement.subnet
         self.security_group = ec2.SecurityGroup(
             self, "BuildSecurityGroup", vpc=vpc, allow_all_outbound=False,
             description=f"{name} build and test instances: no inbound, HTTP(S) out",

@@ -3,7 +3,9 @@ through the VPC's EC2 Instance Connect Endpoint, answering before ``cdk deploy``
 
 Used by every EC2 backend (g6, g5g, inf2, trn1; see stacks/ec2_backend.py). What it builds:
 - the instance from an AMI id held in an SSM parameter (resolved by CloudFormation at deploy
-  time), in a public subnet with a public IPv4 address for outbound downloads (no NAT);
+  time), in a public subnet of its own, in an Availability Zone that offers its instance type in
+  the deploying account (stacks/az_choice.py; ``-c <id>_az`` is a preference it checks), with a
+  public IPv4 address for outbound downloads (no NAT);
 - an encrypted gp3 root volume, IMDSv2 required (instance tags readable through IMDS for the
   TTL guard), detailed monitoring, ``InstanceInitiatedShutdownBehavior=stop`` so an OS shutdown
   (idle/TTL guard) stops rather than terminates;
@@ -54,6 +56,7 @@ from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
 
 from stacks import nag
+from stacks.az_choice import OfferedSubnet
 
 USERDATA_DIR = Path(__file__).resolve().parent.parent / "userdata"
 USER_DATA_LIMIT = 16 * 1024  # EC2 limit on raw user data
@@ -107,7 +110,8 @@ class InferenceInstance(Construct):
         root_volume_gib, root_device_name: root EBS volume.
         readiness_timeout: wait-condition timeout; sized for install + download + load.
         extra_statements: more IAM statements for the instance role (e.g. an image bucket).
-        availability_zone: the AZ (name) to launch in, one of the VPC's; None = its first.
+        availability_zone: the AZ (name) to prefer; None = the first AZ offering the type.
+        cidr_base: third octet of this instance's block of /24s (stacks/az_choice.py).
 
     Attributes: ``instance``, ``role``, ``security_group``, ``user_data_text``, ``logical_id``,
     ``image_parameter``, ``ready`` (the wait condition), ``ready_handle``.
@@ -119,14 +123,13 @@ class InferenceInstance(Construct):
                  root_volume_gib: int, readiness_timeout: cdk.Duration,
                  root_device_name: str = "/dev/sda1",
                  extra_statements: Sequence[iam.PolicyStatement] = (),
-                 availability_zone: str | None = None) -> None:
+                 availability_zone: str | None = None, cidr_base: int = 64) -> None:
         super().__init__(scope, construct_id)
         stack = cdk.Stack.of(self)
         self.image_parameter = image_parameter
-        subnets = [s for s in vpc.public_subnets if availability_zone in (None, s.availability_zone)]
-        if not subnets:
-            raise ValueError(f"no public subnet in {availability_zone}; the VPC spans "
-                             f"{', '.join(s.availability_zone for s in vpc.public_subnets)}")
+        # Where its type is offered in this account (deploy time), not the region's first AZ.
+        self.placement = OfferedSubnet(self, "Placement", vpc=vpc, instance_types=[instance_type],
+                                       preferred_az=availability_zone, cidr_base=cidr_base)
 
         self.role = iam.Role(
             self, "Role", assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
@@ -169,8 +172,7 @@ class InferenceInstance(Construct):
             instance_type=ec2.InstanceType(instance_type),
             machine_image=ec2.MachineImage.from_ssm_parameter(image_parameter),
             vpc=vpc,
-            vpc_subnets=ec2.SubnetSelection(subnets=subnets[:1]),
-            associate_public_ip_address=True,
+            vpc_subnets=ec2.SubnetSelection(subnets=[self.placement.subnet]),
             security_group=self.security_group,
             role=self.role,
             user_data=ec2.UserData.custom(self.user_data_text),
@@ -188,6 +190,13 @@ class InferenceInstance(Construct):
         )
         cfn = self.instance.node.default_child
         cfn.override_logical_id(self.logical_id)
+        # A public IPv4 address on the primary interface. ec2.Instance only allows that for the
+        # VPC's own public subnets (its SetAssociatePublicIpAddress check), not one made here.
+        cfn.add_property_deletion_override("SubnetId")
+        cfn.add_property_deletion_override("SecurityGroupIds")
+        cfn.add_property_override("NetworkInterfaces", [{
+            "DeviceIndex": "0", "AssociatePublicIpAddress": True, "SubnetId": self.placement.subnet.subnet_id,
+            "GroupSet": [self.security_group.security_group_id]}])
         # Gate 1: every creation of this instance, replacements included, waits for its signal.
         cfn.cfn_options.creation_policy = cdk.CfnCreationPolicy(resource_signal=cdk.CfnResourceSignal(
             count=1, timeout=f"PT{int(readiness_timeout.to_minutes())}M"))

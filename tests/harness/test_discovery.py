@@ -106,3 +106,41 @@ def test_two_runs_in_the_same_second_get_their_own_directories(tmp_path):
 
     dirs = [new_run_dir(tmp_path / "results") for _ in range(3)]
     assert len({d.name for d in dirs}) == 3 and all(d.is_dir() and not any(d.iterdir()) for d in dirs)
+
+
+# EC2's capacity error as CloudFormation shows it in the instance's CREATE_FAILED event (the
+# wording of RunInstances' InsufficientInstanceCapacity message: the AZ asked for in parentheses,
+# the AZs that have capacity after "choosing").
+CAPACITY = ("Resource handler returned message: \"We currently do not have sufficient trn1.2xlarge capacity in the "
+            "Availability Zone you requested (us-east-1c). Our system will be working on provisioning additional "
+            "capacity. You can currently get trn1.2xlarge capacity by not specifying an Availability Zone in your "
+            "request or choosing us-east-1f. (Service: Ec2, Status Code: 500, Request ID: x)\" "
+            "(HandlerErrorCode: GeneralServiceException)")
+
+
+def test_a_capacity_shortage_is_one_line_saying_what_to_do():
+    events = [{"ResourceStatus": "CREATE_FAILED", "ResourceStatusReason": "Resource creation cancelled"},
+              {"ResourceStatus": "CREATE_FAILED", "ResourceStatusReason": CAPACITY}]
+    hint = disc.capacity_hint("trn1", events)
+    assert hint == ("EC2 had no trn1.2xlarge capacity in us-east-1c; deploy again with -c trn1_az=us-east-1f "
+                    "(EC2 suggests us-east-1f)")
+    bare = [{"ResourceStatus": "CREATE_FAILED", "ResourceStatusReason": "InsufficientInstanceCapacity"}]
+    assert "-c trn1_az=<another AZ that offers it>" in disc.capacity_hint("trn1", bare)
+    assert disc.capacity_hint("trn1", [{"ResourceStatusReason": "AccessDenied"}]) is None
+
+
+def test_a_failed_stack_note_carries_the_capacity_hint():
+    class Cfn:
+        def describe_stacks(self, StackName):
+            if StackName != "Trn1Stack":
+                from botocore.exceptions import ClientError
+                raise ClientError({"Error": {"Code": "ValidationError", "Message": f"Stack {StackName} does not exist"}},
+                                  "DescribeStacks")
+            return {"Stacks": [{"StackStatus": "ROLLBACK_COMPLETE"}]}
+
+        def describe_stack_events(self, StackName):
+            return {"StackEvents": [{"ResourceStatus": "CREATE_FAILED", "ResourceStatusReason": CAPACITY}]}
+
+    d = disc.from_cloudformation(Cfn(), "us-east-1", ["trn1"])
+    assert d.notes == ["trn1: Trn1Stack is ROLLBACK_COMPLETE, skipped: EC2 had no trn1.2xlarge capacity in "
+                       "us-east-1c; deploy again with -c trn1_az=us-east-1f (EC2 suggests us-east-1f)"]

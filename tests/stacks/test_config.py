@@ -56,8 +56,9 @@ def test_malformed_numbers(key, value):
     ({"backends": "g6,,inf2"}, "empty item"),
     ({"azs": "us-west-2a"}, "'us-west-2a' is not an Availability Zone of us-east-1"),
     ({"azs": "us-east-1a,us-east-1a"}, "twice"),
-    ({"g6_az": "us-east-1b"}, "valid: none until azs lists it"),
-    ({"azs": "us-east-1a", "trn1_az": "us-east-1b"}, "valid: us-east-1a"),
+    ({"g6_az": "us-east-2b"}, "g6_az='us-east-2b' is not an Availability Zone of us-east-1, where g6 deploys"),
+    ({"g5g_region": "us-west-2", "g5g_az": "us-east-1b"}, "is not an Availability Zone of us-west-2"),
+    ({"image_az": "us-east-1z"}, "image_az='us-east-1z' is not an Availability Zone of us-east-1"),
     ({"sagemaker_instance_types": "ml.g6.xlarge,g6.xlarge"}, "needs an ml.* SageMaker type"),
     ({"tags": {"cost center": "x"}}, "key 'cost center' is not allowed"),
     ({"tags": {"team/a": "x"}}, "no spaces or /"),
@@ -75,6 +76,8 @@ def test_azs_and_per_backend_az():
     c = parse({"azs": "us-east-1a,us-east-1d", "trn1_az": "us-east-1d", "backends": "trn1,g6"})
     assert c.azs == ("us-east-1a", "us-east-1d")
     assert c.backend("trn1").az == "us-east-1d" and c.backend("g6").az is None
+    # A backend's AZ is a preference of its own subnet (stacks/az_choice.py), not one of the VPC's.
+    assert parse({"trn1_az": "us-east-1f", "backends": "trn1"}).backend("trn1").az == "us-east-1f"
 
 
 def test_a_mistyped_key_is_refused_not_ignored():

@@ -173,11 +173,13 @@ def test_build_role_is_least_privilege(kit, image):
     assert lifecycle["Properties"]["AssumeRolePolicyDocument"]["Statement"][0]["Principal"] == {
         "Service": "imagebuilder.amazonaws.com"}
     assert "service-role/EC2ImageBuilderLifecycleExecutionPolicy" in json.dumps(lifecycle["Properties"]["ManagedPolicyArns"])
-    assert len(roles) == 2
+    # Besides these two, only the AZ chooser's (tests/stacks/test_az_choice.py).
+    assert len(roles) == 3 and sum(k.startswith("AzChoiceRole") for k in roles) == 1
     managed = {json.dumps(m) for m in role["Properties"]["ManagedPolicyArns"]}
     assert len(managed) == 2 and all("EC2InstanceProfileForImageBuilder" in m or "AmazonSSMManagedInstanceCore" in m
                                      for m in managed)
-    _, policy = kit.one(stack, "AWS::IAM::Policy")
+    role_id = next(k for k in roles if k.startswith("InstanceRole"))
+    (policy,) = [p for p in kit.resources(stack, "AWS::IAM::Policy").values() if {"Ref": role_id} in p["Properties"]["Roles"]]
     statements = policy["Properties"]["PolicyDocument"]["Statement"]
     actions = sorted(a for s in statements for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"]))
     assert actions == ["s3:GetObject", "secretsmanager:DescribeSecret", "secretsmanager:GetSecretValue"]
@@ -291,15 +293,26 @@ def test_image_root_volume_fits_the_backend_root_volume(kit):
 
 
 def test_build_subnets_do_not_overlap_the_kit_vpc_subnets(kit):
+    """Every /24 an AZ chooser may hand out (its block of 8, one per AZ letter; the AZ is known
+    only at deploy time) lies in the VPC, off NetworkStack's subnets and off every other block."""
     import ipaddress
 
-    def cidrs(stack):
-        return [ipaddress.ip_network(v["Properties"]["CidrBlock"])
-                for v in kit.resources(stack, "AWS::EC2::Subnet").values()]
+    from stacks.az_choice import CIDR_PREFIX
+    from stacks.lambdas.az_choice.index import MAX_LETTERS
 
     vpc = [ipaddress.ip_network(v["Properties"]["CidrBlock"])
            for v in kit.resources("NetworkStack", "AWS::EC2::VPC").values()]
-    network = cidrs("NetworkStack")
-    build = [c for stack in IMAGE_STACKS.values() for c in cidrs(stack)]
-    assert len(build) == 3 and all(any(c.subnet_of(v) for v in vpc) for c in build)
-    assert not any(a.overlaps(b) for a in build for b in network + [x for x in build if x is not a])
+    network = [ipaddress.ip_network(v["Properties"]["CidrBlock"])
+               for v in kit.resources("NetworkStack", "AWS::EC2::Subnet").values()]
+    blocks = {}
+    for stack in kit.templates:
+        for lid, c in kit.resources(stack, "Custom::AzChoice").items():
+            base = int(c["Properties"]["CidrBase"])
+            assert c["Properties"]["CidrPrefix"] == CIDR_PREFIX
+            blocks[f"{stack}/{lid}"] = [ipaddress.ip_network(f"{CIDR_PREFIX}.{base + i}.0/24") for i in range(MAX_LETTERS)]
+    assert sum(k.startswith(tuple(IMAGE_STACKS.values())) for k in blocks) == 3
+    for name, cidrs in blocks.items():
+        assert all(any(c.subnet_of(v) for v in vpc) for c in cidrs), name
+        assert not any(a.overlaps(b) for a in cidrs for b in network), name
+        others = [c for n, cs in blocks.items() if n != name for c in cs]
+        assert not any(a.overlaps(b) for a in cidrs for b in others), name

@@ -1,0 +1,93 @@
+"""A public subnet in an Availability Zone that offers the instance types it will hold.
+
+Used by every EC2 backend (stacks/inference_instance.py) and every image pipeline's build host
+(stacks/images.py), so nothing is pinned to the region's first AZ (``Fn::Select [0, Fn::GetAZs]``),
+which in a given account may not offer inf2, trn1, g5g or the c7g build hosts.
+
+How: a custom resource (``Custom::AzChoice``, stacks/lambdas/az_choice/index.py) asks EC2's
+``DescribeInstanceTypeOfferings`` in the deploying account at deploy time, honours the user's
+``-c <id>_az`` when that AZ offers the types (and fails with one line listing the AZs that do when
+it does not), and returns the AZ and a /24 for it; the subnet (its own route table, a default
+route to the VPC's internet gateway) is created there. Why not the alternatives (docs/stacks.md):
+a deploy-time wrapper would not run under a plain ``cdk deploy``, and an EC2 Fleet or Auto Scaling
+group over every subnet returns no instance id to the stack, which the readiness gate, the
+guardrails and discovery all need.
+
+Catalog facts read: none (the caller passes the instance types and the preference).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import aws_cdk as cdk
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from constructs import Construct
+
+from stacks import nag
+
+HANDLER_DIR = Path(__file__).resolve().parent / "lambdas" / "az_choice"
+CIDR_PREFIX = "10.42"  # NetworkStack's VPC is 10.42.0.0/16
+# Third octets: NetworkStack's own subnets use the lowest /24s (two per AZ it spans, 12 at most);
+# each chooser owns a block of 8 (one /24 per AZ letter a-h, index.py MAX_LETTERS).
+BACKEND_CIDR_BASE = 64  # + 8 x the EC2 backend's index in the catalog: 64..127
+IMAGE_CIDR_BASE = 128  # + 8 x the image's index: 128..159
+_FUNCTION_ID = "AzChoiceFunction"
+
+
+def _function(stack: cdk.Stack) -> lambda_.Function:
+    """One chooser function per stack, whatever the number of subnets it places."""
+    existing = stack.node.try_find_child(_FUNCTION_ID)
+    if existing is not None:
+        return existing  # type: ignore[return-value]
+    log_group = logs.LogGroup(stack, "AzChoiceLogs", retention=logs.RetentionDays.ONE_WEEK,
+                              removal_policy=cdk.RemovalPolicy.DESTROY)
+    role = iam.Role(stack, "AzChoiceRole", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
+                    description="Custom::AzChoice: read EC2 instance type offerings")
+    role.add_to_policy(iam.PolicyStatement(
+        sid="ReadOfferings", resources=["*"],
+        actions=["ec2:DescribeInstanceTypeOfferings", "ec2:DescribeAvailabilityZones"]))
+    role.add_to_policy(iam.PolicyStatement(
+        sid="OwnLogs", actions=["logs:CreateLogStream", "logs:PutLogEvents"],
+        resources=[log_group.log_group_arn, f"{log_group.log_group_arn}:*"]))
+    nag.acknowledge(role, "AwsSolutions-IAM5[Resource::*]",
+                    "ec2:DescribeInstanceTypeOfferings and ec2:DescribeAvailabilityZones support no "
+                    "resource-level permissions (Service Authorization Reference, Amazon EC2)")
+    logs_id = stack.resolve(stack.get_logical_id(log_group.node.default_child))
+    nag.acknowledge(role, f"AwsSolutions-IAM5[Resource::<{logs_id}.Arn>:*]",
+                    "log streams inside the function's own log group, whose stream names Lambda chooses")
+    fn = lambda_.Function(
+        stack, _FUNCTION_ID, runtime=lambda_.Runtime.PYTHON_3_14, handler="index.handler",
+        code=lambda_.Code.from_asset(str(HANDLER_DIR), exclude=["__pycache__", "__init__.py"]),
+        role=role, log_group=log_group, timeout=cdk.Duration.minutes(1), memory_size=128,
+        description="Custom::AzChoice: the AZ offering the instance types (stacks/az_choice.py)")
+    # CDK makes the function wait for its role and policy, and also refers to the role (GetAtt):
+    # cfn-lint W3005. The custom resource waits for the policy instead (OfferedSubnet).
+    fn.node.default_child.add_deletion_override("DependsOn")
+    return fn
+
+
+class OfferedSubnet(Construct):
+    """Attributes: ``subnet`` (ec2.Subnet), ``availability_zone`` and ``offered`` (tokens)."""
+
+    def __init__(self, scope: Construct, construct_id: str, *, vpc: ec2.IVpc, instance_types: Sequence[str],
+                 preferred_az: str | None, cidr_base: int, map_public_ip_on_launch: bool = False) -> None:
+        super().__init__(scope, construct_id)
+        stack = cdk.Stack.of(self)
+        fn = _function(stack)
+        self.choice = cdk.CustomResource(
+            self, "Choice", service_token=fn.function_arn, resource_type="Custom::AzChoice",
+            service_timeout=cdk.Duration.minutes(2),
+            properties={"InstanceTypes": list(instance_types), "PreferredAz": preferred_az or "",
+                        "CidrPrefix": CIDR_PREFIX, "CidrBase": str(cidr_base)})
+        # Invoked only once the function's role carries its policy (the role construct's DefaultPolicy).
+        self.choice.node.add_dependency(fn.role)
+        self.availability_zone = self.choice.get_att_string("AvailabilityZone")
+        self.offered = self.choice.get_att_string("Offered")
+        self.subnet = ec2.Subnet(
+            self, "Subnet", vpc_id=vpc.vpc_id, availability_zone=self.availability_zone,
+            cidr_block=self.choice.get_att_string("CidrBlock"), map_public_ip_on_launch=map_public_ip_on_launch)
+        self.subnet.add_default_internet_route(vpc.internet_gateway_id, vpc.internet_connectivity_established)
