@@ -177,7 +177,9 @@ def convert(src: Source, s: Scheme, work: Path, log=print) -> dict:
     embed_q: Packed | None = None
     source_untied_head = not tied_source and any(p == layout.LM_HEAD for _, p in pairs)
 
-    for sname, pname in pairs:
+    for i, (sname, pname) in enumerate(pairs, 1):
+        if i == 1 or i % 50 == 0 or not pname.startswith("model.layers."):  # progress for the build's log
+            log(f"[{i}/{len(pairs)}] {pname}")
         w = _load(src, sname)
         shape = tuple(w.shape)
         g = layout.group_of(pname, shape)
@@ -186,7 +188,7 @@ def convert(src: Source, s: Scheme, work: Path, log=print) -> dict:
         before[g] += nbytes
         if g in ("token_embeddings", "per_layer_embeddings"):
             rows[g] = shape[0]
-        key = pname if g != "linear" else f"linear ({s.linear})"
+        key = {"linear": f"linear ({s.linear})", "other": "other (norms, scalars)"}.get(g, pname)
         t = tables.setdefault(key, Table(key, g, fmt, 0))
         t.bytes_before += nbytes
         module = layout.module_of(pname)
@@ -243,15 +245,19 @@ def convert(src: Source, s: Scheme, work: Path, log=print) -> dict:
         shutil.copyfile(f, work / f.name)
 
     for t in tables.values():
-        share = f"{t.bit_identical / t.values:.2%} bit-identical" if t.values else "copied"
-        log(f"{t.name}: {t.bytes_before / GIB:.3f} GiB -> {t.bytes_after / GIB:.3f} GiB {t.fmt}; "
+        share = f"{t.bit_identical / t.values:.2%} bit-identical" if t.values else "copied as is"
+        log(f"{t.name}: {_size(t.bytes_before)} -> {_size(t.bytes_after)} {t.fmt}; "
             f"{t.off_grid_groups} off-grid groups; {share}")
     for n in notes:
         log(n)
-    log(f"total {sum(before.values()) / GIB:.3f} GiB -> {sum(after.values()) / GIB:.3f} GiB "
+    log(f"total {_size(sum(before.values()))} -> {_size(sum(after.values()))} "
         f"({len(files)} safetensors file(s)); ignore check ok ({check.quantized_modules} packed modules)")
     return write_manifest(work, src, s, before, after, [t.as_dict() for t in tables.values()],
                           check.as_dict(), notes, CT_VERSION, bytes_read_per_token(after, rows))
+
+
+def _size(n: int) -> str:
+    return f"{n / GIB:.3f} GiB" if n >= GIB // 100 else f"{n / 2**20:.3f} MiB"
 
 
 def build(source: str, out: str, scheme: Scheme, revision: str | None = None, work_root: str | None = None,
