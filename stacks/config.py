@@ -64,6 +64,9 @@ class KitConfig:
     # an ami-... id to build the Neuron image on instead of the Neuron DLAMI parameter.
     image_az: str | None = None
     neuron_parent_image: str | None = None
+    # SageMaker: how long cdk deploy waits for InService before failing the stack (it is billed
+    # while Creating); stacks/endpoint_ready.py, at most 55 (CustomResource ServiceTimeout).
+    sagemaker_ready_minutes: int = 45
 
     @property
     def regions(self) -> tuple[str, ...]:
@@ -123,7 +126,7 @@ def _image_choice(backend_id: str, value: Any) -> str:
 KNOWN_KEYS = {
     "region", "backends", "model", "hf_token_secret", "idle_stop_minutes",
     "ttl_hours", "max_model_len", "sagemaker_vllm_tag", "sagemaker_ami_version",
-    "tags", "azs", "image_az", "neuron_parent_image",
+    "tags", "azs", "image_az", "neuron_parent_image", "sagemaker_ready_minutes",
     *(f"{b}_az" for b in BACKEND_IDS if BACKENDS[b].service == "ec2"),
     *(f"{b}_instance_type" for b in BACKEND_IDS if BACKENDS[b].instance_type),
     *(f"{b}_instance_types" for b in BACKEND_IDS if BACKENDS[b].service == "sagemaker"),
@@ -139,6 +142,8 @@ DEFAULTS: dict[str, Any] = {
     "idle_stop_minutes": 60,
     "ttl_hours": 8,
     "max_model_len": 4096,
+    # ~9 min to InService in the seed; 20 of 21 endpoints in a public reproduction took <= 11.3 min.
+    "sagemaker_ready_minutes": 45,
     # The seed's container; tag as published by AWS (DLC docs data 0.31.0-gpu-sagemaker.yml:
     # Ubuntu 24.04 base since 0.28, CUDA 13.0, hence the al2023 GPU 4-1 inference AMI below).
     "sagemaker_vllm_tag": "0.31.0-gpu-py312-cu130-ubuntu24.04-sagemaker",
@@ -264,4 +269,5 @@ def parse(context: Mapping[str, Any]) -> KitConfig:
         azs=azs,
         image_az=image_az,
         neuron_parent_image=neuron_parent,
+        sagemaker_ready_minutes=int(_number("sagemaker_ready_minutes", get("sagemaker_ready_minutes"), int, 15, 55)),
     )

@@ -14,8 +14,11 @@ EC2 backends (three independent layers, so one failing does not leave an instanc
 3. An EventBridge Scheduler one-time schedule calling ``ec2:StopInstances`` at the TTL: works
    even if the instance is wedged. Its role may stop only this instance.
 
-SageMaker: an EventBridge Scheduler one-time schedule calls ``sagemaker:DeleteEndpoint`` at the
-TTL (no Lambda); its role may delete only this endpoint. SageMaker has no stop state, and a
+SageMaker: an EventBridge Scheduler schedule calls ``sagemaker:DeleteEndpoint`` from the TTL on,
+every ``ENDPOINT_TTL_RETRY_MINUTES`` until ``ENDPOINT_TTL_RETRY_HOURS`` later (no Lambda); its role
+may delete only this endpoint. A recurring schedule, not a one-time one: an endpoint that is
+``Creating`` or ``Updating`` refuses deletion, and a single attempt would leave it billing; the
+calls after it is gone fail harmlessly (no such endpoint). SageMaker has no stop state, and a
 CloudWatch alarm cannot delete an endpoint, so the TTL is the endpoint's guardrail.
 
 The TTL counts from synthesis (``cdk deploy`` synthesizes, then deploys): redeploying the
@@ -38,6 +41,8 @@ IDLE_TAG = "kit-idle-stop-minutes"  # likewise: a tag, so changing it does not r
 IDLE_ALARM_CPU_PERCENT = 5
 IDLE_ALARM_MARGIN_MINUTES = 30
 _MAX_ALARM_PERIODS = 1440  # CloudWatch: evaluation periods x period <= one day
+ENDPOINT_TTL_RETRY_MINUTES = 15
+ENDPOINT_TTL_RETRY_HOURS = 48  # the longest Creating seen was 3 h 26 min
 
 
 def ttl_expiry(now: datetime, ttl_hours: float) -> datetime | None:
@@ -66,18 +71,28 @@ def _scheduler_role(scope: Construct, statement: iam.PolicyStatement) -> iam.Rol
 
 
 def _one_time_schedule(scope: Construct, at: datetime, api: str, payload: dict, role: iam.Role,
-                       description: str) -> scheduler.CfnSchedule:
+                       description: str, repeat_until: datetime | None = None) -> scheduler.CfnSchedule:
+    """``at(TTL)``; with ``repeat_until``, ``rate(ENDPOINT_TTL_RETRY_MINUTES)`` from the TTL to then
+    (StartDate/EndDate bound a recurring schedule; Scheduler ignores StartDate for one-time ones)."""
+    when: dict = {"schedule_expression": f"at({at.astimezone(timezone.utc):%Y-%m-%dT%H:%M:%S})"}
+    retry = scheduler.CfnSchedule.RetryPolicyProperty(maximum_retry_attempts=10)
+    if repeat_until is not None:
+        when = {"schedule_expression": f"rate({ENDPOINT_TTL_RETRY_MINUTES} minutes)",
+                "start_date": iso(at), "end_date": iso(repeat_until)}
+        # The next run is the retry; an event older than the interval is dropped.
+        retry = scheduler.CfnSchedule.RetryPolicyProperty(
+            maximum_retry_attempts=2, maximum_event_age_in_seconds=ENDPOINT_TTL_RETRY_MINUTES * 60)
     return scheduler.CfnSchedule(
         scope, "TtlSchedule",
         description=description,
-        schedule_expression=f"at({at.astimezone(timezone.utc):%Y-%m-%dT%H:%M:%S})",
+        **when,
         schedule_expression_timezone="UTC",
         flexible_time_window=scheduler.CfnSchedule.FlexibleTimeWindowProperty(mode="OFF"),
         target=scheduler.CfnSchedule.TargetProperty(
             arn=f"arn:{cdk.Aws.PARTITION}:scheduler:::aws-sdk:{api}",
             role_arn=role.role_arn,
             input=cdk.Stack.of(scope).to_json_string(payload),
-            retry_policy=scheduler.CfnSchedule.RetryPolicyProperty(maximum_retry_attempts=10),
+            retry_policy=retry,
         ),
     )
 
@@ -133,7 +148,9 @@ class EndpointTtl(Construct):
         role = _scheduler_role(self, iam.PolicyStatement(actions=["sagemaker:DeleteEndpoint"], resources=[endpoint_arn]))
         self.schedule = _one_time_schedule(
             self, ttl_expires_at, "sagemaker:deleteEndpoint", {"EndpointName": endpoint_name}, role,
-            f"Delete SageMaker endpoint {endpoint_name} at its TTL ({iso(ttl_expires_at)})")
+            f"Delete SageMaker endpoint {endpoint_name} from its TTL ({iso(ttl_expires_at)}), every "
+            f"{ENDPOINT_TTL_RETRY_MINUTES} min until it is gone",
+            repeat_until=ttl_expires_at + timedelta(hours=ENDPOINT_TTL_RETRY_HOURS))
 
 
 __all__ = ["Ec2Guardrails", "EndpointTtl", "IDLE_TAG", "TTL_TAG", "ttl_expiry", "iso"]

@@ -35,6 +35,7 @@ from constructs import Construct
 from harness.catalog import INSTANCES, tool_call_parser
 from stacks import nag
 from stacks.config import BackendConfig, KitConfig
+from stacks.endpoint_ready import EndpointReady
 from stacks.guardrails import EndpointTtl
 from stacks.outputs import add_outputs
 from stacks import package
@@ -118,6 +119,9 @@ class SageMakerStack(cdk.Stack):
             package.acknowledge_read(self.role, scheme)
         token = cdk.SecretValue.secrets_manager(config.hf_token_secret).unsafe_unwrap()
         self.endpoints: dict[str, sagemaker.CfnEndpoint] = {}
+        # cdk deploy waits for InService at most sagemaker_ready_minutes (stacks/endpoint_ready.py).
+        self.ready = EndpointReady(self, "Ready", endpoint_names=[endpoint_name(self.stack_name, t)
+                                                                 for t in backend.instance_types])
         log_groups = []
         for itype in backend.instance_types:
             spec = INSTANCES[itype]  # stacks.config refused a type without a GPU count (the catalog's rule)
@@ -143,10 +147,12 @@ class SageMakerStack(cdk.Stack):
                                              endpoint_config_name=endpoint_config.attr_endpoint_config_name)
             endpoint.node.add_dependency(self.role)  # its policy (ECR pull, logs) exists before the endpoint starts
             self.endpoints[itype] = endpoint
+            # Beside the endpoint, not after it: the bound counts from when creation starts.
+            self.ready.wait(f"Ready{sid}", name, config.sagemaker_ready_minutes).node.add_dependency(endpoint_config)
             log_groups.append(f"arn:{self.partition}:logs:{region}:{self.account}:log-group:/aws/sagemaker/Endpoints/{name}")
             if ttl_expires_at is not None:
-                ttl = EndpointTtl(self, f"Ttl{sid}", endpoint_name=name, ttl_expires_at=ttl_expires_at)
-                ttl.node.add_dependency(endpoint)
+                # Not after the endpoint: the guard exists while it is Creating (and billing).
+                EndpointTtl(self, f"Ttl{sid}", endpoint_name=name, ttl_expires_at=ttl_expires_at)
         # IAM matches log-group actions (CreateLogGroup, DescribeLogStreams) against the group's
         # ARN with a trailing ":*" (CloudWatch Logs API reference, LogGroup.arn); the bare ARN
         # would allow only the stream actions. "<group>:*" covers the group and its streams.

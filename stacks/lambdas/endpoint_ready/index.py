@@ -1,0 +1,100 @@
+"""Custom resource Custom::EndpointReady: a bounded wait for one SageMaker endpoint.
+
+CloudFormation's own wait for AWS::SageMaker::Endpoint lasts up to its handler timeout (160
+minutes in the resource's registry schema, ``handlers.create.timeoutInMinutes``), and an endpoint
+can sit in ``Creating`` for hours while its container already answers ``/ping`` (a public
+reproduction saw 3 h 26 min; the other 20 endpoints took at most 11.3 min), billed all along.
+This resource runs beside the endpoint (it does not depend on it) and polls ``DescribeEndpoint``:
+
+- ``InService``: success, ``cdk deploy`` goes on;
+- ``Failed``: failure with SageMaker's ``FailureReason``;
+- still not ``InService`` after ``BoundMinutes``: failure with one line saying the endpoint is still
+  billing and what to run, so the stack fails (and rolls back) instead of waiting silently.
+
+A Lambda invocation lasts 15 minutes at most: before its time runs out the function invokes
+itself asynchronously with the same event and the time it started (``KitStartedAt``), and only
+the last invocation answers CloudFormation. Update waits again (a new endpoint config puts the
+endpoint in ``Updating``); Delete does nothing.
+
+Self-contained (boto3 and the standard library); tests import it.
+"""
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+from typing import Any, Callable, Mapping
+
+POLL_S = 30
+RESERVE_MS = 90_000  # hand over to a fresh invocation with this much time left
+
+
+def billing_line(name: str, region: str, status: str, minutes: float, bound: int) -> str:
+    return (f"SageMaker endpoint {name} is still {status} after {minutes:.0f} min (bound {bound} min, "
+            f"sagemaker_ready_minutes); it is billed while it is {status}. The stack now rolls back; "
+            f"a Creating endpoint refuses deletion, so if it is left behind run `aws sagemaker delete-endpoint "
+            f"--endpoint-name {name} --region {region}` once `aws sagemaker describe-endpoint` no longer says "
+            f"{status} (the TTL schedule, if it exists, retries that every 15 min)")
+
+
+def status_of(sm: Any, name: str) -> tuple[str, str]:
+    """(EndpointStatus, FailureReason); ("NotFound", "") before the endpoint exists."""
+    try:
+        d = sm.describe_endpoint(EndpointName=name)
+    except Exception as e:  # noqa: BLE001 - botocore ClientError without importing botocore
+        if "Could not find endpoint" in str(e) or "ValidationException" in str(e):
+            return "NotFound", ""
+        raise
+    return d["EndpointStatus"], d.get("FailureReason", "")
+
+
+def step(event: Mapping[str, Any], sm: Any, region: str, now: Callable[[], float],
+         remaining_ms: Callable[[], int], sleep: Callable[[float], None]) -> tuple[str, str, dict] | None:
+    """Poll until an answer is due: (status, reason, data), or None when time ran out (hand over)."""
+    props = event["ResourceProperties"]
+    name, bound = props["EndpointName"], int(props["BoundMinutes"])
+    started = float(event.get("KitStartedAt") or now())
+    while True:
+        status, why = status_of(sm, name)
+        minutes = (now() - started) / 60
+        if status == "InService":
+            return "SUCCESS", f"{name} InService after {minutes:.0f} min", {"Status": status}
+        if status == "Failed":
+            return "FAILED", f"SageMaker endpoint {name} failed: {why or 'no FailureReason given'}", {}
+        if minutes >= bound:
+            return "FAILED", billing_line(name, region, status, minutes, bound), {}
+        if remaining_ms() < RESERVE_MS:
+            return None
+        sleep(POLL_S)
+
+
+def respond(event: Mapping[str, Any], status: str, reason: str, data: Mapping[str, str]) -> None:
+    body = json.dumps({"Status": status, "Reason": reason[:1000], "PhysicalResourceId": event["ResourceProperties"]["EndpointName"],
+                       "StackId": event["StackId"], "RequestId": event["RequestId"],
+                       "LogicalResourceId": event["LogicalResourceId"], "Data": dict(data)}).encode()
+    req = urllib.request.Request(event["ResponseURL"], data=body, method="PUT",
+                                 headers={"Content-Type": "", "Content-Length": str(len(body))})
+    with urllib.request.urlopen(req, timeout=30) as r:  # noqa: S310 - CloudFormation's presigned URL
+        r.read()
+
+
+def handler(event: dict, context: Any, sm: Any = None, lam: Any = None, send=respond,
+            now: Callable[[], float] = time.time, sleep: Callable[[float], None] = time.sleep) -> None:
+    if event["RequestType"] == "Delete":
+        return send(event, "SUCCESS", "nothing to delete", {})
+    event = {**event, "KitStartedAt": event.get("KitStartedAt") or now()}
+    try:
+        import boto3
+
+        sm = sm or boto3.client("sagemaker")
+        answer = step(event, sm, sm.meta.region_name, now, context.get_remaining_time_in_millis, sleep)
+    except Exception as e:  # noqa: BLE001 - any error still answers CloudFormation, with its reason
+        return send(event, "FAILED", f"{type(e).__name__}: {e}", {})
+    if answer is None:  # out of time: a fresh invocation carries on with the same clock
+        lam = lam or boto3.client("lambda")
+        lam.invoke(FunctionName=context.invoked_function_arn, InvocationType="Event",
+                   Payload=json.dumps(event).encode())
+        return None
+    status, reason, data = answer
+    print(json.dumps({"status": status, "reason": reason}))
+    return send(event, status, reason, data)
