@@ -81,13 +81,13 @@ class OpenAIAsk:
         self.model, self.s = model, s
         self.dropped: set[str] = set()
 
-    def body(self, msgs: Messages) -> dict[str, Any]:
+    def body(self, msgs: Messages, max_tokens: int | None = None) -> dict[str, Any]:
         b = {"model": self.model, "messages": msgs, "temperature": 0, "seed": self.s.seed,
-             "max_tokens": self.s.max_tokens, "stream": False}
+             "max_tokens": max_tokens or self.s.max_tokens, "stream": False}
         return {k: v for k, v in b.items() if k not in self.dropped}
 
-    def once(self, msgs: Messages) -> str:
-        sent = self.body(msgs)
+    def once(self, msgs: Messages, max_tokens: int | None = None) -> str:
+        sent = self.body(msgs, max_tokens)
         req = urllib.request.Request(self.url, data=json.dumps(sent).encode(),
                                      headers={"Content-Type": "application/json"})
         try:
@@ -100,7 +100,7 @@ class OpenAIAsk:
             refused = [f for f in OPTIONAL_FIELDS if f in sent and f in detail]
             if e.code == 400 and refused:
                 self.dropped.update(refused)
-                return self.once(msgs)
+                return self.once(msgs, max_tokens)
             raise ItemFailed(f"HTTP {e.code} from {self.url}: {detail}") from None
         except (urllib.error.URLError, OSError) as e:  # refused, reset, timed out
             raise BackendDown(f"{self.url}: {getattr(e, 'reason', None) or e}") from None
@@ -111,8 +111,8 @@ class OpenAIAsk:
         except (KeyError, IndexError, TypeError):
             raise ItemFailed(f"{self.url}: reply has no choices[0].message.content") from None
 
-    def __call__(self, msgs: Messages) -> str:
-        return _with_retries(lambda: self.once(msgs), self.s)
+    def __call__(self, msgs: Messages, max_tokens: int | None = None) -> str:
+        return _with_retries(lambda: self.once(msgs, max_tokens), self.s)
 
 
 def openai_ask(base_url: str, model: str, s: Settings) -> OpenAIAsk:
@@ -138,9 +138,9 @@ def sagemaker_ask(ep: Endpoint, s: Settings, client: Any) -> Callable[[Messages]
     """The OpenAI chat body on /invocations, as the kit's SageMaker backend serves it
     (harness.bench.clients.sagemaker sends the same body)."""
 
-    def once(msgs: Messages) -> str:
+    def once(msgs: Messages, max_tokens: int | None) -> str:
         body = json.dumps({"model": ep.model_id, "messages": msgs, "temperature": 0, "seed": s.seed,
-                           "max_tokens": s.max_tokens, "stream": False})
+                           "max_tokens": max_tokens or s.max_tokens, "stream": False})
         resp = _boto_call(lambda: client.invoke_endpoint(EndpointName=ep.endpoint_name, Body=body,
                                                          ContentType="application/json"))
         try:
@@ -149,16 +149,16 @@ def sagemaker_ask(ep: Endpoint, s: Settings, client: Any) -> Callable[[Messages]
         except (KeyError, IndexError, TypeError, ValueError):
             raise ItemFailed(f"{ep.endpoint_name}: reply has no choices[0].message.content") from None
 
-    return lambda msgs: _with_retries(lambda: once(msgs), s)
+    return lambda msgs, max_tokens=None: _with_retries(lambda: once(msgs, max_tokens), s)
 
 
 def bedrock_ask(ep: Endpoint, s: Settings, client: Any) -> Callable[[Messages], str]:
     """Bedrock Converse. It has no seed parameter; temperature 0 is as greedy as it gets."""
 
-    def once(msgs: Messages) -> str:
+    def once(msgs: Messages, max_tokens: int | None) -> str:
         conv = [{"role": m["role"], "content": [{"text": m["content"]}]} for m in msgs if m["role"] != "system"]
         kw: dict[str, Any] = {"modelId": ep.model_id, "messages": conv,
-                              "inferenceConfig": {"maxTokens": s.max_tokens, "temperature": 0}}
+                              "inferenceConfig": {"maxTokens": max_tokens or s.max_tokens, "temperature": 0}}
         system = [{"text": m["content"]} for m in msgs if m["role"] == "system"]
         if system:
             kw["system"] = system
@@ -168,7 +168,7 @@ def bedrock_ask(ep: Endpoint, s: Settings, client: Any) -> Callable[[Messages], 
         except (KeyError, TypeError):
             raise ItemFailed(f"{ep.model_id}: reply has no output.message.content") from None
 
-    return lambda msgs: _with_retries(lambda: once(msgs), s)
+    return lambda msgs, max_tokens=None: _with_retries(lambda: once(msgs, max_tokens), s)
 
 
 def openai_for(ep: Endpoint, s: Settings, boto_session: Any = None) -> Callable[[Messages], str]:

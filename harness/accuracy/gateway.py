@@ -3,7 +3,7 @@ Bedrock), so lm-eval's ``local-chat-completions`` can reach every backend the sa
 
 Serves ``POST /v1/chat/completions`` (non-streaming) and ``GET /v1/models`` on 127.0.0.1 with a
 free port, for the life of a ``with`` block. Each request goes through ``Target.ask`` (greedy,
-seeded, the stage's max tokens; lm-eval's ``stop`` list is not forwarded: the Converse and
+seeded, the request's ``max_tokens``; lm-eval's ``stop`` list is not forwarded: the Converse and
 SageMaker calls of harness.accuracy.client send none). A client error answers 400; a backend that
 is down answers 503, which lm-eval retries and then reports.
 """
@@ -57,8 +57,9 @@ def openai_gateway(target: Target) -> Iterator[Target]:
             except (ValueError, KeyError, TypeError) as e:
                 self._send(400, {"error": {"message": f"bad request: {e}"}})
                 return
-            try:
-                text = target.ask(msgs)
+            mt = body.get("max_tokens") or body.get("max_completion_tokens")
+            try:  # the request's token budget (a task's max_gen_toks), else the stage's
+                text = target.ask(msgs, max_tokens=mt) if isinstance(mt, int) and mt > 0 else target.ask(msgs)
             except ItemFailed as e:
                 self._send(400, {"error": {"message": str(e)}})
                 return

@@ -66,6 +66,8 @@ S = Settings(seed=7, max_tokens=99, retries=1, retry_base_s=0.0)
 def test_sagemaker_ask_sends_the_openai_body():
     fake = FakeSageMaker({"choices": [{"message": {"content": "Answer: 4"}}]})
     assert sagemaker_ask(EP_SM, S, fake)([{"role": "user", "content": "2+2?"}]) == "Answer: 4"
+    sagemaker_ask(EP_SM, S, fake)([{"role": "user", "content": "2+2?"}], max_tokens=7)
+    assert json.loads(fake.calls.pop()["Body"])["max_tokens"] == 7
     [kw] = fake.calls
     body = json.loads(kw["Body"])
     assert kw["EndpointName"] == "ep-1" and kw["ContentType"] == "application/json"
@@ -110,10 +112,11 @@ def _post(url, body):
 
 
 def test_gateway_serves_chat_completions_for_any_target():
-    seen = []
+    seen, budgets = [], []
 
-    def ask(msgs):
+    def ask(msgs, max_tokens=None):
         seen.append(msgs)
+        budgets.append(max_tokens)
         if msgs[-1]["content"] == "fail":
             raise ItemFailed("nope")
         if msgs[-1]["content"] == "down":
@@ -127,7 +130,7 @@ def test_gateway_serves_chat_completions_for_any_target():
             "model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
             "stop": ["Q:"], "max_tokens": 5})
         assert status == 200 and body["choices"][0]["message"]["content"] == "Answer: 9"
-        assert seen[0] == [{"role": "user", "content": "hi"}]
+        assert seen[0] == [{"role": "user", "content": "hi"}] and budgets[0] == 5  # the request's budget
         assert _post(g.base_url + "/chat/completions", {"messages": [{"role": "user", "content": "fail"}]})[0] == 400
         assert _post(g.base_url + "/chat/completions", {"messages": [{"role": "user", "content": "down"}]})[0] == 503
         assert _post(g.base_url + "/completions", {"prompt": "x"})[0] == 404
