@@ -9,7 +9,7 @@
 - ``NeuronImageStack`` (x86_64, for inf2 and trn1): Neuron DLAMI + Neuron SDK pins (ami/pins.py) + the
   kit's Neuron engine (ami/neuron) with its launcher, built and tested on an inf2.xlarge.
 
-Every pipeline publishes its AMI id to an SSM parameter (``/inference-kit/ami/<image>``, data type
+Every pipeline publishes its AMI id to an SSM parameter (``/imagebuilder/inference-kit/ami/<image>``, data type
 ``aws:ec2:image``) through Image Builder's distribution settings; the backend stacks read it at
 deploy time (stacks/image_families.py). Pipelines have no schedule: nothing builds, and nothing
 is billed, until someone runs ``aws imagebuilder start-image-pipeline-execution`` (docs/images.md).
@@ -50,7 +50,14 @@ from stacks.package import package_scheme
 
 AMI_DIR = Path(__file__).resolve().parent.parent / "ami"
 COMPONENTS_DIR = AMI_DIR / "components"
-PARAMETER_PREFIX = "/inference-kit/ami"
+# Under /imagebuilder/: the pipelines have no execution role, so Image Builder distributes (writes
+# the AMI id with ssm:PutParameter) and resolves an "ssm:" parent image (ssm:GetParameter) as its
+# service-linked role, AWSServiceRoleForImageBuilder, whose policy (v25, AWS Managed Policy
+# Reference) allows both only on arn:aws:ssm:*:*:parameter/imagebuilder/* (reads also on
+# /aws/service/*). The Image Builder User Guide, "Prerequisites for SSM output parameters", asks
+# for ssm:PutParameter on the parameter in the execution role. Anywhere else the distribution
+# step fails after the whole build. tests/stacks/test_image_parameters.py checks this.
+PARAMETER_PREFIX = "/imagebuilder/inference-kit/ami"
 
 # The SSM parameter each image publishes; the backend stacks read these (image_families.py).
 IMAGE_PARAMETERS: dict[str, str] = {

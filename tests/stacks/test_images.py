@@ -203,9 +203,9 @@ def test_pipelines_publish_to_ssm_and_never_run_on_a_schedule(kit, image):
 
 
 @pytest.mark.parametrize("backend, stack, parameter", [
-    ("g5g", "G5gStack", "/inference-kit/ami/vllm-sm75"),
-    ("inf2", "Inf2Stack", "/inference-kit/ami/neuron"),
-    ("trn1", "Trn1Stack", "/inference-kit/ami/neuron"),
+    ("g5g", "G5gStack", "/imagebuilder/inference-kit/ami/vllm-sm75"),
+    ("inf2", "Inf2Stack", "/imagebuilder/inference-kit/ami/neuron"),
+    ("trn1", "Trn1Stack", "/imagebuilder/inference-kit/ami/neuron"),
     ("g6", "G6Stack", "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id"),
 ])
 def test_backend_stacks_read_the_image_parameter(kit, backend, stack, parameter):
@@ -246,7 +246,7 @@ def test_g6_prebuilt_image_neuron_parent_override_and_backend_selection(tmp_path
     assert "VllmSm75ImageStack" not in s.templates  # no g5g selected: no sm_75 pipelines
     params = s.templates["G6Stack"]["Parameters"]
     assert [p["Default"] for p in params.values()
-            if p["Type"] == "AWS::SSM::Parameter::Value<AWS::EC2::Image::Id>"] == ["/inference-kit/ami/vllm-cuda"]
+            if p["Type"] == "AWS::SSM::Parameter::Value<AWS::EC2::Image::Id>"] == ["/imagebuilder/inference-kit/ami/vllm-cuda"]
 
 
 def test_x86_instance_type_for_g5g_fails_synth_in_one_line(tmp_path):
