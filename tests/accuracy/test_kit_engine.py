@@ -1,0 +1,89 @@
+"""harness.accuracy against the kit's own Neuron engine, the real CLI on CPU with its tiny random
+model (ami/neuron/tiny.py): the engine answers 400 to ``seed`` and to ``stop`` (ami/neuron/api.py),
+so --items drops the seed and lm-eval goes through the local gateway. Random weights: the answers
+are noise; what is checked is that every item is answered and recorded (not that the replies are
+equal: the engine batches concurrent requests, which need not be bit-identical)."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch", reason="the engine's CPU generator needs torch (requirements-engine.txt)")
+
+from harness.accuracy.cli import main  # noqa: E402
+from tests.accuracy.test_cli import write_items  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def engine():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "ami.neuron.server", "--device", "cpu", "--tiny-random",
+                             "--port", str(port), "--prompt-buckets", "64,256", "--max-total-tokens", "512",
+                             "--batch-size", "4", "--batch-wait-ms", "50", "--cpu-threads", "1"],
+                            env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2):
+                    break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(f"engine did not start: {proc.stderr.read()[-2000:] if proc.poll() is not None else 'timeout'}")
+                time.sleep(0.5)
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def test_items_on_the_kit_engine(tmp_path, engine):
+    items = write_items(tmp_path / "items.jsonl", 4)
+    out = tmp_path / "out"
+    rc = main(["--endpoint", f"x={engine}", "--endpoint", f"y={engine}", "--items", str(items), "--out", str(out),
+               "--max-tokens", "8", "--concurrency", "2"], echo=lambda s: None)
+    assert rc == 0
+    lines = [json.loads(x) for x in (out / "items.jsonl").read_text().splitlines()]
+    assert len(lines) == 8 and all(isinstance(r["correct"], bool) for r in lines)
+    run = json.loads((out / "run.json").read_text())
+    assert run["backends"]["x"]["not_sent"] == ["seed"]
+    pair = json.loads((out / "accuracy.json").read_text())["pairs"][0]
+    assert pair["n"] == 4
+
+
+def test_lm_eval_task_on_the_kit_engine(tmp_path, engine, monkeypatch):
+    pytest.importorskip("lm_eval", reason="requirements-accuracy.txt not installed")
+    from tests.accuracy.test_lmeval import GEN_TASK
+
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps({"idx": i, "answer": str(2 * i)}) + "\n" for i in range(3)))
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    (tasks / "acc_local_gen.yaml").write_text(GEN_TASK.format(data=data).replace("max_gen_toks: 64", "max_gen_toks: 8"))
+    out = tmp_path / "out"
+    rc = main(["--endpoint", f"x={engine}", "--tasks", "acc_local_gen", "--task-path", str(tasks),
+               "--out", str(out)], echo=lambda s: None)
+    assert rc == 0
+    run = json.loads((out / "run.json").read_text())
+    assert "stop sequences are not supported" in run["backends"]["x"]["lm_eval_via"]
+    assert json.loads((out / "accuracy.json").read_text())["backends"]["x"]["n"] == 3
