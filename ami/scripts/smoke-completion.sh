@@ -9,6 +9,7 @@
 # SMOKE_TIMEOUT: seconds to wait for /health (default 1800: download plus Triton compile).
 # SMOKE_HF_HOME: Hugging Face cache to use and keep (default: a temporary one, removed after).
 # SMOKE_PORT, SMOKE_POLL: loopback port (default 18000) and seconds between health checks (5).
+# SMOKE_IMDS_URL: instance metadata service (default http://169.254.169.254; tests override it).
 set -euo pipefail
 
 venv=${1:?usage: smoke-completion.sh VENV MODEL [vllm serve args...]}
@@ -20,7 +21,16 @@ timeout=${SMOKE_TIMEOUT:-1800}
 log=$(mktemp /tmp/smoke-vllm.XXXXXX.log)
 
 if [ -n "${HF_TOKEN_SECRET:-}" ]; then
-  token=$(aws secretsmanager get-secret-value --secret-id "$HF_TOKEN_SECRET" \
+  # Image Builder's agent names no region, and the DLAMI's `aws` may be AWS CLI v1 (awscli
+  # 1.44.x in its release notes), which never asks IMDS for one (only v2 does, aws/aws-cli#486):
+  # the environment's region, else the instance's from IMDSv2 (the build host requires v2).
+  region=${AWS_REGION:-${AWS_DEFAULT_REGION:-}}
+  if [ -z "$region" ]; then
+    imds_url=${SMOKE_IMDS_URL:-http://169.254.169.254}
+    imds=$(curl -sSf -m 5 -X PUT -H 'X-aws-ec2-metadata-token-ttl-seconds: 60' "$imds_url/latest/api/token")
+    region=$(curl -sSf -m 5 -H "X-aws-ec2-metadata-token: $imds" "$imds_url/latest/meta-data/placement/region")
+  fi
+  token=$(aws secretsmanager get-secret-value --region "$region" --secret-id "$HF_TOKEN_SECRET" \
     --query SecretString --output text)
   export HF_TOKEN="$token"
 fi
