@@ -53,6 +53,11 @@ def read_context(cdk_json: Path | None = None) -> dict[str, Any]:
 def check_region(key: str, value: Any) -> str:
     if not isinstance(value, str) or not REGION_PATTERN.match(value):
         raise RegionError(f"{key}={value!r} is not an AWS region code (e.g. us-east-1)")
+    from harness.awsdata import region_problem  # botocore's partitions.json: zz-fake-9 looks valid
+
+    problem = region_problem(value)
+    if problem:
+        raise RegionError(f"{key}={value!r}{problem}")
     return value
 
 

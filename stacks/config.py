@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+from harness import awsdata
 from harness import regions as kit_regions
 from harness.catalog import BACKEND_IDS, BACKENDS
 
@@ -109,9 +110,32 @@ def _instance_type(backend_id: str, key: str, value: Any) -> str:
     b = BACKENDS[backend_id]
     if not isinstance(value, str):
         raise ConfigError(f"{key}={value!r} is not an instance type (e.g. {b.instance_type})")
-    problem = b.instance_problem(value)
-    if problem:
+    problem = b.instance_problem(value) or awsdata.instance_type_problem(value, b.service)
+    if problem:  # the catalog's families, then botocore's list: g6.99xlarge has the right shape
         raise ConfigError(f"{key}={value!r}{problem}")
+    return value
+
+
+def _model_id(backend_id: str, key: str, value: Any) -> str:
+    """A model id the backend's engine can take as it is put on the instance: a Hugging Face id
+    (a `"` broke the readiness check's JSON on the instance, `../` moved the Neuron engine's model
+    directory), the package word form (checked by stacks/package.py), or for Bedrock a model or
+    inference profile id. No s3:// URI: no engine of the kit loads one directly (a package is how
+    a model is served from S3)."""
+    b = BACKENDS[backend_id]
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"{key}={value!r} is not a model id (e.g. {b.model_id})")
+    if not b.open_weights:
+        problem = awsdata.bedrock_model_problem(value)
+    elif value.startswith("s3://"):
+        problem = (" is an S3 URI: no engine of the kit loads one directly; serve a model from S3 as "
+                   f"a package ({backend_id}_model=package:<scheme>, docs/package.md) or give a Hugging Face id")
+    elif re.fullmatch(r"package(:[a-z0-9_-]{1,32})?", value):
+        problem = None
+    else:
+        problem = awsdata.hf_repo_id_problem(value)
+    if problem:
+        raise ConfigError(f"{key}={value!r}{problem} (e.g. {b.model_id})")
     return value
 
 
@@ -188,9 +212,10 @@ def parse(context: Mapping[str, Any]) -> KitConfig:
     azs: tuple[str, ...] = ()
     if context.get("azs"):
         azs = tuple(_str_list("azs", context["azs"]))
-        for az in azs:
-            if not re.fullmatch(re.escape(region) + r"[a-z]", az):
-                raise ConfigError(f"azs: {az!r} is not an Availability Zone of {region} (e.g. {region}a)")
+        for az in azs:  # names cfn-lint's table lists for the region (harness/awsdata.py)
+            problem = awsdata.az_problem(az, region)
+            if problem:
+                raise ConfigError(f"azs: {az!r}{problem}")
         if len(set(azs)) != len(azs):
             raise ConfigError(f"azs={context['azs']!r} names an Availability Zone twice")
 
@@ -203,9 +228,9 @@ def parse(context: Mapping[str, Any]) -> KitConfig:
     backends = []
     for bid in ids:
         b = BACKENDS[bid]
-        model = context.get(f"{bid}_model") or (default_model if b.open_weights else None) or b.model_id
-        if not isinstance(model, str) or not model.strip() or any(c.isspace() for c in model):
-            raise ConfigError(f"{bid}_model={model!r} is not a model id (e.g. {b.model_id})")
+        key = f"{bid}_model" if context.get(f"{bid}_model") else "model"
+        model = _model_id(bid, key, context.get(f"{bid}_model") or (default_model if b.open_weights else None)
+                          or b.model_id)
         itype = None
         itypes: tuple[str, ...] = ()
         if b.instance_type:
@@ -221,10 +246,11 @@ def parse(context: Mapping[str, Any]) -> KitConfig:
         # A preference: the deploy checks that the AZ offers the type (stacks/az_choice.py) and
         # builds the backend's subnet there; without it, the first AZ that offers the type.
         az = context.get(f"{bid}_az")
-        if az is not None and b.service == "ec2" and not (
-                isinstance(az, str) and re.fullmatch(re.escape(where_b) + r"[a-h]", az)):
-            raise ConfigError(f"{bid}_az={az!r} is not an Availability Zone of {where_b}, where {bid} deploys "
-                              f"(e.g. {where_b}a; letters a-h)")
+        if az is not None and b.service == "ec2":
+            problem = awsdata.az_problem(az, where_b, f", where {bid} deploys") if isinstance(az, str) \
+                else " is not a string"
+            if problem:
+                raise ConfigError(f"{bid}_az={az!r}{problem}")
         backends.append(BackendConfig(bid, itype, model, itypes, az if b.service == "ec2" else None,
                                       choices.get(bid), where_b))
 
@@ -241,8 +267,10 @@ def parse(context: Mapping[str, Any]) -> KitConfig:
                           f"(e.g. {DEFAULTS['sagemaker_ami_version']}, or '' to omit)")
 
     image_az = context.get("image_az")
-    if image_az is not None and not (isinstance(image_az, str) and re.fullmatch(re.escape(region) + r"[a-h]", image_az)):
-        raise ConfigError(f"image_az={image_az!r} is not an Availability Zone of {region} (e.g. {region}a)")
+    if image_az is not None:
+        problem = awsdata.az_problem(image_az, region) if isinstance(image_az, str) else " is not a string"
+        if problem:
+            raise ConfigError(f"image_az={image_az!r}{problem}")
     neuron_parent = context.get("neuron_parent_image")
     if neuron_parent is not None and not (isinstance(neuron_parent, str)
                                           and re.fullmatch(r"ami-[0-9a-f]{8,17}", neuron_parent)):
