@@ -17,9 +17,11 @@ crash: a report must still render.
 """
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
+import stat
 import tempfile
 import time
 from pathlib import Path
@@ -78,34 +80,209 @@ def append_jsonl(path: Path, record: dict[str, Any]) -> None:
         os.fsync(f.fileno())
 
 
-def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
-    """Records of a JSONL file; a torn last line (killed mid-write) is skipped."""
-    if not path.exists():
+# -- reading a results directory that may come from someone else -------------------------------
+# A results directory can be handed over (a tarball, a shared disk): its files are untrusted.
+# Every read below opens the file with O_NOFOLLOW, through directories opened with O_NOFOLLOW
+# from the run directory down (so a symlink anywhere below it is never followed), and
+# O_NONBLOCK (a FIFO never blocks the open); only a regular file is read, and only up to a cap
+# (a symlink to /dev/zero would otherwise be read forever). JSON nested deeper than MAX_DEPTH is
+# refused (Python's parser and every renderer recurse). What is skipped is said in ``notes``.
+MAX_JSON_BYTES = 64 * 1024 * 1024  # meta.json, summary.json, cost.json … are kilobytes
+MAX_LINE_BYTES = 16 * 1024 * 1024  # one JSONL record
+MAX_JSONL_BYTES = 1024 * 1024 * 1024  # a whole JSONL file (requests.jsonl of a long sweep)
+MAX_DEPTH = 64  # no file the kit writes nests deeper than ~6
+
+
+class Skipped(Exception):
+    """A file that exists but is not read; the message says why, in a few words."""
+
+
+def _open_inside(root: Path, rel: Path) -> int | None:
+    """An fd of the regular file ``root/rel``, reached without following any symlink below
+    ``root``; None when absent; ``Skipped`` when it is not a regular file inside ``root``."""
+    parts = rel.parts
+    if not parts or rel.is_absolute() or ".." in parts:
+        raise Skipped("outside the results directory")
+    flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW
+    try:
+        dfd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise Skipped(e.strerror or str(e)) from None
+    try:
+        for part in parts[:-1]:
+            try:
+                nfd = os.open(part, flags | os.O_DIRECTORY, dir_fd=dfd)
+            except FileNotFoundError:
+                return None
+            except OSError as e:
+                if e.errno in (errno.ENOTDIR, errno.ELOOP):
+                    raise Skipped(f"{part}/ is a symbolic link or not a directory: not followed") from None
+                raise Skipped(e.strerror or str(e)) from None
+            os.close(dfd)
+            dfd = nfd
+        try:
+            fd = os.open(parts[-1], flags | os.O_NONBLOCK, dir_fd=dfd)
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                raise Skipped("a symbolic link: not followed") from None
+            raise Skipped(e.strerror or str(e)) from None
+    finally:
+        os.close(dfd)
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise Skipped("not a regular file")
+    return fd
+
+
+def _split(path: Path, root: Path | None) -> tuple[Path, Path]:
+    path = Path(path)
+    if root is None:
+        return path.parent, Path(path.name)
+    root = Path(root)
+    try:
+        return root, path.relative_to(root)
+    except ValueError:
+        raise Skipped("outside the results directory") from None
+
+
+def _note(notes: list[str] | None, path: Path, why: str) -> None:
+    if notes is not None:
+        notes.append(f"{path}: skipped ({why})")
+
+
+def read_bytes(path: Path, *, root: Path | None = None, cap: int = MAX_JSON_BYTES) -> bytes | None:
+    """The bytes of a regular file inside ``root`` (default: its own directory) read without
+    following symlinks; None when absent; ``Skipped`` when it may not or cannot be read."""
+    base, rel = _split(path, root)
+    fd = _open_inside(base, rel)
+    if fd is None:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        data = f.read(cap + 1)
+    if len(data) > cap:
+        raise Skipped(f"larger than {cap // (1024 * 1024)} MiB")
+    return data
+
+
+def depth(obj: Any) -> int:
+    """How deep containers nest in ``obj`` (iterative: no recursion on hostile input)."""
+    deepest, stack = 0, [(obj, 1)]
+    while stack:
+        o, d = stack.pop()
+        if isinstance(o, dict):
+            o = list(o.values())
+        if isinstance(o, list):
+            deepest = max(deepest, d)
+            if d > MAX_DEPTH:
+                return d
+            stack.extend((x, d + 1) for x in o)
+    return deepest
+
+
+def _parse(raw: bytes) -> Any:
+    """JSON from bytes; ``Skipped`` for non-UTF-8, invalid JSON or nesting past MAX_DEPTH."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise Skipped("not UTF-8") from None
+    try:  # CPython's parser counts its recursion: a deep document is a RecursionError, not a crash
+        data = json.loads(text)
+    except RecursionError:
+        raise Skipped(f"JSON nested deeper than {MAX_DEPTH} levels") from None
+    except ValueError as e:
+        raise Skipped(f"not valid JSON: {str(e)[:80]}") from None
+    if depth(data) > MAX_DEPTH:
+        raise Skipped(f"JSON nested deeper than {MAX_DEPTH} levels")
+    return data
+
+
+def read_jsonl(path: Path, *, root: Path | None = None, notes: list[str] | None = None,
+               cap: int = MAX_JSONL_BYTES) -> Iterator[dict[str, Any]]:
+    """The JSON objects of a JSONL file, one per line. A torn last line (killed mid-write), a
+    line that is not UTF-8, not JSON, too deep, longer than MAX_LINE_BYTES or not an object is
+    skipped; with ``notes``, a line there says how many and why."""
+    path = Path(path)
+    try:
+        base, rel = _split(path, root)
+        fd = _open_inside(base, rel)
+    except Skipped as e:
+        _note(notes, path, str(e))
         return
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            line = line.strip()
+    if fd is None:
+        return
+    bad: dict[str, int] = {}
+    total = 0
+    with os.fdopen(fd, "rb") as f:
+        while True:
+            line = f.readline(MAX_LINE_BYTES + 1)
             if not line:
+                break
+            total += len(line)
+            if total > cap:
+                bad[f"file past {cap // (1024 * 1024)} MiB: rest not read"] = 1
+                break
+            if len(line) > MAX_LINE_BYTES and not line.endswith(b"\n"):
+                while line and not line.endswith(b"\n"):  # drop the rest of the long line
+                    line = f.readline(MAX_LINE_BYTES + 1)
+                    total += len(line)
+                bad["line too long"] = bad.get("line too long", 0) + 1
+                continue
+            if not line.strip():
                 continue
             try:
-                yield json.loads(line)
-            except json.JSONDecodeError:
+                obj = _parse(line.strip())
+            except Skipped as e:
+                why = str(e).split(":")[0]
+                bad[why] = bad.get(why, 0) + 1
                 continue
+            if not isinstance(obj, dict):
+                bad["not a JSON object"] = bad.get("not a JSON object", 0) + 1
+                continue
+            yield obj
+    if bad:
+        _note(notes, path, "lines skipped: " + ", ".join(f"{n} {why}" for why, n in bad.items()))
 
 
 def write_json(path: Path, data: Any) -> None:
-    """Write atomically (temp file + rename) so a reader never sees half a file."""
+    """Write atomically so a reader never sees half a file: a temp file made with exclusive
+    create and no-follow (a planted symlink is never written through), then renamed over
+    ``path`` (rename replaces a symlink named ``path``, it does not follow it)."""
+    write_text(path, json.dumps(data, indent=2, default=str) + "\n")
+
+
+def write_text(path: Path, text: str) -> None:
+    """``write_json``'s safe temp-then-rename for any text file."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
-    tmp.replace(path)
-
-
-def read_json(path: Path) -> Any | None:
-    """Parsed JSON, or None when the file is absent or unreadable."""
+    # mkstemp opens O_CREAT | O_EXCL | O_NOFOLLOW with a random name (Python docs, tempfile)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def read_json(path: Path, *, root: Path | None = None, notes: list[str] | None = None) -> Any | None:
+    """Parsed JSON, or None when the file is absent, unreadable, not a regular file inside
+    ``root`` (default: its own directory), a symlink, over MAX_JSON_BYTES or too deep; with
+    ``notes``, a line there says why a file that exists was skipped."""
+    path = Path(path)
+    try:
+        raw = read_bytes(path, root=root)
+        return None if raw is None else _parse(raw)
+    except Skipped as e:
+        _note(notes, path, str(e))
         return None
 
 
@@ -120,18 +297,30 @@ def endpoints_from_meta(meta: dict) -> dict[str, dict]:
     return {k: saved_endpoint({"name": k} | v) for k, v in eps.items() if isinstance(v, dict)}
 
 
-def load_bench(results_dir: Path) -> dict[str, list[dict]]:
-    """Endpoint name -> its levels from bench/<name>/summary.json (unusable levels skipped)."""
+def load_bench(results_dir: Path, *, notes: list[str] | None = None) -> dict[str, list[dict]]:
+    """Endpoint name -> its levels from bench/<name>/summary.json (unusable levels skipped).
+    A ``bench`` or ``bench/<name>`` that is a symlink is not followed (noted in ``notes``)."""
     out: dict[str, list[dict]] = {}
-    bench = Path(results_dir) / "bench"
+    root = Path(results_dir)
+    bench = root / "bench"
+    if bench.is_symlink():
+        _note(notes, bench, "a symbolic link: not followed")
+        return out
     if not bench.is_dir():
         return out
-    for d in sorted(p for p in bench.iterdir() if p.is_dir()):
-        data = read_json(d / "summary.json")
+    with os.scandir(bench) as it:
+        entries = sorted(it, key=lambda e: e.name)
+    for entry in entries:
+        if entry.is_symlink():
+            _note(notes, Path(entry.path), "a symbolic link: not followed")
+            continue
+        if not entry.is_dir(follow_symlinks=False):
+            continue
+        data = read_json(Path(entry.path) / "summary.json", root=root, notes=notes)
         if isinstance(data, dict):  # tolerate {"levels": [...]}
             data = data.get("levels")
         if isinstance(data, list):
-            out[d.name] = [lv for lv in data if _usable_level(lv)]
+            out[entry.name] = [lv for lv in data if _usable_level(lv)]
     return out
 
 

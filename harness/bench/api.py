@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import json
 import platform
 import resource
 import time
@@ -66,7 +67,11 @@ def load_tokenizer(path: str | Path | None) -> TokenCounter | None:
         p = p / "tokenizer.json"
     if not p.is_file():
         raise BenchError(f"--tokenizer {path}: no tokenizer.json there")
-    tok = Tokenizer.from_file(str(p))
+    try:
+        tok = Tokenizer.from_file(str(p))
+    except Exception as e:  # tokenizers raises its own Exception type for any bad file
+        raise BenchError(f"--tokenizer {path}: not a tokenizer.json the 'tokenizers' package can "
+                         f"load ({str(e).splitlines()[0][:160] if str(e) else type(e).__name__})") from None
 
     def count(texts: list[str]) -> list[int]:
         return [len(e.ids) for e in tok.encode_batch(texts, add_special_tokens=False)]
@@ -149,6 +154,11 @@ async def run_bench_async(
     plan = _plan(concurrency, rates, requests, duration, warmup)
     if not plan and rates != "auto":
         raise BenchError("nothing to run: give at least one concurrency or rate")
+    if rates == "auto" and not 0 < rate_start <= rate_max:
+        raise BenchError(f"--rate-start {rate_start:g} must be > 0 and at most --rate-max "
+                         f"{rate_max:g} (--rate auto doubles from the one up to the other)")
+    if str(out_dir) == "":
+        raise BenchError("--out '': give a directory (an empty path would write into the current one)")
 
     out = Path(out_dir)
     config = {"endpoint": endpoint.to_dict(), "profile": prof.to_dict(), "requests": requests,
@@ -258,7 +268,33 @@ def _order(levels: list[dict]) -> None:
 
 
 def _prepare_dir(out: Path, config: dict, resume: bool) -> list[dict]:
-    import json
+    try:
+        return _prepare_dir_io(out, config, resume)
+    except OSError as e:  # a file as a parent, /proc, read-only, full: one line, not a traceback
+        raise BenchError(f"--out {out}: cannot write there ({e.strerror or e})") from None
+
+
+def _resume_file(out: Path, name: str) -> Any | None:
+    """A file of an earlier run, parsed (None when absent); corrupt is a BenchError naming it."""
+    path = out / name
+    if not path.exists():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, RecursionError) as e:
+        raise BenchError(f"--resume: {path} is not valid JSON ({type(e).__name__}); move it away "
+                         "or use another --out") from None
+
+
+def _corrupt(path: Path, what: str) -> BenchError:
+    return BenchError(f"--resume: {path} is corrupt ({what}); move it away or use another --out")
+
+
+def _count_or_none(v: Any) -> bool:
+    return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0)
+
+
+def _prepare_dir_io(out: Path, config: dict, resume: bool) -> list[dict]:
     if out.exists() and not out.is_dir():
         raise BenchError(f"--out {out}: exists and is not a directory")
     has_run = (out / store.REQUESTS).exists() or (out / store.SUMMARY).exists()
@@ -269,20 +305,24 @@ def _prepare_dir(out: Path, config: dict, resume: bool) -> list[dict]:
     if not resume or not has_run:
         write_json(out / store.CONFIG, config)
         return []
-    try:
-        old = json.loads((out / store.CONFIG).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        old = None
+    old = _resume_file(out, store.CONFIG)
     if old is not None:
+        if not isinstance(old, dict) or not isinstance(old.get("endpoint", {}), dict):
+            raise _corrupt(out / store.CONFIG, "not a benchmark's configuration object")
         for k in ("profile", "requests", "duration"):
             if old.get(k) != config.get(k):
-                raise BenchError(f"--resume: {k} was {old.get(k)!r} in {out}, now {config.get(k)!r}; "
-                                 "use the same settings or another --out")
+                raise BenchError(f"--resume: {k} was {old.get(k)!r:.80} in {out / store.CONFIG}, now "
+                                 f"{config.get(k)!r}; use the same settings or another --out")
         if (old.get("endpoint") or {}).get("model_id") != config["endpoint"]["model_id"]:
             raise BenchError(f"--resume: {out} was run against model "
-                             f"{old['endpoint'].get('model_id')!r}, not {config['endpoint']['model_id']!r}")
-    try:
-        levels = json.loads((out / store.SUMMARY).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        levels = []
-    return [lv for lv in levels if isinstance(lv, dict)]
+                             f"{old['endpoint'].get('model_id')!r:.80}, not {config['endpoint']['model_id']!r}")
+    levels = _resume_file(out, store.SUMMARY)
+    if levels is None:
+        return []
+    if not isinstance(levels, list) or not all(isinstance(lv, dict) for lv in levels):
+        raise _corrupt(out / store.SUMMARY, "not a list of level objects")
+    for lv in levels:
+        c, r = lv.get("concurrency"), lv.get("rate")
+        if (c is None) == (r is None) or not _count_or_none(c) or not _count_or_none(r):
+            raise _corrupt(out / store.SUMMARY, "a level without one numeric concurrency or rate")
+    return levels

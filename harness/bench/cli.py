@@ -57,6 +57,13 @@ def _nonneg_int(text: str) -> int:
     return int(text)
 
 
+def _out_dir(text: str) -> Path:
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"{text!r}: give a directory (an empty path would write "
+                                         "into the current one)")
+    return Path(text)
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = _Parser(prog="python -m harness.bench",
                  description="Load benchmark: closed-loop concurrency and open-loop Poisson sweeps "
@@ -78,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     cap = ap.add_mutually_exclusive_group(required=True)
     cap.add_argument("--requests", type=_pos(int), help="measured requests per level")
     cap.add_argument("--duration", type=_pos(float), help="seconds of measured sending per level")
-    ap.add_argument("--out", required=True, type=Path, help="output directory")
+    ap.add_argument("--out", required=True, type=_out_dir, help="output directory")
     ap.add_argument("--warmup", type=_nonneg_int, default=None,
                     help="warm-up requests per level (default: one per stream / ceil(rate))")
     ap.add_argument("--slo", default=None, help="e.g. ttft_p99_ms=800,itl_p99_ms=50 (docs/bench.md)")
@@ -133,6 +140,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     endpoint = _endpoint(args, ap)
     concurrency = args.concurrency if args.concurrency is not None else ([] if args.rate else [1, 16, 64])
+    if args.rate == "auto" and args.rate_start > args.rate_max:
+        ap.error(f"--rate-start {args.rate_start:g} is above --rate-max {args.rate_max:g}: "
+                 "--rate auto doubles from the one up to the other")
     try:
         levels = run_bench(endpoint, profile=args.profile, concurrency=concurrency,
                            rates=args.rate or (), requests=args.requests, duration=args.duration,
@@ -153,9 +163,13 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     if not args.quiet:
         print_table(levels)
-    print(f"results: {args.out}/summary.json, summary.csv, requests.jsonl")
+    made = [n for n in ("summary.json", "summary.csv", "requests.jsonl") if (args.out / n).is_file()]
+    print(f"results: {args.out}/" + ", ".join(made) if made else f"results: none written in {args.out}")
     import json
-    not_run = json.loads((args.out / "bench.json").read_text()).get("levels_not_run") or []
+    try:
+        not_run = json.loads((args.out / "bench.json").read_text()).get("levels_not_run") or []
+    except (OSError, ValueError, AttributeError):
+        not_run = ["(bench.json unreadable)"]
     if not_run:
         print(f"harness.bench: --time-limit reached; not complete: {', '.join(not_run)} "
               "(--resume continues)", file=sys.stderr)

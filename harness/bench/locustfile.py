@@ -118,6 +118,8 @@ class BenchUser(HttpUser):
                 else:
                     for data in resp.iter_content(chunk_size=None):
                         parser.feed(data, now_ns())
+                        if parser.aborted:  # an oversized line (sse.MAX_LINE)
+                            break
                     parser.close(now_ns())
                     if rec.error is None and not parser.complete():
                         rec.fail("dropped", "stream ended without finish_reason or [DONE]")

@@ -88,9 +88,15 @@ def itls_ms(rec: dict) -> list[float]:
     return out
 
 
+def tokens(value: Any) -> int:
+    """A token count from a record: a whole number >= 0, else 0 (a record read back from a file
+    may hold anything; a negative count must never make a negative rate)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
 def tpot_ms(rec: dict) -> float | None:
     us = rec.get("chunk_us") or []
-    n = rec.get("output_tokens") or 0
+    n = tokens(rec.get("output_tokens"))
     if len(us) < 2 or n < 2:
         return None
     return (us[-1] - us[0]) / 1000.0 / (n - 1)
@@ -170,7 +176,7 @@ def summarize_level(records: list[dict], *, slo: dict[str, float] | None = None)
     itl: list[float] = []
     for r in ok:
         itl.extend(itls_ms(r))
-    out_tokens = sum(r.get("output_tokens") or 0 for r in ok)
+    out_tokens = sum(tokens(r.get("output_tokens")) for r in ok)
     good = [r for r in ok if meets_slo(r, slo)] if slo else ok
     level: dict[str, Any] = {
         "completed": len(ok),
@@ -205,7 +211,7 @@ def peak_per_second(ok: list[dict], start_ns: int) -> float:
     for r in ok:
         base = r["t_sent_ns"] - start_ns
         for t, k in zip(r.get("chunk_us") or [], r.get("chunk_tokens") or []):
-            bins[(base + t * 1000) // 1_000_000_000] += k
+            bins[(base + t * 1000) // 1_000_000_000] += tokens(k)
     return float(max(bins.values())) if bins else 0.0
 
 

@@ -20,7 +20,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-from harness.results import write_json
+from harness.results import write_json, write_text
 
 try:
     import orjson
@@ -121,6 +121,4 @@ def write_summary(out_dir: Path, levels: list[dict]) -> None:
     w = csv.DictWriter(buf, fieldnames=cols)
     w.writeheader()
     w.writerows(rows)
-    tmp = out_dir / (SUMMARY_CSV + ".tmp")
-    tmp.write_text(buf.getvalue(), encoding="utf-8")
-    tmp.replace(out_dir / SUMMARY_CSV)
+    write_text(out_dir / SUMMARY_CSV, buf.getvalue())

@@ -84,10 +84,8 @@ class BedrockClient:
                     record.finish_reason = event["messageStop"].get("stopReason")
                 elif "metadata" in event:
                     usage = event["metadata"].get("usage") or {}
-                    if usage.get("outputTokens") is not None:
-                        record.usage_completion = usage["outputTokens"]
-                    if usage.get("inputTokens") is not None:
-                        record.usage_prompt = usage["inputTokens"]
+                    if isinstance(usage, dict):  # untrusted counts: Record.note_usage checks
+                        record.note_usage(usage.get("outputTokens"), usage.get("inputTokens"))
                 else:
                     for key, cls in _ERROR_EVENTS.items():
                         if key in event:

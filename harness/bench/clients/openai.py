@@ -139,6 +139,12 @@ class OpenAIClient:
                     record.fail(http_error_class(resp.status), detail, resp.status)
                     record.finish()
                     return record
+                if resp.content_type == "application/json":
+                    # a whole JSON answer, not an event stream: the server ignored stream: true
+                    record.fail("empty", "HTTP 200 application/json instead of an event stream: "
+                                "the server ignored stream: true")
+                    record.finish()
+                    return record
                 stamp = _stamp(resp)
                 seen = stamp.t if stamp is not None else 0
                 readany = resp.content.readany  # no async-iterator layer: this runs per read
@@ -148,6 +154,8 @@ class OpenAIClient:
                     t = stamp.t if stamp is not None else 0
                     feed(data, t if t > seen else now_ns())
                     seen = t
+                    if parser.aborted:  # an oversized line: leaving closes the connection
+                        break
                 parser.close(now_ns())
         except asyncio.CancelledError:
             record.finish()
