@@ -155,17 +155,25 @@ def run_accuracy(targets: list[Target], opts: dict[str, Any], out_dir: Path, *,
         run["tasks"][ITEMS_TASK] = {"items": len(items), "scoring": "exact match on the final number or letter"}
         done = finished(out_dir)
         threads = []
+        stop = threading.Event()
         for t in targets:
             def work(t: Target = t) -> None:
                 why = run_target(t, items, writer, set(done.get(t.name, {})),
-                                 concurrency=opts["concurrency"], echo=echo)
+                                 concurrency=opts["concurrency"], echo=echo, stop=stop)
                 if why:
                     status[t.name].append(f"{ITEMS_TASK}: {why}")
             threads.append(threading.Thread(target=work, name=f"accuracy-{t.name}", daemon=True))
         for th in threads:
             th.start()
-        for th in threads:
-            th.join()
+        try:
+            for th in threads:
+                while th.is_alive():  # a timed join, so Ctrl-C reaches this thread at once
+                    th.join(0.2)
+        except KeyboardInterrupt:
+            stop.set()  # nothing more is sent; answers in flight are still recorded
+            for th in threads:
+                th.join(opts["settings"].timeout)
+            raise
     with contextlib.ExitStack() as gateways:
         if opts["tasks"]:  # lm-eval speaks OpenAI only: a local gateway in front of the others
             via = [_for_lm_eval(t, run, gateways) for t in targets]

@@ -39,9 +39,11 @@ class _Writer:
 
 
 def run_target(target: Target, items: list[Item], writer: _Writer, done: set[Key], *,
-               concurrency: int, echo: Callable[[str], None]) -> str | None:
+               concurrency: int, echo: Callable[[str], None], stop: threading.Event | None = None) -> str | None:
     """Ask ``target`` every item not in ``done``, in order (at most ``concurrency`` at once).
-    Returns None when every item got an answer, else why the backend stopped or what failed."""
+    Returns None when every item got an answer, else why the backend stopped or what failed.
+    ``stop`` set (Ctrl-C): nothing more is sent; the answers in flight are still recorded."""
+    stop = stop or threading.Event()
     todo = deque(it for it in items if (it.task, it.id, prompt_hash(messages(it))) not in done)
     if not todo:
         return None
@@ -71,8 +73,8 @@ def run_target(target: Target, items: list[Item], writer: _Writer, done: set[Key
 
     with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix=f"acc-{target.name}") as pool:
         running: set[Future] = set()
-        while (todo and not down) or running:
-            while todo and not down and len(running) < concurrency:
+        while (todo and not down and not stop.is_set()) or running:
+            while todo and not down and not stop.is_set() and len(running) < concurrency:
                 running.add(pool.submit(one, todo.popleft()))
             finished_now, running = wait(running, return_when=FIRST_COMPLETED)
             for f in finished_now:
@@ -84,6 +86,8 @@ def run_target(target: Target, items: list[Item], writer: _Writer, done: set[Key
     if down:
         echo(f"accuracy   {target.name}: stopped after {answered} answers: {down[0][:200]}")
         return f"stopped after {answered} of {total} items: {down[0][:300]}"
+    if stop.is_set():
+        return f"interrupted after {answered} of {total} items"
     if failed:
         return f"{failed} of {total} items failed (see error in {ITEMS_FILE}); --resume asks them again"
     return None

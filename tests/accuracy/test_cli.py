@@ -245,3 +245,44 @@ def test_a_server_that_refuses_seed_is_asked_without_it(tmp_path, servers):
     assert acc["backends"]["a"]["n"] == 8 and all(r["correct"] is not None for r in lines)
     assert json.loads((out / "run.json").read_text())["backends"]["a"]["not_sent"] == ["seed"]
     assert "seed" in a.bodies[0] and all("seed" not in b for b in a.bodies[1:])
+
+
+def test_ctrl_c_keeps_answers_and_resume_finishes(tmp_path, servers):
+    """A real SIGINT to python -m harness.accuracy: exit 130 promptly, every answer so far in
+    items.jsonl; --resume asks only the rest."""
+    import os
+    import signal
+    import time
+
+    slow_inner = numbered(A_RIGHT)
+
+    def slow(text):
+        time.sleep(0.15)
+        return slow_inner(text)
+
+    a = servers(slow)
+    items = write_items(tmp_path / "items.jsonl")
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "harness.accuracy", "--endpoint", f"a={a.url}", "--items", str(items),
+           "--out", str(out), "--concurrency", "1"]
+    proc = subprocess.Popen(cmd, cwd=Path(__file__).resolve().parents[2], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if (out / "items.jsonl").exists() and len((out / "items.jsonl").read_text().splitlines()) >= 5:
+            break
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGINT)
+    t0 = time.monotonic()
+    stdout, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 130 and time.monotonic() - t0 < 5
+    assert "--resume continues" in stdout
+    kept = [json.loads(x) for x in (out / "items.jsonl").read_text().splitlines()]
+    assert 5 <= len(kept) < N and len({r["id"] for r in kept}) == len(kept)
+    asked = len(a.questions())
+    assert asked <= len(kept) + 1  # at most the one in flight when the signal came was not recorded
+    rc = run(["--endpoint", f"a={a.url}", "--items", str(items), "--out", str(out), "--concurrency", "1", "--resume"])
+    assert rc == 0
+    assert len(a.questions()) - asked == N - len(kept)
+    acc, _ = load(out)
+    assert acc["backends"]["a"]["n"] == N and acc["backends"]["a"]["correct"] == len(A_RIGHT)
