@@ -45,7 +45,7 @@ def roofline_table(run: RunData) -> Table:
         notes = "; ".join(r.get("warnings", []) + e.get("missing", []))
         if per_token(e):
             notes = "model and hardware undisclosed: no ceiling"
-        rows.append([n, e.get("instance_type") or "managed", e.get("precision") or "—",
+        rows.append([n, e.get("instance_type") or ("managed" if per_token(e) else "—"), e.get("precision") or "—",
                      _f((e.get("measured") or {}).get("decode_tok_s")), _f(r.get("ceiling_tok_s"), ".0f"),
                      _f(e.get("efficiency"), ".0%"), notes])
     return head, rows

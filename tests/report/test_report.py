@@ -216,3 +216,20 @@ def test_knee_skips_a_level_cut_short(tmp_path):
     rows = [l for l in render(run)[0].read_text().splitlines() if l.startswith("| sagemaker | c=")]
     assert len(rows) == 3 and rows[2].startswith("| sagemaker | c=64 (incomplete) |")
     assert not any(r.rstrip().endswith("| knee |") for r in rows)
+
+
+def test_an_endpoint_server_is_not_called_managed(tmp_path):
+    """A --endpoint server (no service, no instance type) has an unknown instance, not a managed one:
+    only a per-token service (Bedrock) is "managed"."""
+    from harness.results import write_json
+    from tests.report.synthetic import BENCH
+    run = make_results(tmp_path)
+    meta = json.loads((run / "meta.json").read_text())
+    meta["endpoints"].append({"name": "local", "model_id": "tiny", "protocol": "openai", "service": None,
+                              "instance_type": None, "region": None})
+    (run / "meta.json").write_text(json.dumps(meta))
+    write_json(run / "bench" / "local" / "summary.json", BENCH["g6"])
+    md, _ = render(run)
+    rows = [ln for ln in md.read_text().splitlines() if ln.startswith("| local |")]
+    assert rows and all("managed" not in ln for ln in rows), rows
+    assert any(ln.startswith("| bedrock | managed |") for ln in md.read_text().splitlines())
