@@ -70,6 +70,9 @@ def add_options(p: argparse.ArgumentParser, prefix: str = "") -> None:
     p.add_argument(f"--{prefix}tokenizer", default=None, metavar="ID_OR_DIR",
                    help="Hugging Face tokenizer (id or local directory) for log-likelihood tasks "
                         "(default: the server's /tokenize if served, else the model id)")
+    p.add_argument(f"--{prefix}filter", default=None, metavar="NAME",
+                   help="lm-eval filter to score by where a task has it, e.g. flexible-extract "
+                        "(default: each task's first, e.g. strict-match for gsm8k)")
     p.add_argument(f"--{prefix}task-path", type=Path, action="append", default=[], metavar="DIR",
                    help="extra lm-eval task YAML directory (repeatable)")
 
@@ -109,7 +112,7 @@ def check_options(a: argparse.Namespace, prog: str, prefix: str = "") -> dict[st
             "settings": Settings(seed=g("seed"), max_tokens=g("max_tokens"), timeout=g("request_timeout"),
                                  retries=g("retries")),
             "concurrency": g("concurrency"), "task_paths": list(g("task_path")),
-            "tokenizer": g("tokenizer")}
+            "tokenizer": g("tokenizer"), "filter": g("filter")}
 
 
 def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, dict[str, Any]]:

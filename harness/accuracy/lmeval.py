@@ -174,13 +174,15 @@ def _is_right(value: Any) -> bool | None:
     return bool(v == 1.0) if v in (0.0, 1.0) else None
 
 
-def records_from_samples(backend: str, model: str, samples: list[dict[str, Any]]) -> tuple[
-        list[dict[str, Any]], str, str]:
-    """One record per doc from lm-eval's logged samples of one leaf task: the first filter, the
-    first metric. Raises ValueError when that metric is not right/wrong per item."""
+def records_from_samples(backend: str, model: str, samples: list[dict[str, Any]],
+                         prefer_filter: str | None = None) -> tuple[list[dict[str, Any]], str, str]:
+    """One record per doc from lm-eval's logged samples of one leaf task: under ``prefer_filter``
+    when the task has it, else its first filter; the first metric. Raises ValueError when that
+    metric is not right/wrong per item."""
     if not samples:
         return [], "", ""
-    filt = samples[0]["filter"]
+    filters = list(dict.fromkeys(str(s["filter"]) for s in samples))
+    filt = prefer_filter if prefer_filter in filters else filters[0]
     metric = samples[0]["metrics"][0]
     out = []
     for s in samples:
@@ -262,7 +264,8 @@ def run_task(task: str, targets: list[Any], writer: Any, out_dir: Path, opts: di
             for leaf in names:
                 try:
                     recs, filt, metric = records_from_samples(target.name, target.model_id,
-                                                              (out or {}).get("samples", {}).get(leaf, []))
+                                                              (out or {}).get("samples", {}).get(leaf, []),
+                                                              opts.get("filter"))
                 except ValueError as e:
                     res.skipped.append({"backend": target.name, "task": leaf, "reason": str(e)})
                     continue

@@ -37,6 +37,11 @@ filter_list:
       - function: regex
         regex_pattern: "Answer: (-?[0-9]+)"
       - function: take_first
+  - name: first-number
+    filter:
+      - function: regex
+        regex_pattern: "(-?[0-9]+)"
+      - function: take_first
 metric_list:
   - metric: exact_match
     aggregation: mean
@@ -322,3 +327,20 @@ def test_lm_eval_reaches_a_server_that_refuses_seed_and_stop(tmp_path, task_dir)
     answered = [b for b in a.bodies if "messages" in b and "seed" not in b and "stop" not in b]
     assert sorted(q["messages"][-1]["content"] for q in answered) == \
         sorted(f"Q{i}: what is {i} plus {i}?" for i in range(N))
+
+
+def test_filter_option_scores_by_another_filter(tmp_path, task_dir):
+    """--filter first-number: the reply's first number ('Adding i and i') is the answer only for
+    i = 0, so each backend scores 1 item of 12 under it."""
+    a, b = ScriptedServer(numbered(A_RIGHT)), ScriptedServer(numbered(B_RIGHT))
+    out = tmp_path / "out"
+    try:
+        rc = main(["--endpoint", f"a={a.url}", "--endpoint", f"b={b.url}", "--tasks", "acc_local_gen",
+                   "--task-path", str(task_dir), "--filter", "first-number", "--out", str(out)], echo=lambda s: None)
+    finally:
+        a.stop(), b.stop()
+    assert rc == 0
+    acc = json.loads((out / "accuracy.json").read_text())
+    assert acc["backends"]["a"]["correct"] == 1 and acc["backends"]["b"]["correct"] == 1
+    run = json.loads((out / "run.json").read_text())
+    assert run["tasks"]["acc_local_gen"]["scoring"]["acc_local_gen"] == "exact_match under filter first-number"
