@@ -33,6 +33,10 @@ Used by every EC2 backend (g6, g5g, inf2, trn1; see stacks/ec2_backend.py). What
      only at deploy time) is gated by (1) alone; its failure reason is then the short one.
   The wait condition does not depend on the instance: both gates run while the instance boots,
   and the first failure fails the stack.
+  The handle's presigned URL expires a day after the stack created it (X-Amz-Expires=86399, not
+  configurable: aws-cloudformation/cloudformation-coverage-roadmap#1842), so an instance that
+  replaces the first one later finds it refused; kit_signal (userdata/lib.sh) then still sends
+  SignalResource, and gate (1) alone decides.
 
 Catalog facts read: none; it is backend-independent. stacks/ec2_backend.py passes what the
 catalog decided (instance type, port, image family, the engine's settings as KIT_* variables).

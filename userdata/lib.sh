@@ -84,9 +84,12 @@ kit_signal() {  # kit_signal 0|1 [reason]
 print(json.dumps({"Status": "SUCCESS" if sys.argv[1] == "0" else "FAILURE",
                   "Reason": sys.argv[2][:900], "UniqueId": sys.argv[3], "Data": sys.argv[2][:900]}))' \
       "$code" "$reason" "$iid") || return 1
-    curl -sf -m 30 --retry "$KIT_SIGNAL_RETRIES" --retry-all-errors -X PUT -H 'Content-Type:' --data-binary "$body" \
-      "$KIT_SIGNAL_URL" >/dev/null || return 1
-    touch "$KIT_STATE_DIR/signalled-handle"
+    if curl -sf -m 30 --retry "$KIT_SIGNAL_RETRIES" --retry-all-errors -X PUT -H 'Content-Type:' --data-binary "$body" \
+      "$KIT_SIGNAL_URL" >/dev/null; then
+      touch "$KIT_STATE_DIR/signalled-handle"
+    else
+      [ -n "${KIT_SIGNAL_RESOURCE:-}" ] || return 1
+    fi
   fi
   kit_signal_resource "$code" "$iid" "$reason" || return 1
   touch "$KIT_STATE_DIR/signalled"

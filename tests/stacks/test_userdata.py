@@ -312,6 +312,20 @@ def test_a_refused_resource_signal_is_retried_and_not_recorded(stand, tmp_path):
     assert len(stand.signals) == 1 and aws_calls(tmp_path / "aws.calls")[0][-1] == "SUCCESS"
 
 
+def test_an_expired_handle_does_not_keep_the_creation_policy_waiting(stand, tmp_path):
+    """A wait-condition handle URL is presigned for 86399 s (X-Amz-Expires in the URL Ref returns;
+    cloudformation-coverage-roadmap#1842: the expiry is not configurable). An instance replaced a
+    day later (new AMI, same user data) gets 403 from it: its creation policy must still get the
+    signal, or the update waits out the timeout and rolls back."""
+    calls = recording_aws(tmp_path)
+    r = run_lib(stand, tmp_path, "kit_signal 0 ready", KIT_SIGNAL_URL=f"http://127.0.0.1:{stand.port}/expired",
+                KIT_SIGNAL_RESOURCE="ServerInstanceABCD1234", KIT_SIGNAL_RETRIES="1")
+    assert r.returncode == 0, r.stdout + r.stderr
+    (call,) = aws_calls(calls)
+    assert call[:2] == ["cloudformation", "signal-resource"] and call[-1] == "SUCCESS"
+    assert (tmp_path / "state/signalled").exists() and not (tmp_path / "state/signalled-handle").exists()
+
+
 def test_token_fetch_is_silent_on_failure(stand, tmp_path):
     (tmp_path / "bin").mkdir()
     aws = tmp_path / "bin" / "aws"
