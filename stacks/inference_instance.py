@@ -64,6 +64,12 @@ from stacks.az_choice import OfferedSubnet
 
 USERDATA_DIR = Path(__file__).resolve().parent.parent / "userdata"
 USER_DATA_LIMIT = 16 * 1024  # EC2 limit on raw user data
+# What a token in the user data may grow to when CloudFormation resolves it: the wait-condition
+# handle's presigned URL is ~470 bytes for a short stack name (X-Amz-Credential, X-Amz-Signature,
+# the URL-encoded stack ARN; tests/stacks/test_user_data_size.py records one), several hundred more
+# than the ~20-byte placeholder synthesis sees.
+TOKEN_BUDGET = 1024
+_HEREDOC_START = re.compile(r"(?<!<)<<(?!<)(-?)\s*['\"]?([A-Za-z_][A-Za-z0-9_]*)")
 _HEREDOC = "KIT_EOF"
 _ENV_NAME = re.compile(r"^KIT_[A-Z0-9_]+$")
 
@@ -72,6 +78,33 @@ _LIB_PATH = "/usr/local/lib/inference-kit/lib.sh"
 _ENGINE_PATH = "/usr/local/lib/inference-kit/engine.sh"
 _BOOT_PATH = "/usr/local/bin/kit-boot"
 _ENV_PATH = "/etc/inference-kit/kit.env"
+
+
+def strip_comments(script: str) -> str:
+    """``script`` without its comment-only lines (the shebang and here-document bodies kept as
+    they are): the scripts carry ~7 KB of comments and EC2 takes 16 KB of user data."""
+    out: list[str] = []
+    end: str | None = None
+    tabs = False
+    for i, line in enumerate(script.splitlines()):
+        if end is not None:
+            out.append(line)
+            if (line.lstrip("\t") if tabs else line) == end:  # bash's own rule for the delimiter
+                end = None
+            continue
+        if i and line.lstrip().startswith("#"):
+            continue
+        out.append(line)
+        m = _HEREDOC_START.search(line)
+        if m:
+            tabs, end = m.group(1) == "-", m.group(2)
+    return "\n".join(out) + "\n"
+
+
+def deployed_size(user_data: str, env: Mapping[str, str]) -> int:
+    """Bytes of ``user_data`` once CloudFormation has resolved its tokens (TOKEN_BUDGET each)."""
+    tokens = [str(v) for v in env.values() if cdk.Token.is_unresolved(v)]
+    return len(user_data.encode()) + sum(TOKEN_BUDGET - len(shlex.quote(v).encode()) for v in tokens)
 
 
 def render_user_data(engine_script: str, env: Mapping[str, str]) -> str:
@@ -85,9 +118,9 @@ def render_user_data(engine_script: str, env: Mapping[str, str]) -> str:
     env_text = "".join(f"{k}={shlex.quote(str(v))}\n" for k, v in sorted(env.items()))
     files = [
         (_ENV_PATH, "0600", env_text),
-        (_LIB_PATH, "0644", (USERDATA_DIR / "lib.sh").read_text()),
-        (_ENGINE_PATH, "0644", (USERDATA_DIR / engine_script).read_text()),
-        (_BOOT_PATH, "0755", (USERDATA_DIR / "boot.sh").read_text()),
+        (_LIB_PATH, "0644", strip_comments((USERDATA_DIR / "lib.sh").read_text())),
+        (_ENGINE_PATH, "0644", strip_comments((USERDATA_DIR / engine_script).read_text())),
+        (_BOOT_PATH, "0755", strip_comments((USERDATA_DIR / "boot.sh").read_text())),
     ]
     out = ["#!/bin/bash", "# Written by stacks/inference_instance.py from userdata/*.sh", "set -euo pipefail",
            "umask 022", "install -d -m 0755 /etc/inference-kit /usr/local/lib/inference-kit"]
@@ -166,10 +199,11 @@ class InferenceInstance(Construct):
         self.logical_id = f"{construct_id}Instance{digest}"
         self.ready_handle = cdk.CfnWaitConditionHandle(self, "ReadyHandle")
         self.ready_handle.override_logical_id(f"{construct_id}ReadyHandle{digest}")
-        self.user_data_text = render_user_data(engine_script, {**base_env, "KIT_SIGNAL_URL": self.ready_handle.ref,
-                                                               "KIT_SIGNAL_RESOURCE": self.logical_id})
-        if len(self.user_data_text.encode()) > USER_DATA_LIMIT:
-            raise ValueError(f"user data is {len(self.user_data_text)} bytes; EC2 allows {USER_DATA_LIMIT}")
+        full_env = {**base_env, "KIT_SIGNAL_URL": self.ready_handle.ref, "KIT_SIGNAL_RESOURCE": self.logical_id}
+        self.user_data_text = render_user_data(engine_script, full_env)
+        size = deployed_size(self.user_data_text, full_env)
+        if size > USER_DATA_LIMIT:
+            raise ValueError(f"user data is {size} bytes once deployed (tokens resolved); EC2 allows {USER_DATA_LIMIT}")
 
         self.instance = ec2.Instance(
             self, "Instance",
