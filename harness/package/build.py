@@ -28,7 +28,7 @@ from harness.package.source import PackageError, Source, resolve
 GIB = 2**30
 SHARD_BYTES = 2 * GIB
 ROW_CHUNK_VALUES = 1 << 23  # values recovered per step (bounds the float64 working set)
-CT_VERSION = "0.17.0"  # compressed-tensors release vLLM 0.30.0 pins (TOOLCHAIN.md, 2026-12-01)
+CT_VERSION = "0.17.0"  # compressed-tensors release vLLM 0.30.0 pins (its PyPI metadata; tests/package/test_vllm_pin.py)
 
 
 @dataclass
