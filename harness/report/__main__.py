@@ -12,13 +12,16 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m harness.report RESULTS_DIR (a results/<run-id>/ directory)", file=sys.stderr)
         return 2
     try:
-        md, page = render(args[0])
+        notes: list[str] = []
+        md, page = render(args[0], notes=notes)
     except NotAResultsDir as e:
         print(f"harness.report: {e}", file=sys.stderr)
         return 2
     except OSError as e:  # e.g. a read-only results directory
         print(f"harness.report: cannot write the report into {args[0]}: {e.strerror or e}", file=sys.stderr)
         return 1
+    for note in notes:  # files or entries of the run that were skipped, one line each
+        print(f"harness.report: {note}", file=sys.stderr)
     print(f"wrote {md} and {page}")
     return 0
 

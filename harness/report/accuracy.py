@@ -4,9 +4,10 @@ each pair's accuracy difference with its 95% interval, against zero."""
 from __future__ import annotations
 
 import io
-import json
 from pathlib import Path
 from typing import Any
+
+from harness.results import read_json
 
 TITLE = "Accuracy: the same items on every backend"
 CAPTION = ("Accuracy with a 95% Wilson interval per backend; per pair, on the items both finished: "
@@ -18,17 +19,15 @@ HEAD = ["backend / pair", "n", "accuracy or A − B (pts)", "95% CI", "both / A 
         "McNemar p", "detectable (pts)", "status"]
 
 
-def _load(path: Path) -> tuple[dict | None, dict]:
+def _load(path: Path, notes: list[str] | None = None) -> tuple[dict | None, dict]:
+    """accuracy.json and run.json, read as every file of a run is (harness.results: regular
+    files inside the run directory only, capped); anything but an object reads as absent."""
     d = path / "accuracy"
-    try:
-        acc = json.loads((d / "accuracy.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    acc = read_json(d / "accuracy.json", root=path, notes=notes)
+    if not isinstance(acc, dict):
         return None, {}
-    try:
-        run = json.loads((d / "run.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        run = {}
-    return acc, run
+    run = read_json(d / "run.json", root=path, notes=notes)
+    return acc, run if isinstance(run, dict) else {}
 
 
 def _pts(x: Any) -> str:
@@ -40,7 +39,7 @@ def _pct(x: Any) -> str:
 
 
 def accuracy_table(run: Any) -> tuple[list[str], list[list[str]]]:
-    acc, meta = _load(Path(run.path))
+    acc, meta = _load(Path(run.path), getattr(run, "notes", None))
     if not acc:
         return HEAD, []
     rows = []

@@ -17,13 +17,16 @@ from harness.results import endpoints_from_meta
 def _f(v: Any, spec: str = ".1f", none: str = "—") -> str:
     if v is None or v == "":
         return none
-    if isinstance(v, (int, float)):
-        return format(v, spec)
-    return str(v)
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        try:
+            return format(v, spec)
+        except (ValueError, TypeError):  # e.g. a float where a whole number was expected
+            return str(v)
+    return str(v)[:200]
 
 
-def _money(v: float | None) -> str:
-    if v is None:
+def _money(v: Any) -> str:
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
         return "—"
     return f"${v:,.2f}" if v >= 0.995 else f"${v:.3f}"
 
@@ -98,7 +101,8 @@ def _client_cores(lv: dict) -> float | None:
 
 
 def _bench_row(n: str, lv: dict, knee: bool) -> list[str]:
-    errs = ", ".join(f"{c}: {v}" for c, v in (lv.get("errors") or {}).items()) or "—"
+    errors = lv.get("errors") if isinstance(lv.get("errors"), dict) else {}
+    errs = ", ".join(f"{c}: {v}" for c, v in errors.items()) or "—"
     label = load_label(lv) + (" (incomplete)" if lv.get("complete") is False else "")
     where = " (bench on the instance)" if lv.get("bench_from") == "instance" else ""
     ttft50 = metric(lv, "ttft_ms", "p50")
@@ -236,14 +240,31 @@ def _caption(run: RunData, key: str, caption: str) -> str:
 
 def markdown(run: RunData) -> str:
     out = [f"# Inference on AWS: run {run.run_id}", ""]
-    out += [f"- **{k}**: {v}" for k, v in headlines(run)]
+    out += [f"- **{k}**: {v}" for k, v in _guarded(run, "headlines", headlines) or []]
     out += [f"- _{line}_" for line in price_provenance(run)]
     if run.missing:
         out += ["", "**Missing from this run:** " + "; ".join(run.missing) + "."]
-    out += ["", "Plots: see report.html next to this file.", ""]
+    body = []
     for _key, title, table, _plot, caption in SECTIONS:
-        out += [f"## {title}", "", _caption(run, _key, caption), "", _md_table(table(run))]
-    return "\n".join(out)
+        t = _guarded(run, title, table)
+        body += [f"## {title}", "", _caption(run, _key, caption), "", _md_table(t) if t else
+                 "_not rendered: see the skipped list above_\n"]
+    if run.notes:  # after the sections: a section that could not render adds its line too
+        out += ["", "**Skipped while reading this run:**", ""] + [f"- {n}" for n in dict.fromkeys(run.notes)]
+    out += ["", "Plots: see report.html next to this file.", ""]
+    return "\n".join(out + body)
+
+
+def _guarded(run: RunData, title: str, fn: Callable[[RunData], Any]) -> Any:
+    """``fn(run)``, or None with a note when the run's files hold something it cannot render (a
+    section is dropped, the report still renders; what the reader validates comes first)."""
+    try:
+        return fn(run)
+    except Exception as e:  # a file shape nobody foresaw: one section lost, not the report
+        note = f"section {title!r} not rendered: {type(e).__name__}: {str(e)[:120]}"
+        if note not in run.notes:
+            run.notes.append(note)
+        return None
 
 
 # -- HTML ---------------------------------------------------------------------------------------
@@ -282,18 +303,25 @@ def html_page(run: RunData) -> str:
              f"<style>{CSS}</style></head><body><header><h1>Inference on AWS: run {e(run.run_id)}</h1>"
              f"<p>{' · '.join(sub)}</p>" + "".join(f"<p>{e(line)}</p>" for line in price_provenance(run))
              + "</header><main>"]
-    cards = headlines(run)
+    cards = _guarded(run, "headlines", headlines)
     if cards:
         parts.append("<div class='cards'>" + "".join(f"<div class='card'><b>{e(k)}</b><span>{e(v)}</span></div>"
                                                   for k, v in cards) + "</div>")
     if run.missing:
         parts.append("<div class='missing'><b>Missing from this run:</b> " + e("; ".join(run.missing)) + ".</div>")
+    body = []
     for key, title, table, plot, caption in SECTIONS:
-        parts.append(f"<section id='{key}'><h2>{e(title)}</h2><p class='caption'>{e(_caption(run, key, caption))}</p>")
-        png = plot(run) if plot else None
+        body.append(f"<section id='{key}'><h2>{e(title)}</h2><p class='caption'>{e(_caption(run, key, caption))}</p>")
+        png = _guarded(run, title + " (plot)", plot) if plot else None
         if png:
             b64 = base64.b64encode(png).decode("ascii")
-            parts.append(f"<img alt='{e(title)}' src='data:image/png;base64,{b64}'>")
-        parts.append(_html_table(table(run)) + "</section>")
+            body.append(f"<img alt='{e(title)}' src='data:image/png;base64,{b64}'>")
+        t = _guarded(run, title, table)
+        body.append((_html_table(t) if t else '<p class="none">not rendered: see the skipped list</p>')
+                    + "</section>")
+    if run.notes:  # after the sections: a section that could not render adds its line too
+        parts.append("<div class='missing'><b>Skipped while reading this run:</b><ul>"
+                     + "".join(f"<li>{e(n)}</li>" for n in dict.fromkeys(run.notes)) + "</ul></div>")
+    parts += body
     parts.append("</main></body></html>")
     return "".join(parts)

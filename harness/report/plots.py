@@ -14,8 +14,11 @@ from harness.report.data import RunData, knee_index, load_label, metric, per_tok
 
 COLORS = {b.id: b.color for b in catalog.BACKENDS.values() if b.color}  # each backend's colour
 _SPARE = ["#17becf", "#bcbd22", "#e377c2", "#7f7f7f"]
+# text.parse_math off: labels are endpoint names and prices taken from the run's files, and a
+# name like "a$b$" would otherwise be parsed as mathtext (and a malformed one raise ValueError)
+# (matplotlib >= 3.5, rcParams "text.parse_math": https://matplotlib.org/stable/users/explain/text/mathtext.html)
 plt.rcParams.update({"font.size": 10, "axes.titlesize": 12, "axes.titleweight": "bold",
-                     "axes.spines.top": False, "axes.spines.right": False})
+                     "axes.spines.top": False, "axes.spines.right": False, "text.parse_math": False})
 
 
 def color(name: str, i: int = 0) -> str:

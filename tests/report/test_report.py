@@ -185,9 +185,10 @@ def test_unwritable_results_dir_is_one_line(tmp_path, monkeypatch, capsys):
 
     run = make_results(tmp_path, parts=("meta",))
 
-    def refuse(self, *a, **k):
-        raise PermissionError(13, "Permission denied", str(self))
-    monkeypatch.setattr(Path, "write_text", refuse)
+    def refuse(*a, **k):  # the report's temp file is created by harness.results.write_text
+        raise PermissionError(13, "Permission denied", str(k.get("dir")))
+    import harness.results
+    monkeypatch.setattr(harness.results.tempfile, "mkstemp", refuse)
     assert main([str(run)]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("harness.report: cannot write the report into ")
