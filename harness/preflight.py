@@ -8,7 +8,11 @@ AZs (``describe_instance_type_offerings``); the on-demand vCPU quota of its fami
 all selected stacks need together (G and VT ``L-DB2E81BA``, Inf ``L-1945791B``, Trn
 ``L-2C3B7624``; vCPUs from ``harness.catalog.INSTANCES``); the SageMaker endpoint-usage quota for
 ml.* types; Bedrock model access (``get_foundation_model_availability``); the CDK bootstrap
-(SSM ``/cdk-bootstrap/hnb659fds/version`` or the ``CDKToolkit`` stack).
+(SSM ``/cdk-bootstrap/hnb659fds/version`` or the ``CDKToolkit`` stack). What a fresh account trips
+on besides (harness/preflight_account.py): the AMI parameter each EC2 backend boots, and for a kit
+image not built yet its parent parameter, build-host offerings and vCPU quotas (the On-Demand
+Standard quota ``L-1216C47A`` for the sm_75 build's c7g.8xlarge); the SageMaker container image
+tag in the region's DLC registry. Every BLOCK line ends with its fix (``fix: <command>``).
 
 One table, one verdict per backend; exit 1 when something blocks a deploy, 2 on bad input.
 Running instances also count against a vCPU quota: the table shows the quota, not the free room.
@@ -24,25 +28,16 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from harness import catalog
+from harness import preflight_account as account
 from harness.regions import RegionError, resolve
 
-QUOTA_CODES = {"G": "L-DB2E81BA", "Inf": "L-1945791B", "Trn": "L-2C3B7624"}
-QUOTA_NAMES = {"G": "Running On-Demand G and VT instances", "Inf": "Running On-Demand Inf instances",
-               "Trn": "Running On-Demand Trn instances"}
+QUOTA_CODES = {cls: code for cls, (code, _) in account.EC2_QUOTAS.items()}
+QUOTA_NAMES = {cls: name for cls, (_, name) in account.EC2_QUOTAS.items()}
 BOOTSTRAP_PARAM = "/cdk-bootstrap/hnb659fds/version"
 _GEO_PREFIXES = ("us.", "eu.", "apac.", "jp.", "au.", "ca.", "us-gov.", "global.")
 
 
-def quota_class(instance_type: str) -> str | None:
-    """Which on-demand vCPU quota an EC2 type draws from (None: not one the kit tracks)."""
-    t = instance_type.split(".", 1)[0]
-    if t.startswith("inf"):
-        return "Inf"
-    if t.startswith("trn"):
-        return "Trn"
-    if t.startswith(("g", "vt")):
-        return "G"
-    return None
+quota_class = account.quota_class
 
 
 @dataclass(frozen=True)
@@ -54,13 +49,20 @@ class Target:
     instance_types: tuple[str, ...] = ()
     model_id: str = ""
     az: str | None = None  # EC2: the AZ it launches in, when the config names one
+    image_choice: str | None = None  # EC2: the boot-image choice (catalog Backend.image_choices)
+    container_tag: str | None = None  # SageMaker: the vLLM DLC tag (sagemaker_vllm_tag)
+    parent_image: str | None = None  # neuron image builds: neuron_parent_image, if set
 
 
 def targets_from_catalog(backends: list[str]) -> list[Target]:
+    from stacks.config import DEFAULTS
+
     out = []
     for bid in backends:
         b = catalog.backend(bid)
-        out.append(Target(bid, b.service, (b.instance_type,) if b.instance_type else (), b.model_id))
+        out.append(Target(bid, b.service, (b.instance_type,) if b.instance_type else (), b.model_id,
+                          image_choice=b.image_choices[0][0] if b.image_choices else None,
+                          container_tag=DEFAULTS["sagemaker_vllm_tag"] if b.service == "sagemaker" else None))
     return out
 
 
@@ -78,7 +80,9 @@ def targets_from_config(context: dict[str, Any], backends: list[str] | None) -> 
         b = catalog.backend(bc.id)
         types = bc.instance_types or ((bc.instance_type,) if bc.instance_type else ())
         launch_az = bc.az  # a preference; without one the deploy picks an AZ that offers the type
-        out.append(Target(bc.id, b.service, types, bc.model_id, launch_az))
+        out.append(Target(bc.id, b.service, types, bc.model_id, launch_az, bc.image_choice,
+                          cfg.sagemaker_vllm_tag if b.service == "sagemaker" else None,
+                          cfg.neuron_parent_image if b.image == "neuron" else None))
     return cfg.region, out
 
 
@@ -135,8 +139,10 @@ def service_quota_getter(client: Any) -> QuotaFn:
 
 
 def sagemaker_quota_finder(client: Any) -> Callable[[str], float | None]:
-    """Quota '<ml type> for endpoint usage', looked up by name (SageMaker codes are per type)."""
+    """Quota '<ml type> for endpoint usage', looked up by name (SageMaker codes are per type);
+    the codes ListServiceQuotas returned are kept in ``find.codes`` (type -> QuotaCode) for the fix."""
     cache: dict[str, float] | None = None
+    codes: dict[str, str] = {}
 
     def find(instance_type: str) -> float | None:
         nonlocal cache
@@ -146,17 +152,21 @@ def sagemaker_quota_finder(client: Any) -> Callable[[str], float | None]:
                 for page in client.get_paginator("list_service_quotas").paginate(ServiceCode="sagemaker"):
                     for q in page.get("Quotas", []):
                         cache[q.get("QuotaName", "")] = float(q.get("Value", 0))
+                        if q.get("QuotaName", "").endswith(" for endpoint usage") and q.get("QuotaCode"):
+                            codes[q["QuotaName"].removesuffix(" for endpoint usage")] = q["QuotaCode"]
             except Exception:  # noqa: BLE001
                 return None
         return cache.get(f"{instance_type} for endpoint usage")
+    find.codes = codes  # type: ignore[attr-defined]
     return find
 
 
 def run_preflight(session: Any, region: str, targets: list[Target], *, quota: QuotaFn | None = None,
                   sagemaker_quota: Callable[[str], float | None] | None = None,
-                  bedrock: Any = None) -> Report:
+                  bedrock: Any = None, ssm: Any = None, ecr: Any = None) -> Report:
     """All checks for ``targets`` in ``region``; ``session`` is a boto3 Session. Clients the
-    tests cannot get from moto (service-quotas for EC2 codes, bedrock) are injectable."""
+    tests cannot get from moto (service-quotas for EC2 codes, bedrock, SSM's public /aws/service
+    parameters, another account's ECR registry) are injectable."""
     rep = Report(region)
     try:
         ident = session.client("sts", region_name=region).get_caller_identity()
@@ -186,7 +196,35 @@ def run_preflight(session: Any, region: str, targets: list[Target], *, quota: Qu
         else:
             for it in t.instance_types:
                 _check_ec2(ec2, t, it, rep, quota, need)
+    _check_account(session, region, targets, rep, quota, ec2, ssm, ecr)
     return rep
+
+
+def _check_account(session: Any, region: str, targets: list[Target], rep: Report, quota: QuotaFn,
+                   ec2: Any, ssm: Any, ecr: Any) -> None:
+    """Boot images (and the builds of kit images not built yet) and the SageMaker container image."""
+    from stacks.image_facts import FAMILY_IMAGE, IMAGE_PARAMETERS
+    from stacks.image_families import boot_family
+
+    boot: dict[str, str] = {}
+    wanted: dict[str, list[str]] = {}
+    parent = None
+    for t in targets:
+        family = catalog.backend(t.id).image
+        if t.service != "ec2" or not family:
+            continue
+        boot[t.id] = boot_family(family, t.image_choice).ssm_parameter
+        image = FAMILY_IMAGE.get(family)
+        if image and IMAGE_PARAMETERS[image] == boot[t.id]:
+            wanted.setdefault(image, []).append(t.id)
+        parent = parent or t.parent_image
+    if boot:
+        account.check_images(rep.add, region, ssm or session.client("ssm", region_name=region), ec2, quota,
+                             wanted, boot, parent, _short)
+    for t in targets:
+        if t.service == "sagemaker" and t.container_tag:
+            account.check_container_image(rep.add, region, ecr or session.client("ecr", region_name=region),
+                                          t.id, t.container_tag, _short)
 
 
 def _short(exc: BaseException) -> str:
@@ -236,7 +274,8 @@ def _check_ec2(ec2: Any, target: Target, t: str, rep: Report, quota: QuotaFn, ne
         rep.add(bid, label, "warn", f"could not read '{QUOTA_NAMES[cls]}'")
     elif value < need[cls]:
         rep.add(bid, label, "BLOCK", f"{QUOTA_NAMES[cls]} = {value:g} vCPUs, selected stacks need "
-                f"{need[cls]} ({t}: {spec.vcpus}); request an increase in Service Quotas")
+                f"{need[cls]} ({t}: {spec.vcpus}); fix: "
+                f"{account.quota_fix('ec2', QUOTA_CODES[cls], need[cls], rep.region)}")
     else:
         rep.add(bid, label, "ok", f"{value:g} vCPUs >= {need[cls]} needed")
 
@@ -250,7 +289,9 @@ def _check_sagemaker(session: Any, region: str, bid: str, t: str, rep: Report,
     if value is None:
         rep.add(bid, label, "warn", f"could not read '{t} for endpoint usage'")
     elif value < 1:
-        rep.add(bid, label, "BLOCK", f"'{t} for endpoint usage' = {value:g}; request an increase")
+        code = getattr(finder, "codes", {}).get(t)
+        rep.add(bid, label, "BLOCK", f"'{t} for endpoint usage' = {value:g}; fix: "
+                f"{account.sagemaker_fix(t, code, region)}")
     else:
         rep.add(bid, label, "ok", f"{t} for endpoint usage = {value:g}")
 
@@ -282,7 +323,10 @@ def _check_bedrock(session: Any, region: str, b: Target, rep: Report, client: An
     if agreement not in (None, "AVAILABLE", "NOT_AVAILABLE"):
         bad.append(f"agreement {agreement}")
     if bad:
-        rep.add(b.id, "model access", "BLOCK", f"{mid}: " + "; ".join(bad))
+        fix = (f"deploy Bedrock where it is (-c bedrock_region=<region>)" if len(bad) == 1 and bad[0].startswith("not available")
+               else f"enable access to {mid} in the Bedrock console, Model access, in {region} "
+                    f"(https://{region}.console.aws.amazon.com/bedrock/home?region={region}#/modelaccess)")
+        rep.add(b.id, "model access", "BLOCK", f"{mid}: " + "; ".join(bad) + f"; fix: {fix}")
     else:
         rep.add(b.id, "model access", "ok", f"{mid} available and authorized")
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import Mapping
 
 from ami import pins
-from stacks.images import GPU_DLAMI, IMAGE_PARAMETERS
+from stacks.image_facts import GPU_DLAMI, IMAGE_PARAMETERS
 
 
 @dataclass(frozen=True)

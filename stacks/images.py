@@ -50,34 +50,9 @@ from stacks.package import package_scheme
 
 AMI_DIR = Path(__file__).resolve().parent.parent / "ami"
 COMPONENTS_DIR = AMI_DIR / "components"
-# Under /imagebuilder/: the pipelines have no execution role, so Image Builder distributes (writes
-# the AMI id with ssm:PutParameter) and resolves an "ssm:" parent image (ssm:GetParameter) as its
-# service-linked role, AWSServiceRoleForImageBuilder, whose policy (v25, AWS Managed Policy
-# Reference) allows both only on arn:aws:ssm:*:*:parameter/imagebuilder/* (reads also on
-# /aws/service/*). The Image Builder User Guide, "Prerequisites for SSM output parameters", asks
-# for ssm:PutParameter on the parameter in the execution role. Anywhere else the distribution
-# step fails after the whole build. tests/stacks/test_image_parameters.py checks this.
-PARAMETER_PREFIX = "/imagebuilder/inference-kit/ami"
-
-# The SSM parameter each image publishes; the backend stacks read these (image_families.py).
-IMAGE_PARAMETERS: dict[str, str] = {
-    "vllm-cuda": f"{PARAMETER_PREFIX}/vllm-cuda",
-    "vllm-sm75": f"{PARAMETER_PREFIX}/vllm-sm75",
-    "neuron": f"{PARAMETER_PREFIX}/neuron",
-}
-# Backend image family (harness/catalog.py ``Backend.image``) -> the pipeline image that serves it.
-FAMILY_IMAGE: dict[str, str] = {"gpu-x86": "vllm-cuda", "gpu-arm64": "vllm-sm75", "neuron": "neuron"}
-SM75_CANDIDATE_PARAMETER = f"{PARAMETER_PREFIX}/vllm-sm75-candidate"
-
-GPU_DLAMI = "/aws/service/deeplearning/ami/{arch}/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id"
-# Neuron DLAMI SSM parameters only ever point at the *latest* DLAMI of a family (Neuron DLAMI
-# user guide, "Currently, SSM parameters support finding the latest DLAMI ID for each DLAMI
-# type"); there is no per-SDK-version parameter. The PyTorch 2.9 family carries torch-neuronx for
-# PyTorch 2.9 and NxD Inference; SDK 2.32 stopped publishing it ("the PyTorch 2.9 single-framework
-# DLAMI ... no longer published", Neuron DLAMI release notes 2.32.0), so this parameter stays on
-# the SDK 2.31 DLAMI, the line pins.NEURON_SDK pins. ``neuron_parent_image`` (an ami-… id found
-# with describe-images, docs/images.md) overrides it.
-NEURON_DLAMI = "/aws/service/neuron/dlami/pytorch-2.9/ubuntu-24.04/latest/image_id"
+from stacks.image_facts import (BUILD_HOSTS, FAMILY_IMAGE, GPU_DLAMI, IMAGE_PARAMETERS,  # noqa: F401 (re-exported)
+                                IMAGE_STACKS, NEURON_BUILD_INSTANCE, NEURON_DLAMI, PARAMETER_PREFIX,
+                                SM75_CANDIDATE_PARAMETER)
 
 # Builds each pipeline keeps; older ones are deleted with their AMIs and snapshots by an Image
 # Builder lifecycle policy, except AMIs launched in the last LIFECYCLE_KEEP_LAUNCHED_DAYS days.
@@ -163,7 +138,7 @@ def vllm_cuda_spec(config: KitConfig) -> ImageSpec:
     def pipelines(assets: str) -> tuple[PipelineSpec, ...]:
         return (PipelineSpec(
             key="build", parent_image="ssm:" + GPU_DLAMI.format(arch="x86_64"),
-            instance_types=("g6.xlarge",), volume_gib=150, tests_enabled=True,
+            instance_types=BUILD_HOSTS["vllm-cuda"]["build"], volume_gib=150, tests_enabled=True,
             publish_parameter=IMAGE_PARAMETERS["vllm-cuda"],
             description=f"vLLM {pins.VLLM_VERSION} on the x86_64 GPU DLAMI for g6; weights: {prepull}",
             components=(_uv(), ComponentUse("vllm-cuda.yaml", {
@@ -172,7 +147,7 @@ def vllm_cuda_spec(config: KitConfig) -> ImageSpec:
             })),
         ),)
 
-    return ImageSpec("vllm-cuda", "VllmCudaImageStack", "x86_64",
+    return ImageSpec("vllm-cuda", IMAGE_STACKS["vllm-cuda"], "x86_64",
                      "Inference kit image pipeline: vLLM (CUDA wheels) for g6", ("scripts",), pipelines)
 
 
@@ -182,9 +157,8 @@ def vllm_sm75_spec(config: KitConfig) -> ImageSpec:
     def pipelines(assets: str) -> tuple[PipelineSpec, ...]:
         build = PipelineSpec(
             key="build", parent_image="ssm:" + GPU_DLAMI.format(arch="arm64"),
-            # 32 Graviton3 cores and 64 GiB: compile needs no GPU, and c7g costs less than a g5g
-            # of the same size. The second type is used when the first has no capacity.
-            instance_types=("c7g.8xlarge", "c7g.16xlarge"), volume_gib=150, tests_enabled=False,
+            # c7g: compile needs no GPU (stacks/image_facts.py BUILD_HOSTS says why these types)
+            instance_types=BUILD_HOSTS["vllm-sm75"]["build"], volume_gib=150, tests_enabled=False,
             publish_parameter=SM75_CANDIDATE_PARAMETER,
             description=f"Build: PyTorch {pins.TORCH_VERSION} + vLLM {pins.VLLM_VERSION} for sm_75 "
                         "(Turing patch) on Graviton without a GPU",
@@ -197,7 +171,7 @@ def vllm_sm75_spec(config: KitConfig) -> ImageSpec:
         )
         gpu_test = PipelineSpec(
             key="gpu-test", parent_image="ssm:" + SM75_CANDIDATE_PARAMETER,
-            instance_types=("g5g.2xlarge",), volume_gib=150, tests_enabled=True,
+            instance_types=BUILD_HOSTS["vllm-sm75"]["gpu-test"], volume_gib=150, tests_enabled=True,
             publish_parameter=IMAGE_PARAMETERS["vllm-sm75"],
             description="Promote: the candidate serves one completion of the kit's model on a T4G",
             components=(ComponentUse("vllm-sm75-gpu-test.yaml", {
@@ -205,7 +179,7 @@ def vllm_sm75_spec(config: KitConfig) -> ImageSpec:
         )
         return build, gpu_test
 
-    return ImageSpec("vllm-sm75", "VllmSm75ImageStack", "arm64",
+    return ImageSpec("vllm-sm75", IMAGE_STACKS["vllm-sm75"], "arm64",
                      "Inference kit image pipelines: vLLM built for sm_75 (g5g)", ("patches", "scripts"), pipelines)
 
 
@@ -229,9 +203,6 @@ def engine_pip_specs() -> str:
     return " ".join(engine + [locked[n.lower()] for n in ENGINE_EXTRA])
 
 
-NEURON_BUILD_INSTANCE = "inf2.xlarge"
-
-
 def neuron_precompile(config: KitConfig) -> dict[str, str]:
     """What the Neuron image compiles in (neuron-engine.yaml, PrecompileModel): the model of the
     first selected backend that boots the neuron image on the build host's type, with the engine
@@ -251,7 +222,7 @@ def neuron_spec(config: KitConfig, parent_ami: str | None = None) -> ImageSpec:
     def pipelines(assets: str) -> tuple[PipelineSpec, ...]:
         return (PipelineSpec(
             key="build", parent_image=parent_ami or "ssm:" + NEURON_DLAMI,
-            instance_types=(NEURON_BUILD_INSTANCE,), volume_gib=200, tests_enabled=True,
+            instance_types=BUILD_HOSTS["neuron"]["build"], volume_gib=200, tests_enabled=True,
             publish_parameter=IMAGE_PARAMETERS["neuron"],
             description=f"Neuron SDK {pins.NEURON_SDK} pins and the kit's Neuron engine for inf2/trn1",
             components=(_uv(), ComponentUse("neuron-engine.yaml", {
@@ -265,7 +236,7 @@ def neuron_spec(config: KitConfig, parent_ami: str | None = None) -> ImageSpec:
             })),
         ),)
 
-    return ImageSpec("neuron", "NeuronImageStack", "x86_64",
+    return ImageSpec("neuron", IMAGE_STACKS["neuron"], "x86_64",
                      f"Inference kit image pipeline: Neuron SDK {pins.NEURON_SDK} + kit engine (inf2, trn1)",
                      ("neuron", "scripts"), pipelines)
 

@@ -8,6 +8,17 @@ import pytest
 from moto import mock_aws
 
 from harness import preflight
+from stacks.config import DEFAULTS
+from stacks.image_facts import IMAGE_PARAMETERS, PARENT_PARAMETERS
+from tests.harness.aws_replay import ecr_images, ssm_parameters
+
+# Every image parameter a deploy reads, resolved: the kit's images already built.
+BUILT = {n: "ami-0123456789abcdef0" for n in [*IMAGE_PARAMETERS.values(), *PARENT_PARAMETERS.values()]}
+
+
+def ready():
+    """SSM and ECR as in an account where the kit's images are built and the DLC tag exists."""
+    return {"ssm": ssm_parameters(BUILT), "ecr": ecr_images({DEFAULTS["sagemaker_vllm_tag"]})}
 
 
 class FakeBedrock:
@@ -52,7 +63,7 @@ def test_all_ready_in_us_east_1(aws, cdk_json, capsys):
     bedrock = FakeBedrock()
     rc = preflight.main(["--region", "us-east-1", *cdk_json], session=boto3.Session(region_name="us-east-1"),
                         quota=_quota({"L-DB2E81BA": 64, "L-1945791B": 8, "L-2C3B7624": 8}),
-                        sagemaker_quota=lambda t: 1.0, bedrock=bedrock)
+                        sagemaker_quota=lambda t: 1.0, bedrock=bedrock, **ready())
     out = capsys.readouterr().out
     assert rc == 0, out
     assert bedrock.asked == ["amazon.nova-micro-v1:0"]
@@ -65,7 +76,7 @@ def test_g5g_not_offered_in_us_east_2_blocks_only_g5g(aws, cdk_json, capsys):
     _bootstrap("us-east-2")
     rc = preflight.main(["--region", "us-east-2", "--backends", "g6,g5g", *cdk_json],
                         session=boto3.Session(region_name="us-east-2"),
-                        quota=_quota({"L-DB2E81BA": 64}))
+                        quota=_quota({"L-DB2E81BA": 64}), **ready())
     out = capsys.readouterr().out
     assert rc == 1
     assert "g5g.2xlarge is not offered in us-east-2" in out
@@ -77,7 +88,7 @@ def test_quota_summed_over_selected_stacks(aws, cdk_json, capsys):
     # g6.xlarge (4) + g5g.2xlarge (8) = 12 G vCPUs needed, 8 allowed: both G backends blocked.
     rc = preflight.main(["--region", "us-east-1", "--backends", "g6,g5g,inf2", *cdk_json],
                         session=boto3.Session(region_name="us-east-1"),
-                        quota=_quota({"L-DB2E81BA": 8, "L-1945791B": 4}))
+                        quota=_quota({"L-DB2E81BA": 8, "L-1945791B": 4}), **ready())
     out = capsys.readouterr().out
     assert rc == 1
     assert "= 8 vCPUs, selected stacks need 12" in out
@@ -88,7 +99,7 @@ def test_zero_quota_and_unreadable_quota(aws, cdk_json, capsys):
     _bootstrap("us-east-1")
     rc = preflight.main(["--region", "us-east-1", "--backends", "trn1,inf2", *cdk_json],
                         session=boto3.Session(region_name="us-east-1"),
-                        quota=_quota({"L-2C3B7624": 0}))
+                        quota=_quota({"L-2C3B7624": 0}), **ready())
     out = capsys.readouterr().out
     assert rc == 1
     assert "trn1       blocked" in out
@@ -123,7 +134,7 @@ def test_configured_az_and_instance_overrides_are_what_is_checked(aws, cdk_json,
                          "-c", "sagemaker_instance_types=ml.g6.xlarge,ml.g5.xlarge"],
                         session=boto3.Session(region_name="us-east-1"),
                         quota=_quota({"L-DB2E81BA": 64, "L-2C3B7624": 8}),
-                        sagemaker_quota=lambda t: {"ml.g6.xlarge": 1.0, "ml.g5.xlarge": 0.0}[t])
+                        sagemaker_quota=lambda t: {"ml.g6.xlarge": 1.0, "ml.g5.xlarge": 0.0}[t], **ready())
     out = capsys.readouterr().out
     assert rc == 1
     assert "trn1.2xlarge is not offered in us-east-1a (configured AZ); offered in us-east-1c, us-east-1f" in out

@@ -1,0 +1,262 @@
+"""What a fresh account trips on before anything is spent (issue 11 point 7), for harness.preflight.
+
+Checked per region, for the backends a deploy would create:
+
+* the machine image each EC2 backend boots: its SSM parameter resolves (``GetParameters``); a kit
+  image (``/imagebuilder/inference-kit/ami/*``) that is not built yet blocks the backend, with the
+  commands that build it, and then what the build needs is checked too:
+  - the parent image's public parameter resolves (or ``neuron_parent_image`` exists),
+  - an AZ offers every build host type of each pipeline (``DescribeInstanceTypeOfferings``),
+  - the vCPU quota of each build host's class: the On-Demand Standard quota
+    (``L-1216C47A``) for the sm_75 build's c7g.8xlarge (32 vCPUs, ``DescribeInstanceTypes``),
+    G and VT / Inf for the GPU and Neuron hosts;
+* the SageMaker container image: the tag exists in the region's Deep Learning Containers
+  registry (``ecr:BatchGetImage``, see ``check_container_image`` for why not DescribeImages).
+
+Every BLOCK line ends in the exact fix: a Service Quotas request command with its quota code, the
+deploy and pipeline commands, or the context value to change. The fix commands are built here and
+tested; the API response shapes the tests replay are botocore's own (validated by
+``botocore.stub.Stubber``) or moto's.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable
+
+# Service Quotas codes (service code ec2). Source: the AWS default quotas as listed by
+# ``list-aws-default-service-quotas --service-code ec2`` in gruntwork-io/terraform-aws-utilities
+# docs/quotas.md (commit 04f58839): "Running On-Demand Standard (A, C, D, H, I, M, R, T, Z)
+# instances" L-1216C47A default 5.0; "Running On-Demand G and VT instances" L-DB2E81BA 0.0;
+# "Running On-Demand Inf instances" L-1945791B 0.0; "Running On-Demand Trn instances" L-2C3B7624 0.0.
+EC2_QUOTAS: dict[str, tuple[str, str]] = {
+    "Standard": ("L-1216C47A", "Running On-Demand Standard (A, C, D, H, I, M, R, T, Z) instances"),
+    "G": ("L-DB2E81BA", "Running On-Demand G and VT instances"),
+    "Inf": ("L-1945791B", "Running On-Demand Inf instances"),
+    "Trn": ("L-2C3B7624", "Running On-Demand Trn instances"),
+}
+# SageMaker endpoint quotas have one code per instance type; preflight reads the code from
+# ListServiceQuotas (QuotaCode) and falls back to these only to print the fix when that list
+# cannot be read. ml.g6.xlarge: L-D470D954, as three public quota audits captured from
+# ``aws service-quotas list-service-quotas --service-code sagemaker`` record it (found with the
+# code search; AWS's quota docs list names, not codes). ml.g5.xlarge: L-1928E07B (the defaults
+# list above, value 0.0).
+SAGEMAKER_ENDPOINT_QUOTA_CODES: dict[str, str] = {"ml.g6.xlarge": "L-D470D954", "ml.g5.xlarge": "L-1928E07B"}
+
+KIT_IMAGE_PREFIX = "/imagebuilder/"
+
+
+def quota_class(instance_type: str) -> str | None:
+    """Which On-Demand vCPU quota an EC2 type draws from (None: one the kit does not track)."""
+    family = instance_type.split(".", 1)[0]
+    if family.startswith("inf"):
+        return "Inf"
+    if family.startswith("trn"):
+        return "Trn"
+    if family.startswith(("g", "vt")):
+        return "G"
+    if family.startswith("dl"):  # DL1/DL2q have quotas of their own
+        return None
+    if family[:1] in tuple("acdhimrtz"):
+        return "Standard"
+    return None
+
+
+def quota_fix(service: str, code: str, desired: float, region: str) -> str:
+    return (f"aws service-quotas request-service-quota-increase --service-code {service} "
+            f"--quota-code {code} --desired-value {desired:g} --region {region}")
+
+
+def build_commands(image: str, region: str) -> str:
+    """Deploy the image stack, then start its pipelines in order (docs/images.md)."""
+    from stacks.image_facts import BUILD_HOSTS, IMAGE_STACKS
+
+    stack = IMAGE_STACKS[image]
+    starts = []
+    for key in BUILD_HOSTS[image]:
+        output = "".join(part.capitalize() for part in key.split("-")) + "PipelineArn"
+        starts.append(f"aws imagebuilder start-image-pipeline-execution --region {region} --image-pipeline-arn "
+                      f"$(aws cloudformation describe-stacks --region {region} --stack-name {stack} --query "
+                      f"\"Stacks[0].Outputs[?OutputKey=='{output}'].OutputValue\" --output text)")
+    then = " (wait until AVAILABLE), then " if len(starts) > 1 else ""
+    return f"npx cdk deploy {stack}, then " + then.join(starts)
+
+
+def resolve_parameters(ssm: Any, names: Iterable[str]) -> dict[str, str | None]:
+    """Name -> value, None for a name that does not resolve (GetParameters lists it under
+    InvalidParameters); at most 10 names a call (the API's limit)."""
+    names = list(dict.fromkeys(names))
+    out: dict[str, str | None] = {}
+    for i in range(0, len(names), 10):
+        r = ssm.get_parameters(Names=names[i:i + 10])
+        out.update({p["Name"]: p.get("Value") for p in r.get("Parameters", [])})
+        out.update({n: None for n in r.get("InvalidParameters", [])})
+    return out
+
+
+def vcpus_of(ec2: Any, types: Iterable[str]) -> dict[str, int]:
+    """DefaultVCpus of each type, from DescribeInstanceTypes."""
+    types = sorted(set(types))
+    if not types:
+        return {}
+    r = ec2.describe_instance_types(InstanceTypes=types)
+    return {t["InstanceType"]: int(t["VCpuInfo"]["DefaultVCpus"]) for t in r.get("InstanceTypes", [])}
+
+
+def offered_azs(ec2: Any, instance_type: str) -> list[str]:
+    pages = ec2.get_paginator("describe_instance_type_offerings").paginate(
+        LocationType="availability-zone", Filters=[{"Name": "instance-type", "Values": [instance_type]}])
+    return sorted({o["Location"] for p in pages for o in p.get("InstanceTypeOfferings", [])})
+
+
+Add = Callable[[str, str, str, str], None]  # (backend, check, status, detail)
+QuotaFn = Callable[[str, str], "float | None"]
+
+
+def check_images(add: Add, region: str, ssm: Any, ec2: Any, quota: QuotaFn,
+                 wanted: dict[str, list[str]], boot: dict[str, str], neuron_parent: str | None,
+                 short: Callable[[BaseException], str]) -> None:
+    """``boot``: backend id -> the SSM parameter its instance boots; ``wanted``: kit image ->
+    the backend ids that boot it. Kit images not built yet are checked as builds."""
+    from stacks.image_facts import IMAGE_PARAMETERS, PARENT_PARAMETERS
+
+    names = set(boot.values()) | {PARENT_PARAMETERS[i] for i in wanted}
+    try:
+        values = resolve_parameters(ssm, names)
+    except Exception as exc:  # noqa: BLE001 - e.g. no ssm:GetParameters permission
+        for bid in boot:
+            add(bid, "AMI parameter", "warn", f"could not read SSM parameters: {short(exc)}")
+        return
+    to_build = []
+    for bid, name in boot.items():
+        value = values.get(name)
+        image = next((i for i, p in IMAGE_PARAMETERS.items() if p == name), None)
+        if value:
+            add(bid, "AMI parameter", "ok", f"{name} = {value}")
+        elif image:
+            add(bid, "AMI parameter", "BLOCK", f"image {image} not built in {region} ({name} missing); "
+                f"fix: {build_commands(image, region)}")
+            to_build.append(image)
+        else:
+            add(bid, "AMI parameter", "BLOCK", f"{name} does not resolve in {region}: the image it names is "
+                f"not published there; fix: deploy this backend to another region (-c {bid}_region=<region>)")
+    for image in dict.fromkeys(to_build):
+        _check_build(add, region, ec2, quota, image, wanted[image], values, neuron_parent, short)
+
+
+def _check_build(add: Add, region: str, ec2: Any, quota: QuotaFn, image: str, backends: list[str],
+                 values: dict[str, str | None], neuron_parent: str | None,
+                 short: Callable[[BaseException], str]) -> None:
+    from stacks.image_facts import BUILD_HOSTS, PARENT_PARAMETERS
+
+    def each(status: str, check: str, detail: str) -> None:
+        for bid in backends:
+            add(bid, check, status, detail)
+
+    if image == "neuron" and neuron_parent:
+        try:
+            found = ec2.describe_images(ImageIds=[neuron_parent]).get("Images", [])
+        except Exception as exc:  # noqa: BLE001 - InvalidAMIID.NotFound / .Malformed
+            found, why = [], short(exc)
+        else:
+            why = "not found"
+        if found:
+            each("ok", f"{image} parent", f"{neuron_parent} (neuron_parent_image)")
+        else:
+            each("BLOCK", f"{image} parent", f"neuron_parent_image {neuron_parent} in {region}: {why}; fix: "
+                 "give an AMI id of this region (docs/images.md: describe-images for the Neuron DLAMI)")
+    else:
+        parent = PARENT_PARAMETERS[image]
+        if values.get(parent):
+            each("ok", f"{image} parent", f"{parent} = {values[parent]}")
+        else:
+            each("BLOCK", f"{image} parent", f"{parent} does not resolve in {region}: the {image} build cannot "
+                 "start there; fix: use another region (-c region=<region>)")
+
+    types_all = [t for types in BUILD_HOSTS[image].values() for t in types]
+    try:
+        per_type = {t: offered_azs(ec2, t) for t in types_all}
+        cpus = vcpus_of(ec2, types_all)
+    except Exception as exc:  # noqa: BLE001
+        each("warn", f"{image} build hosts", f"could not check {', '.join(types_all)}: {short(exc)}")
+        return
+    # One build subnet holds every build and test host of the image (stacks/images.py, the same
+    # Custom::AzChoice decision as at deploy time, without an image_az preference).
+    from stacks.lambdas.az_choice.index import ChoiceError, choose
+
+    zones = sorted({z for azs in per_type.values() for z in azs})
+    try:
+        chosen, fit = choose(region, zones, {t: set(per_type[t]) for t in types_all})
+        each("ok", f"{image} build subnet", f"{', '.join(fit)} offer {', '.join(types_all)}; the build will use {chosen}")
+    except ChoiceError as e:
+        each("BLOCK", f"{image} build subnet", f"{str(e).replace('move the backend with -c <id>_region', 'build in another region with -c region')}; "
+             "fix: build the image in a region whose AZs offer these types (-c region=<region>)")
+
+    for key, types in BUILD_HOSTS[image].items():
+        check = f"{image} {key} host"
+        offered = [t for t in types if per_type[t]]
+        if not offered:
+            each("BLOCK", check, f"{' or '.join(types)} not offered in any AZ of {region}; fix: build the "
+                 f"image in another region (-c region=<region>)")
+            continue
+        first = offered[0]
+        cls = quota_class(first)
+        need = cpus.get(first)
+        if cls not in EC2_QUOTAS or need is None:
+            each("ok", check, f"{first}: no vCPU quota the kit tracks")
+            continue
+        code, name = EC2_QUOTAS[cls]
+        value = quota("ec2", code)
+        if value is None:
+            each("warn", check, f"{first}: could not read '{name}' ({code}), {need} vCPUs needed")
+        elif value < need:
+            each("BLOCK", check, f"'{name}' ({code}) = {value:g} vCPUs, the {image} {key} host {first} needs "
+                 f"{need}; fix: {quota_fix('ec2', code, need, region)}")
+        else:
+            fallback = [t for t in offered[1:] if cpus.get(t, 0) > value]
+            note = (f"; its fallback {fallback[0]} ({cpus[fallback[0]]} vCPUs) would not fit: "
+                    f"{quota_fix('ec2', code, cpus[fallback[0]], region)}" if fallback else "")
+            each("warn" if fallback else "ok", check, f"{first}: '{name}' ({code}) = {value:g} >= {need} vCPUs{note}")
+
+
+# The vLLM DLC repository grants other accounts the pull actions (ecr:BatchGetImage,
+# ecr:GetDownloadUrlForLayer, ecr:BatchCheckLayerAvailability): SageMaker names exactly these when
+# a repository lacks them (aws/deep-learning-containers#5657). ecr:DescribeImages is not a pull
+# action, so a repository policy need not grant it across accounts; the tag is checked with
+# BatchGetImage, the call a pull makes first (ECR API reference: "When an image is pulled, the
+# BatchGetImage API is called once to retrieve the image manifest"). The caller's own IAM policy
+# must allow ecr:BatchGetImage; when it does not, the check says so and warns.
+def check_container_image(add: Add, region: str, ecr: Any, backend: str, tag: str,
+                          short: Callable[[BaseException], str]) -> None:
+    from stacks.dlc import VLLM_REPOSITORY, dlc_account, image_uri
+
+    uri = image_uri(region, tag)
+    fix = ("fix: pick a vLLM DLC tag published in this region (-c sagemaker_vllm_tag=<tag>; "
+           "aws/deep-learning-containers available_images.md)")
+    try:
+        r = ecr.batch_get_image(registryId=dlc_account(region), repositoryName=VLLM_REPOSITORY,
+                                imageIds=[{"imageTag": tag}],
+                                acceptedMediaTypes=["application/vnd.docker.distribution.manifest.v2+json",
+                                                    "application/vnd.oci.image.index.v1+json",
+                                                    "application/vnd.oci.image.manifest.v1+json"])
+    except Exception as exc:  # noqa: BLE001
+        code = getattr(exc, "response", {}).get("Error", {}).get("Code", "")
+        if code == "RepositoryNotFoundException":
+            add(backend, "container image", "BLOCK", f"{uri}: no {VLLM_REPOSITORY} repository in {region}; "
+                f"fix: deploy SageMaker in another region (-c sagemaker_region=<region>)")
+        else:
+            add(backend, "container image", "warn", f"could not check {uri}: {short(exc)} "
+                "(needs ecr:BatchGetImage)")
+        return
+    if r.get("images"):
+        add(backend, "container image", "ok", f"{uri} exists")
+        return
+    failure = (r.get("failures") or [{}])[0]
+    add(backend, "container image", "BLOCK", f"{uri}: {failure.get('failureCode', 'not found')} "
+        f"({failure.get('failureReason', '')}); {fix}")
+
+
+def sagemaker_fix(instance_type: str, code: str | None, region: str) -> str:
+    code = code or SAGEMAKER_ENDPOINT_QUOTA_CODES.get(instance_type)
+    if code:
+        return quota_fix("sagemaker", code, 1, region)
+    return (f"request '{instance_type} for endpoint usage' >= 1 in Service Quotas (find its code: aws "
+            f"service-quotas list-service-quotas --service-code sagemaker --region {region})")

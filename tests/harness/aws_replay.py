@@ -1,0 +1,99 @@
+"""AWS responses replayed through a real botocore client, so every response a test feeds the code
+has the API's real shape: ``botocore.stub.Stubber`` validates each one against the service model
+botocore ships (the source of the shape), and each request against its input shape.
+
+    ssm = Replay("ssm", lambda op, params: {...})      # a response dict, or
+    ssm = Replay("ssm", lambda op, params: Error("ParameterNotFound", "...", 400))
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import boto3
+from botocore.stub import Stubber
+
+
+@dataclass
+class Error:
+    code: str
+    message: str = ""
+    status: int = 400
+
+
+class Replay:
+    def __init__(self, service: str, handler: Callable[[str, dict[str, Any]], Any], region: str = "us-east-1"):
+        self.client = boto3.client(service, region_name=region, aws_access_key_id="testing",
+                                   aws_secret_access_key="testing")
+        self.stubber = Stubber(self.client)
+        self.stubber.activate()
+        self.handler = handler
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+
+    def get_paginator(self, name: str) -> Any:
+        """One page per paginate() call, replayed like a call."""
+        real, replay = self.client.get_paginator(name), self
+
+        class Pages:
+            def paginate(self, **params: Any) -> Any:
+                replay.calls.append((name, params))
+                replay.stubber.add_response(name, replay.handler(name, params), expected_params=params)
+                return real.paginate(**params)
+
+        return Pages()
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        method = getattr(self.client, name)
+        op = self.client.meta.method_to_api_mapping.get(name)
+        if op is None:  # get_paginator and the like: not replayed
+            raise AttributeError(name)
+
+        def call(**params: Any) -> Any:
+            self.calls.append((name, params))
+            out = self.handler(name, params)
+            if isinstance(out, Error):
+                self.stubber.add_client_error(name, service_error_code=out.code, service_message=out.message,
+                                              http_status_code=out.status, expected_params=params)
+            else:
+                self.stubber.add_response(name, out, expected_params=params)
+            return method(**params)
+
+        return call
+
+
+def ssm_parameters(values: dict[str, str]) -> Replay:
+    """GetParameters: names in ``values`` resolve, others come back in InvalidParameters (the API's
+    answer for a name that does not exist)."""
+    def handler(op: str, params: dict[str, Any]) -> Any:
+        assert op == "get_parameters", op
+        names = params["Names"]
+        out: dict[str, Any] = {"Parameters": [
+            {"Name": n, "Type": "String", "Value": values[n], "Version": 1,
+             "DataType": "aws:ec2:image" if n.startswith("/imagebuilder/") else "text"}
+            for n in names if n in values]}
+        missing = [n for n in names if n not in values]
+        if missing:  # the model says min length 1: the API leaves the key out when none is missing
+            out["InvalidParameters"] = missing
+        return out
+    return Replay("ssm", handler)
+
+
+def ecr_images(tags: set[str] | None, registry: str | None = None) -> Replay:
+    """BatchGetImage on the DLC registry: ``tags`` exist (None: no such repository)."""
+    def handler(op: str, params: dict[str, Any]) -> Any:
+        assert op == "batch_get_image", op
+        if registry is not None:
+            assert params["registryId"] == registry, params
+        if tags is None:
+            return Error("RepositoryNotFoundException",
+                         f"The repository with name '{params['repositoryName']}' does not exist in the registry "
+                         f"with id '{params['registryId']}'")
+        tag = params["imageIds"][0]["imageTag"]
+        if tag in tags:
+            return {"images": [{"registryId": params["registryId"], "repositoryName": params["repositoryName"],
+                                "imageId": {"imageTag": tag, "imageDigest": "sha256:" + "0" * 64},
+                                "imageManifest": "{}", "imageManifestMediaType":
+                                "application/vnd.docker.distribution.manifest.v2+json"}], "failures": []}
+        return {"images": [], "failures": [{"imageId": {"imageTag": tag}, "failureCode": "ImageNotFound",
+                                            "failureReason": "Requested image not found"}]}
+    return Replay("ecr", handler)

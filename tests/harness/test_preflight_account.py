@@ -1,0 +1,203 @@
+"""Preflight in a fresh account (issue 11 point 7): every quota, offering, image tag and parameter
+that would stop a deploy is one BLOCK line ending in its fix.
+
+Sources of the responses: EC2 offerings, instance types and images from moto (its per-region
+offering data); SSM GetParameters, ECR BatchGetImage and Service Quotas replayed through a real
+botocore client with Stubber (tests/harness/aws_replay.py), which validates each response against
+botocore's service model.
+"""
+from __future__ import annotations
+
+import json
+import re
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from harness import preflight, preflight_account as account
+from stacks.config import DEFAULTS
+from stacks.dlc import DLC_ACCOUNT_BY_REGION
+from stacks.image_facts import GPU_DLAMI, IMAGE_PARAMETERS, NEURON_DLAMI, PARENT_PARAMETERS
+from tests.harness.aws_replay import Error, Replay, ecr_images, ssm_parameters
+
+TAG = DEFAULTS["sagemaker_vllm_tag"]
+PUBLIC = {n: "ami-0aaaaaaaaaaaaaaaa" for n in PARENT_PARAMETERS.values()}  # the DLAMIs, no kit image
+
+
+@pytest.fixture()
+def aws(monkeypatch):
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    with mock_aws():
+        yield
+
+
+@pytest.fixture()
+def cdk_json(tmp_path):
+    p = tmp_path / "cdk.json"
+    p.write_text(json.dumps({"app": "x", "context": {"region": "us-east-1"}}))
+    return ["--cdk-json", str(p)]
+
+
+def quotas(values: dict[str, float]) -> Replay:
+    """GetServiceQuota for the EC2 codes in ``values``; others: NoSuchResourceException."""
+    def handler(op, params):
+        code = params["QuotaCode"]
+        if code not in values:
+            return Error("NoSuchResourceException", f"The request failed because the specified service "
+                         f"quota {code} does not exist.")
+        name = next((n for c, n in account.EC2_QUOTAS.values() if c == code), code)
+        return {"Quota": {"ServiceCode": params["ServiceCode"], "ServiceName": "Amazon Elastic Compute Cloud (Amazon EC2)",
+                          "QuotaCode": code, "QuotaName": name, "Value": values[code], "Unit": "None",
+                          "Adjustable": True, "GlobalQuota": False}}
+    return Replay("service-quotas", handler)
+
+
+def sagemaker_quotas(values: dict[str, tuple[float, str]]) -> Replay:
+    """ListServiceQuotas for sagemaker: '<type> for endpoint usage' with its value and code."""
+    def handler(op, params):
+        assert op == "list_service_quotas" and params == {"ServiceCode": "sagemaker"}, (op, params)
+        return {"Quotas": [{"ServiceCode": "sagemaker", "QuotaCode": code, "QuotaName": f"{t} for endpoint usage",
+                            "Value": v, "Unit": "None", "Adjustable": True, "GlobalQuota": False}
+                           for t, (v, code) in values.items()]}
+    return Replay("service-quotas", handler)
+
+
+def run(argv, capsys, *, sq, ssm, ecr, region="us-east-1", sm=None):
+    _bootstrap(region)
+    session = boto3.Session(region_name=region)
+    finder = preflight.sagemaker_quota_finder(sm) if sm else (lambda t: 1.0)
+    rc = preflight.main(argv, session=session, quota=preflight.service_quota_getter(sq),
+                        sagemaker_quota=finder, ssm=ssm, ecr=ecr)
+    return rc, capsys.readouterr().out
+
+
+def _bootstrap(region):
+    boto3.client("ssm", region_name=region).put_parameter(Name=preflight.BOOTSTRAP_PARAM, Value="27", Type="String",
+                                                          Overwrite=True)
+
+
+def rows(out, status):
+    return [line for line in out.splitlines() if re.search(rf"\s{status}\s", line)]
+
+
+def test_fresh_account_every_block_names_its_fix(aws, cdk_json, capsys):
+    """Nothing built, the default On-Demand Standard quota (5 vCPUs), no G quota, the DLC tag
+    missing, no ml.g6.xlarge endpoint quota."""
+    sm = sagemaker_quotas({"ml.g6.xlarge": (0.0, "L-D470D954")})
+    rc, out = run(["--backends", "sagemaker,g5g,inf2", *cdk_json], capsys,
+                  sq=quotas({"L-1216C47A": 5.0, "L-DB2E81BA": 0.0, "L-1945791B": 8.0}),
+                  ssm=ssm_parameters(PUBLIC), ecr=ecr_images(set()), sm=sm)
+    assert rc == 1
+    blocks = rows(out, "BLOCK")
+    assert blocks and all("fix: " in line for line in blocks), out
+    # the sm_75 build host: c7g.8xlarge is 32 vCPUs (DescribeInstanceTypes), the Standard quota 5
+    assert ("'Running On-Demand Standard (A, C, D, H, I, M, R, T, Z) instances' (L-1216C47A) = 5 vCPUs, the "
+            "vllm-sm75 build host c7g.8xlarge needs 32; fix: aws service-quotas request-service-quota-increase "
+            "--service-code ec2 --quota-code L-1216C47A --desired-value 32 --region us-east-1") in out
+    # the g5g instance and the sm_75 test host both need G vCPUs
+    assert "--quota-code L-DB2E81BA --desired-value 8 --region us-east-1" in out
+    # the kit images are not built: the commands that build them, in order
+    assert ("image vllm-sm75 not built in us-east-1 (/imagebuilder/inference-kit/ami/vllm-sm75 missing); fix: "
+            "npx cdk deploy VllmSm75ImageStack, then aws imagebuilder start-image-pipeline-execution "
+            "--region us-east-1 --image-pipeline-arn $(aws cloudformation describe-stacks --region us-east-1 "
+            "--stack-name VllmSm75ImageStack --query \"Stacks[0].Outputs[?OutputKey=='BuildPipelineArn']"
+            ".OutputValue\" --output text) (wait until AVAILABLE), then") in out
+    assert "OutputKey=='GpuTestPipelineArn'" in out
+    assert "image neuron not built in us-east-1" in out and "npx cdk deploy NeuronImageStack" in out
+    # the build subnet: one AZ must offer c7g.8xlarge, c7g.16xlarge and g5g.2xlarge together (moto's data)
+    assert "us-east-1a, us-east-1b, us-east-1c, us-east-1d offer c7g.8xlarge, c7g.16xlarge, g5g.2xlarge" in out
+    # neuron: inf2.xlarge is 4 vCPUs, the Inf quota 8
+    assert "inf2.xlarge: 'Running On-Demand Inf instances' (L-1945791B) = 8 >= 4 vCPUs" in out
+    # the container image tag and the endpoint quota, with the code ListServiceQuotas returned
+    assert (f"763104351884.dkr.ecr.us-east-1.amazonaws.com/vllm:{TAG}: ImageNotFound (Requested image not found); "
+            "fix: pick a vLLM DLC tag published in this region (-c sagemaker_vllm_tag=<tag>") in out
+    assert ("'ml.g6.xlarge for endpoint usage' = 0; fix: aws service-quotas request-service-quota-increase "
+            "--service-code sagemaker --quota-code L-D470D954 --desired-value 1 --region us-east-1") in out
+    for b in ("sagemaker", "g5g", "inf2"):
+        assert f"{b:<10} blocked" in out
+
+
+def test_built_images_and_enough_quota_are_ready(aws, cdk_json, capsys):
+    built = {**PUBLIC, **{n: "ami-0bbbbbbbbbbbbbbbb" for n in IMAGE_PARAMETERS.values()}}
+    rc, out = run(["--backends", "sagemaker,g6,g5g,inf2,trn1", *cdk_json], capsys,
+                  sq=quotas({"L-1216C47A": 64.0, "L-DB2E81BA": 64.0, "L-1945791B": 8.0, "L-2C3B7624": 8.0}),
+                  ssm=ssm_parameters(built), ecr=ecr_images({TAG}, registry="763104351884"))
+    assert rc == 0, out
+    assert f"{IMAGE_PARAMETERS['vllm-sm75']} = ami-0bbbbbbbbbbbbbbbb" in out
+    assert GPU_DLAMI.format(arch="x86_64") + " = ami-0aaaaaaaaaaaaaaaa" in out  # g6 boots the public DLAMI
+    assert "build host" not in out  # nothing to build
+    assert f"vllm:{TAG} exists" in out
+
+
+def test_standard_quota_for_the_first_build_type_only_warns_about_the_fallback(aws, cdk_json, capsys):
+    rc, out = run(["--backends", "g5g", *cdk_json], capsys,
+                  sq=quotas({"L-1216C47A": 32.0, "L-DB2E81BA": 64.0}),
+                  ssm=ssm_parameters(PUBLIC), ecr=ecr_images({TAG}))
+    assert "c7g.8xlarge: 'Running On-Demand Standard (A, C, D, H, I, M, R, T, Z) instances' (L-1216C47A) = 32 >= 32" in out
+    assert ("its fallback c7g.16xlarge (64 vCPUs) would not fit: aws service-quotas request-service-quota-increase "
+            "--service-code ec2 --quota-code L-1216C47A --desired-value 64 --region us-east-1") in out
+
+
+def test_public_parameter_that_does_not_resolve_blocks(aws, cdk_json, capsys):
+    """The Neuron DLAMI parameter is not published in the region: the neuron build cannot start."""
+    ssm = ssm_parameters({k: v for k, v in PUBLIC.items() if k != NEURON_DLAMI})
+    rc, out = run(["--backends", "inf2,g6", *cdk_json], capsys, sq=quotas({"L-1945791B": 8.0, "L-DB2E81BA": 8.0}),
+                  ssm=ssm, ecr=ecr_images({TAG}))
+    assert rc == 1
+    assert (f"{NEURON_DLAMI} does not resolve in us-east-1: the neuron build cannot start there; "
+            "fix: use another region (-c region=<region>)") in out
+    assert "g6         ready" in out
+
+
+def test_neuron_parent_image_that_does_not_exist_blocks(aws, cdk_json, capsys):
+    rc, out = run(["--backends", "inf2", *cdk_json, "-c", "neuron_parent_image=ami-0123456789abcdef0"], capsys,
+                  sq=quotas({"L-1945791B": 8.0}), ssm=ssm_parameters(PUBLIC), ecr=ecr_images({TAG}))
+    assert rc == 1 and "neuron_parent_image ami-0123456789abcdef0 in us-east-1" in out and "fix: " in out
+    ami = boto3.client("ec2", region_name="us-east-1").describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    rc, out = run(["--backends", "inf2", *cdk_json, "-c", f"neuron_parent_image={ami}"], capsys,
+                  sq=quotas({"L-1945791B": 8.0}), ssm=ssm_parameters(PUBLIC), ecr=ecr_images({TAG}))
+    assert f"{ami} (neuron_parent_image)" in out
+
+
+def test_container_image_registry_follows_the_region(aws, tmp_path, capsys):
+    """af-south-1's DLCs live in another registry account (stacks/dlc.py)."""
+    p = tmp_path / "cdk.json"
+    p.write_text(json.dumps({"app": "x", "context": {"region": "af-south-1"}}))
+    rc, out = run(["--backends", "sagemaker", "--cdk-json", str(p)], capsys, region="af-south-1",
+                  sq=quotas({}), ssm=ssm_parameters({}), ecr=ecr_images({TAG}, registry=DLC_ACCOUNT_BY_REGION["af-south-1"]))
+    assert f"626614931356.dkr.ecr.af-south-1.amazonaws.com/vllm:{TAG} exists" in out
+    rc, out = run(["--backends", "sagemaker", "--cdk-json", str(p)], capsys, region="af-south-1",
+                  sq=quotas({}), ssm=ssm_parameters({}), ecr=ecr_images(None))
+    assert rc == 1 and "no vllm repository in af-south-1; fix: deploy SageMaker in another region" in out
+
+
+def test_container_image_access_denied_is_a_warning_naming_the_permission(aws, cdk_json, capsys):
+    ecr = Replay("ecr", lambda op, params: Error("AccessDeniedException", "User: x is not authorized to "
+                                                  "perform: ecr:BatchGetImage", 400))
+    rc, out = run(["--backends", "sagemaker", *cdk_json], capsys, sq=quotas({}), ssm=ssm_parameters({}), ecr=ecr)
+    assert rc == 0 and "could not check" in out and "(needs ecr:BatchGetImage)" in out
+
+
+def test_sagemaker_fix_falls_back_to_the_recorded_code():
+    assert account.sagemaker_fix("ml.g6.xlarge", None, "us-east-2").endswith(
+        "--quota-code L-D470D954 --desired-value 1 --region us-east-2")
+    assert "list-service-quotas --service-code sagemaker" in account.sagemaker_fix("ml.g7e.12xlarge", None, "us-east-1")
+
+
+@pytest.mark.parametrize("itype, cls", [("c7g.8xlarge", "Standard"), ("m7i.large", "Standard"), ("g6.xlarge", "G"),
+                                        ("g5g.2xlarge", "G"), ("inf2.xlarge", "Inf"), ("trn1.2xlarge", "Trn"),
+                                        ("p5.48xlarge", None), ("dl1.24xlarge", None)])
+def test_quota_class(itype, cls):
+    assert account.quota_class(itype) == cls
+
+
+def test_bedrock_block_names_the_fix(aws, cdk_json, capsys):
+    from tests.harness.test_preflight import FakeBedrock
+
+    _bootstrap("us-east-1")
+    rc = preflight.main(["--backends", "bedrock", *cdk_json], session=boto3.Session(region_name="us-east-1"),
+                        bedrock=FakeBedrock(entitlementAvailability="NOT_AVAILABLE"))
+    out = capsys.readouterr().out
+    assert rc == 1 and "fix: enable access to amazon.nova-micro-v1:0 in the Bedrock console" in out
