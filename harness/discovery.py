@@ -9,6 +9,11 @@ Sources, combined in this order:
 * plus any OpenAI-compatible server given as ``--endpoint NAME=URL`` (model id from
   ``GET /v1/models`` unless given).
 
+Variant stacks (harness/variants.py: ``<StackName>-<variant>``, e.g. ``G6Stack-bf16``, with a
+``Variant`` output) are found by listing the region's stacks (``list_stacks``) or in the outputs
+file, and become endpoints named ``<id>@<variant>`` (``g6@bf16``). ``backends`` filters accept a
+backend id (the backend and its variants) or one ``<id>@<variant>``.
+
 Every backend stack emits the same outputs (the contract with ``stacks/``): ``BackendId``,
 ``Service`` (bedrock|sagemaker|ec2), ``Region``, ``ModelId``, ``InstanceType``, and per service
 ``InstanceId`` + ``Port`` + ``SshUser`` (EC2), ``EndpointName`` (SageMaker), or just ``ModelId`` (Bedrock).
@@ -26,7 +31,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from harness import catalog
+from harness import catalog, variants
 from harness.endpoint import Endpoint
 
 READY_STATUSES = {"CREATE_COMPLETE", "UPDATE_COMPLETE", "UPDATE_ROLLBACK_COMPLETE", "IMPORT_COMPLETE"}
@@ -102,10 +107,18 @@ def endpoint_from_outputs(stack_name: str, outputs: Mapping[str, str],
             fields["port"] = int(fields["port"])
         except ValueError:
             raise DiscoveryError(f"stack {stack_name}: output 'Port' is not a number: {outputs['Port']!r}") from None
-    return Endpoint(name=b.id, protocol=b.protocol, service=service, model_id=outputs.get("ModelId") or b.model_id,
-                    label=b.label, region=outputs.get("Region") or default_region, tool_calls=b.tool_calls,
+    model_id = outputs.get("ModelId") or b.model_id
+    variant = outputs.get("Variant") or None
+    if variant is not None and not variants.NAME.match(variant):
+        raise DiscoveryError(f"stack {stack_name}: output 'Variant' {variant!r} is not a variant name")
+    scheme = outputs.get("Scheme")
+    scheme = variants.scheme_of(model_id) if not scheme or scheme == variants.UNKNOWN_SCHEME else scheme
+    return Endpoint(name=variants.endpoint_name(b.id, variant), protocol=b.protocol, service=service,
+                    model_id=model_id, label=b.label + (f", variant {variant}" if variant else ""),
+                    region=outputs.get("Region") or default_region, tool_calls=b.tool_calls,
                     instance_type=None if instance_type == NO_INSTANCE else instance_type,
-                    stack_name=stack_name, ssh_user=outputs.get("SshUser") or None, **fields)
+                    stack_name=stack_name, ssh_user=outputs.get("SshUser") or None,
+                    variant=variant, scheme=scheme, **fields)
 
 
 def ttl_note(backend_id: str, outputs: Mapping[str, str], now: float | None = None) -> str | None:
@@ -143,7 +156,48 @@ def from_outputs(all_outputs: Mapping[str, Mapping[str, str]], default_region: s
             continue
         d.endpoints.append(endpoint_from_outputs(b.stack_name, outputs, default_region))
         d.notes += [n for n in [ttl_note(b.id, outputs)] if n]
+    for stack_name, _bid, variant in variant_stacks(all_outputs, wanted):
+        outputs = all_outputs[stack_name]
+        ep = endpoint_from_outputs(stack_name, outputs, default_region)
+        d.endpoints.append(ep)
+        d.notes += [n for n in [ttl_note(ep.name, outputs)] if n]
     return d
+
+
+def _selected(backend_id: str, variant: str, wanted: set[str] | None) -> bool:
+    return wanted is None or backend_id in wanted or variants.endpoint_name(backend_id, variant) in wanted
+
+
+def variant_stacks(stack_names: Iterable[str], wanted: set[str] | None = None) -> list[tuple[str, str, str]]:
+    """(stack name, backend id, variant) of every variant stack among ``stack_names`` that
+    ``wanted`` selects, in catalog order then by variant name."""
+    found = [(name, *v) for name in stack_names if (v := variants.from_stack_name(name))]
+    order = {b: i for i, b in enumerate(catalog.BACKEND_IDS)}
+    return sorted(((n, b, v) for n, b, v in found if _selected(b, v, wanted)),
+                  key=lambda t: (order[t[1]], t[2]))
+
+
+# list_stacks returns deleted stacks too (for 90 days) unless filtered by status (AWS
+# CloudFormation API reference, ListStacks, StackStatusFilter): every status but DELETE_COMPLETE.
+LISTED_STATUSES = [
+    "CREATE_IN_PROGRESS", "CREATE_FAILED", "CREATE_COMPLETE", "ROLLBACK_IN_PROGRESS", "ROLLBACK_FAILED",
+    "ROLLBACK_COMPLETE", "DELETE_IN_PROGRESS", "DELETE_FAILED", "UPDATE_IN_PROGRESS",
+    "UPDATE_COMPLETE_CLEANUP_IN_PROGRESS", "UPDATE_COMPLETE", "UPDATE_FAILED", "UPDATE_ROLLBACK_IN_PROGRESS",
+    "UPDATE_ROLLBACK_FAILED", "UPDATE_ROLLBACK_COMPLETE_CLEANUP_IN_PROGRESS", "UPDATE_ROLLBACK_COMPLETE",
+    "REVIEW_IN_PROGRESS", "IMPORT_IN_PROGRESS", "IMPORT_COMPLETE", "IMPORT_ROLLBACK_IN_PROGRESS",
+    "IMPORT_ROLLBACK_FAILED", "IMPORT_ROLLBACK_COMPLETE"]
+
+
+def listed_stack_names(cfn: Any) -> list[str]:
+    """Every stack name in the client's region that is not deleted (``list_stacks``, all pages)."""
+    names: list[str] = []
+    kwargs: dict[str, Any] = {"StackStatusFilter": LISTED_STATUSES}
+    while True:
+        page = cfn.list_stacks(**kwargs)
+        names += [s["StackName"] for s in page.get("StackSummaries", [])]
+        if not page.get("NextToken"):
+            return names
+        kwargs["NextToken"] = page["NextToken"]
 
 
 OUTPUTS_FILE_CAP = 16 * 1024 * 1024  # bytes; cdk's outputs file for the kit's stacks is a few KB
@@ -183,25 +237,30 @@ def from_cloudformation(cfn: Any, default_region: str | None = None,
 
     d = Discovery()
     wanted = set(backends) if backends else None
-    for b in catalog.BACKENDS.values():
-        if wanted is not None and b.id not in wanted:
-            continue
+
+    def read(backend_id: str, name: str, stack_name: str) -> None:
         try:
-            stack = cfn.describe_stacks(StackName=b.stack_name)["Stacks"][0]
+            stack = cfn.describe_stacks(StackName=stack_name)["Stacks"][0]
         except ClientError as e:
             if "does not exist" in str(e):
-                d.notes.append(f"{b.id}: {b.stack_name} not deployed")
-                continue
+                d.notes.append(f"{name}: {stack_name} not deployed")
+                return
             raise
         status = stack.get("StackStatus", "")
         if status not in READY_STATUSES:
-            hint = capacity_hint(b.id, _failure_events(cfn, b.stack_name)) if "ROLLBACK" in status or \
+            hint = capacity_hint(backend_id, _failure_events(cfn, stack_name)) if "ROLLBACK" in status or \
                 status.endswith("FAILED") else None
-            d.notes.append(f"{b.id}: {b.stack_name} is {status}, skipped" + (f": {hint}" if hint else ""))
-            continue
+            d.notes.append(f"{name}: {stack_name} is {status}, skipped" + (f": {hint}" if hint else ""))
+            return
         outputs = {o["OutputKey"]: o["OutputValue"] for o in stack.get("Outputs", [])}
-        d.endpoints.append(endpoint_from_outputs(b.stack_name, outputs, default_region))
-        d.notes += [n for n in [ttl_note(b.id, outputs)] if n]
+        d.endpoints.append(endpoint_from_outputs(stack_name, outputs, default_region))
+        d.notes += [n for n in [ttl_note(name, outputs)] if n]
+
+    for b in catalog.BACKENDS.values():
+        if wanted is None or b.id in wanted:
+            read(b.id, b.id, b.stack_name)
+    for stack_name, bid, variant in variant_stacks(listed_stack_names(cfn), wanted):
+        read(bid, variants.endpoint_name(bid, variant), stack_name)
     return d
 
 
@@ -246,8 +305,8 @@ def from_regions(client_for: Any, kit: Any, backends: Iterable[str] | None = Non
     CloudFormation client there."""
     wanted = tuple(backends) if backends else catalog.BACKEND_IDS
     d = Discovery()
-    for region in kit.regions:
-        here = kit.backends_in(region, wanted)
+    for region in kit.regions:  # a variant lives where its backend does
+        here = tuple(w for w in wanted if kit.of(variants.split(w)[0]) == region)
         if not here:
             continue
         part = from_cloudformation(client_for(region), region, here)

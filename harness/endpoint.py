@@ -18,7 +18,7 @@ Service = Literal["ec2", "sagemaker", "bedrock"]
 
 @dataclass(frozen=True)
 class Endpoint:
-    name: str  # catalog backend id (g6, inf2, …) or the NAME of --endpoint NAME=URL
+    name: str  # catalog backend id (g6, inf2, …), <id>@<variant>, or the NAME of --endpoint NAME=URL
     protocol: Protocol  # how the harness speaks to it
     model_id: str
     label: str = ""
@@ -35,6 +35,10 @@ class Endpoint:
     # sagemaker
     endpoint_name: str | None = None
     stack_name: str | None = None
+    # A variant stack (harness/variants.py): its name (the endpoint is then ``<id>@<variant>``),
+    # and the weight scheme its model id names (package scheme, bf16, w4a16; None when unknown).
+    variant: str | None = None
+    scheme: str | None = None
 
     def with_base_url(self, base_url: str) -> "Endpoint":
         return replace(self, base_url=base_url)

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from harness import catalog
+from harness import catalog, variants
 from harness.endpoint import Endpoint
 from harness.results import DEFAULT_ROOT, append_jsonl, new_run_dir, writable_problem, write_json
 
@@ -56,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="model id for --endpoint servers (default: first of GET /v1/models)")
     p.add_argument("--plain", action="append", default=[], metavar="NAME",
                    help="treat an --endpoint server as having no tool calling (plain-text variant)")
-    p.add_argument("--backends", help=f"only these catalog backends, comma-separated: {','.join(catalog.BACKEND_IDS)}")
+    p.add_argument("--backends", help=f"only these catalog backends (each with its variants; <id>@<variant> names one variant), comma-separated: {','.join(catalog.BACKEND_IDS)}")
     p.add_argument("--only", action="append", default=[], metavar="STAGE",
                    help=f"run only these stages (repeatable or comma-separated): {', '.join(STAGES)}")
     p.add_argument("--runs", type=int, default=3, help="agent-trial runs per backend (default 3)")
@@ -108,8 +108,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if a.backends:
         a.backend_ids = [b.strip() for b in a.backends.split(",") if b.strip()]
         for b in a.backend_ids:
-            if b not in catalog.BACKENDS:
-                raise UsageError(f"harness.run: --backends: unknown backend {b!r}; valid: {', '.join(catalog.BACKEND_IDS)}")
+            base, variant = variants.split(b)  # g6@bf16: one variant stack (harness/variants.py)
+            if base not in catalog.BACKENDS or (variant is not None and not variants.NAME.match(variant)):
+                raise UsageError(f"harness.run: --backends: unknown backend {b!r}; valid: {', '.join(catalog.BACKEND_IDS)}"
+                                 " (a backend takes its variants too; <id>@<variant> names one)")
     _parse_bench_args(a)
     from harness.discovery import DiscoveryError, check_endpoint_names, load_outputs_file
 

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import difflib
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping
 
 from harness import awsdata
 from harness import regions as kit_regions
+from harness import variants as kit_variants
 from harness.catalog import BACKEND_IDS, BACKENDS
 
 
@@ -44,6 +45,10 @@ class BackendConfig:
     image_choice: str | None = None
     # Its region (harness/regions.py): KitConfig.region unless ``-c <id>_region`` moves it.
     region: str = ""
+    # A variant (harness/variants.py, ``-c <id>_variants``): its name and its position in the
+    # backend's list (which block of subnet addresses it owns); None for the backend's own stack.
+    variant: str | None = None
+    slot: int = 0
 
 
 @dataclass(frozen=True)
@@ -68,6 +73,14 @@ class KitConfig:
     # SageMaker: how long cdk deploy waits for InService before failing the stack (it is billed
     # while Creating); stacks/endpoint_ready.py, at most 55 (CustomResource ServiceTimeout).
     sagemaker_ready_minutes: int = 45
+    # One more deployment per ``<id>_variants`` item of a selected backend (harness/variants.py):
+    # the backend's settings with the variant's model.
+    variants: tuple[BackendConfig, ...] = ()
+
+    @property
+    def deployments(self) -> tuple[BackendConfig, ...]:
+        """Every backend stack to build: the selected backends, then their variants."""
+        return self.backends + self.variants
 
     @property
     def regions(self) -> tuple[str, ...]:
@@ -156,6 +169,7 @@ KNOWN_KEYS = {
     *(f"{b}_instance_types" for b in BACKEND_IDS if BACKENDS[b].service == "sagemaker"),
     *(f"{b}_image" for b in BACKEND_IDS if BACKENDS[b].image_choices),
     *(f"{b}_model" for b in BACKEND_IDS),
+    *(kit_variants.key(b) for b in kit_variants.backends_with_variants()),
     *(kit_regions.region_key(b) for b in BACKEND_IDS),
 }
 
@@ -254,6 +268,8 @@ def parse(context: Mapping[str, Any]) -> KitConfig:
         backends.append(BackendConfig(bid, itype, model, itypes, az if b.service == "ec2" else None,
                                       choices.get(bid), where_b))
 
+    variants = _variants(context, {b.id: b for b in backends})
+
     secret = get("hf_token_secret")
     if not isinstance(secret, str) or not _SECRET_NAME.match(secret):
         raise ConfigError(f"hf_token_secret={secret!r} is not a Secrets Manager secret name "
@@ -298,4 +314,45 @@ def parse(context: Mapping[str, Any]) -> KitConfig:
         image_az=image_az,
         neuron_parent_image=neuron_parent,
         sagemaker_ready_minutes=int(_number("sagemaker_ready_minutes", get("sagemaker_ready_minutes"), int, 15, 55)),
+        variants=variants,
     )
+
+
+def _variant_model(backend_id: str, key: str, value: Any) -> str:
+    """A variant's model, checked as ``<id>_model`` is, and a package scheme the backend serves
+    (stacks/package.py checks the backend's own model at synth; a variant is refused here)."""
+    model = _model_id(backend_id, key, value)
+    from harness.package.schemes import MODEL_WORD, SCHEMES, scheme_of_model
+
+    try:
+        scheme = scheme_of_model(model)
+    except ValueError:
+        raise ConfigError(f"{key}={model!r}: unknown package scheme; valid: "
+                          f"{', '.join(f'{MODEL_WORD}:{s}' for s in SCHEMES)}") from None
+    if scheme and not BACKENDS[backend_id].loads_packages:
+        able = ", ".join(b.id for b in BACKENDS.values() if b.loads_packages)
+        raise ConfigError(f"{key}={model!r}: packages are served by {able} only")
+    return model
+
+
+def _variants(context: Mapping[str, Any], selected: Mapping[str, BackendConfig]) -> tuple[BackendConfig, ...]:
+    """``<id>_variants`` of every backend checked (a typo should not wait for the day the backend
+    is selected); deployments made for the selected backends only, in catalog order."""
+    out: list[BackendConfig] = []
+    for bid in BACKEND_IDS:
+        k = kit_variants.key(bid)
+        if context.get(k) in (None, "", {}):
+            continue
+        if bid not in kit_variants.backends_with_variants():
+            raise ConfigError(f"{k}: {bid} takes no variants (its model is not configuration); valid: "
+                              f"{', '.join(map(kit_variants.key, kit_variants.backends_with_variants()))}")
+        try:
+            items = kit_variants.parse(bid, context[k])
+        except kit_variants.VariantError as e:
+            raise ConfigError(str(e)) from None
+        models = [_variant_model(bid, f"{k}[{name}]", model) for name, model in items]
+        base = selected.get(bid)
+        if base is not None:
+            out += [replace(base, model_id=m, variant=name, slot=i)
+                    for i, ((name, _), m) in enumerate(zip(items, models))]
+    return tuple(out)

@@ -19,7 +19,8 @@ from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
 from harness.catalog import BACKENDS
-from stacks.az_choice import BACKEND_CIDR_BASE
+from harness import variants
+from stacks.az_choice import BACKEND_CIDR_BASE, variant_cidr_base
 from stacks.config import BackendConfig, KitConfig
 from stacks.guardrails import Ec2Guardrails
 from stacks.image_families import boot_family
@@ -58,6 +59,10 @@ class Ec2BackendStack(cdk.Stack):
         if engine.tp_degrees:
             env["KIT_TP_DEGREES"] = ",".join(map(str, engine.tp_degrees))
             env["KIT_NEURON_PLATFORM"] = engine.neuron_platform
+        ec2_index = [b for b in BACKENDS if BACKENDS[b].service == "ec2"].index(backend.id)
+        # Each stack owns a block of /24s in the shared VPC: the backend's, or its variant's.
+        cidr_base = BACKEND_CIDR_BASE + 8 * ec2_index if backend.variant is None else \
+            variant_cidr_base(ec2_index, backend.slot, variants.MAX_PER_BACKEND)
         self.server = InferenceInstance(
             self, "Server", vpc=vpc, eice_security_group=eice_security_group,
             instance_type=backend.instance_type, image_parameter=family.ssm_parameter,
@@ -66,7 +71,7 @@ class Ec2BackendStack(cdk.Stack):
             root_device_name=family.root_device_name,
             readiness_timeout=cdk.Duration.minutes(family.readiness_timeout_minutes),
             extra_statements=extra_statements, availability_zone=backend.az,
-            cidr_base=BACKEND_CIDR_BASE + 8 * [b for b in BACKENDS if BACKENDS[b].service == "ec2"].index(backend.id),
+            cidr_base=cidr_base,
         )
         self.guardrails = Ec2Guardrails(self, "Guardrails", instance=self.server.instance,
                                         idle_stop_minutes=config.idle_stop_minutes, ttl_expires_at=ttl_expires_at,
@@ -75,5 +80,5 @@ class Ec2BackendStack(cdk.Stack):
             package.acknowledge_read(self.server.role, scheme)
         add_outputs(self, backend_id=backend.id, service="ec2", model_id=model_id,
                     instance_type=backend.instance_type, ttl_expires_at=ttl_expires_at,
-                    idle_stop_minutes=config.idle_stop_minutes,
+                    idle_stop_minutes=config.idle_stop_minutes, variant=backend.variant,
                     InstanceId=self.server.instance.instance_id, Port=str(spec.port), SshUser=family.ssh_user)

@@ -152,5 +152,6 @@ class SageMakerStack(cdk.Stack):
         first = backend.instance_types[0]
         add_outputs(self, backend_id=backend.id, service="sagemaker", model_id=model_id,
                     instance_type=first, ttl_expires_at=ttl_expires_at, idle_stop_minutes=0,
+                    variant=backend.variant,
                     EndpointName=self.endpoints[first].attr_endpoint_name,
                     EndpointNames=",".join(f"{t}={endpoint_name(self.stack_name, t)}" for t in backend.instance_types))

@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 
 import aws_cdk as cdk
 
+from harness import variants
 from harness.catalog import BACKENDS
 from stacks import nag
 from stacks.config import KitConfig
@@ -52,25 +53,26 @@ def build(app: cdk.App, config: KitConfig, now: datetime | None = None) -> dict[
             stacks[name] = networks[region]
         return networks[region]
 
-    for bc in config.backends:
+    for bc in config.deployments:  # the selected backends, then their variants (harness/variants.py)
         spec = BACKENDS[bc.id]
-        desc = f"Inference kit: {spec.label}"
+        name = variants.stack_name(bc.id, bc.variant)
+        desc = f"Inference kit: {spec.label}" + (f", variant {bc.variant} ({bc.model_id})" if bc.variant else "")
         env = cdk.Environment(region=bc.region)
         if spec.service == "ec2":
             net = get_network(bc.region)
-            stack = Ec2BackendStack(app, spec.stack_name, backend=bc, config=config, vpc=net.vpc,
+            stack = Ec2BackendStack(app, name, backend=bc, config=config, vpc=net.vpc,
                                     eice_security_group=net.eice_security_group, ttl_expires_at=expires,
                                     env=env, description=desc)
         elif spec.service == "sagemaker":
             from stacks.sagemaker import SageMakerStack
 
-            stack = SageMakerStack(app, spec.stack_name, backend=bc, config=config, ttl_expires_at=expires,
+            stack = SageMakerStack(app, name, backend=bc, config=config, ttl_expires_at=expires,
                                    env=env, description=desc)
         else:
             from stacks.bedrock import BedrockStack
 
-            stack = BedrockStack(app, spec.stack_name, backend=bc, config=config, env=env, description=desc)
-        stacks[spec.stack_name] = stack
+            stack = BedrockStack(app, name, backend=bc, config=config, env=env, description=desc)
+        stacks[name] = stack
 
     for region in config.regions:
         here = tuple(bc for bc in config.backends if bc.region == region)
@@ -80,7 +82,8 @@ def build(app: cdk.App, config: KitConfig, now: datetime | None = None) -> dict[
                         image_az=config.image_az if region == config.region else None)
         env = cdk.Environment(region=region)
         # The package builder (stacks/package.py), when a backend here serves a package.
-        if any(check_backend(bc.id, bc.model_id) for bc in here):
+        if any(check_backend(bc.id, bc.model_id) for bc in here + tuple(v for v in config.variants
+                                                                           if v.region == region)):
             name = "PackageStack" + _suffix(config, region)
             stacks[name] = PackageStack(
                 app, name, hf_token_secret=config.hf_token_secret, env=env,

@@ -1,0 +1,132 @@
+"""Variants: one backend deployed once more per precision, side by side ("precisions are deployments").
+
+``-c g6_variants=bf16=google/gemma-4-E2B-it,emb4=package:emb4,int8=package:int8`` (or in cdk.json
+``"g6_variants": {"bf16": "google/gemma-4-E2B-it", ...}``) adds one stack per variant next to the
+backend's own: ``G6Stack-bf16``, ``G6Stack-emb4``, ``G6Stack-int8``, each with its own instance
+(or SageMaker endpoint), guardrails and outputs, sharing the region's NetworkStack. The harness
+calls them ``g6@bf16`` ... and labels them with their model id and scheme.
+
+Grammar: ``NAME=MODEL`` items, comma-separated. NAME is 1-16 lowercase letters, digits and ``-``
+(it ends a CloudFormation stack name, whose characters are ``[A-Za-z0-9-]``: CloudFormation
+CreateStack API reference, StackName), unique per backend. MODEL is what ``<id>_model`` takes (a
+Hugging Face id, or ``package[:scheme]``) and is checked the same way (stacks/config.py). Which
+backends take variants is a catalog fact (``open_weights``: a self-hosted backend whose model is
+configuration); at most ``MAX_PER_BACKEND`` per backend (each owns a block of subnet addresses,
+stacks/az_choice.py).
+
+Plain Python (no aws-cdk-lib): stacks/config.py, discovery and the report all read this.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any, Mapping
+
+from harness import catalog
+
+SEP = "@"  # harness name: <backend id>@<variant>; --endpoint names cannot hold "@" (discovery._NAME)
+NAME = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,14}[a-z0-9])?$")
+MAX_PER_BACKEND = 3
+# The Variant output of a backend's own stack (stacks/outputs.py) is not emitted; a Scheme output
+# whose model's scheme is not known says so in this word.
+UNKNOWN_SCHEME = "unknown"
+
+# Schemes of the catalog's own default models (harness/catalog.py DEFAULT_MODEL: GEMMA_E2B is the
+# bf16 release, GEMMA_E2B_INT4 Google's QAT int4 weights in compressed-tensors w4a16); a package
+# id names its scheme itself (harness/package/schemes.py). Nothing is guessed from other ids.
+KNOWN_SCHEMES: dict[str, str] = {catalog.GEMMA_E2B: "bf16", catalog.GEMMA_E2B_INT4: "w4a16"}
+# The roofline precision (harness/cost/roofline.py) of a known scheme that is not a package.
+SCHEME_PRECISION: dict[str, str] = {"bf16": "bf16", "w4a16": "int4"}
+
+
+class VariantError(ValueError):
+    """A ``<id>_variants`` value is malformed. str(e) is the one line to show."""
+
+
+def key(backend_id: str) -> str:
+    return f"{backend_id}_variants"
+
+
+def backends_with_variants() -> tuple[str, ...]:
+    """The catalog backends that take ``<id>_variants``: those whose model is configuration."""
+    return tuple(b.id for b in catalog.BACKENDS.values() if b.open_weights)
+
+
+def parse(backend_id: str, value: Any) -> tuple[tuple[str, str], ...]:
+    """``"a=M1,b=M2"`` or ``{"a": "M1"}`` -> ((name, model), ...) in the order given. Checks the
+    names (grammar, unique, count); the models are checked by the caller like ``<id>_model``."""
+    k = key(backend_id)
+    example = f"{k}=bf16={catalog.GEMMA_E2B},int8=package:int8"
+    if isinstance(value, Mapping):
+        items = [(str(n), m) for n, m in value.items()]
+    elif isinstance(value, str):
+        items = []
+        for part in value.split(","):
+            name, sep, model = part.strip().partition("=")
+            if not sep:
+                raise VariantError(f"{k}={value!r}: item {part.strip()!r} is not NAME=MODEL; e.g. {example}")
+            items.append((name.strip(), model.strip()))
+    else:
+        raise VariantError(f"{k}={value!r} is not NAME=MODEL items; e.g. {example}")
+    if not items or items == [("", "")]:
+        raise VariantError(f"{k}={value!r} names no variant; e.g. {example}")
+    seen: set[str] = set()
+    for name, model in items:
+        if not NAME.match(name):
+            raise VariantError(f"{k}: variant name {name!r} is not 1-16 lowercase letters, digits or - "
+                               "(starting and ending with a letter or digit)")
+        if name in seen:
+            raise VariantError(f"{k}: variant name {name!r} is given twice")
+        if not isinstance(model, str) or not model:
+            raise VariantError(f"{k}: variant {name!r} has no model; e.g. {example}")
+        seen.add(name)
+    if len(items) > MAX_PER_BACKEND:
+        raise VariantError(f"{k}: {len(items)} variants; at most {MAX_PER_BACKEND} per backend "
+                           "(each owns a block of the VPC's subnet addresses)")
+    return tuple(items)
+
+
+def stack_name(backend_id: str, variant: str | None) -> str:
+    base = catalog.BACKENDS[backend_id].stack_name
+    return f"{base}-{variant}" if variant else base
+
+
+def endpoint_name(backend_id: str, variant: str | None) -> str:
+    return f"{backend_id}{SEP}{variant}" if variant else backend_id
+
+
+def split(name: str) -> tuple[str, str | None]:
+    """``g6@bf16`` -> ("g6", "bf16"); ``g6`` -> ("g6", None)."""
+    base, sep, variant = name.partition(SEP)
+    return base, (variant if sep else None)
+
+
+def from_stack_name(stack: str) -> tuple[str, str] | None:
+    """``G6Stack-bf16`` -> ("g6", "bf16"); None for a name that is no backend's variant stack."""
+    for b in catalog.BACKENDS.values():
+        prefix = b.stack_name + "-"
+        if stack.startswith(prefix) and NAME.match(stack[len(prefix):]):
+            return b.id, stack[len(prefix):]
+    return None
+
+
+def scheme_of(model_id: str | None) -> str | None:
+    """The weight scheme a served model id names: a package's scheme, a catalog model's, else None."""
+    if not model_id:
+        return None
+    from harness.package.schemes import scheme_of_model
+
+    try:
+        s = scheme_of_model(model_id)
+    except ValueError:
+        return None
+    return s.name if s else KNOWN_SCHEMES.get(model_id)
+
+
+def label(name: str, model_id: str | None, scheme: str | None = None) -> str:
+    """How tables show a deployment: ``g6@bf16 · google/gemma-4-E2B-it (bf16)``; a package id
+    names its scheme already (``g6@emb4 · package:emb4``)."""
+    scheme = scheme or scheme_of(model_id)
+    text = f"{name} · {model_id}" if model_id else name
+    if scheme and scheme != UNKNOWN_SCHEME and model_id and scheme not in model_id.split(":")[-1:]:
+        text += f" ({scheme})"
+    return text
