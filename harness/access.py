@@ -314,6 +314,7 @@ class SshForward:
         sock, pkey, close_carrier = self._dial()
         _nodelay(sock)
         transport = paramiko.Transport(sock)
+        self._tune(transport)
         try:
             transport.start_client(timeout=self._timeout)
             self._pins.check(self._host_id, transport.get_remote_server_key())
@@ -361,7 +362,14 @@ class SshForward:
                 log.warning("direct-tcpip to %s:%s refused: %s", *self.remote, exc)
                 conn.close()
                 continue
-            self._relay.add(conn, chan)
+            self._attach(conn, chan)
+
+    def _attach(self, conn: socket.socket, chan: paramiko.Channel) -> None:
+        """Start copying between a local connection and its channel (the relay thread)."""
+        self._relay.add(conn, chan)
+
+    def _tune(self, transport: paramiko.Transport) -> None:
+        """Adjust a new transport before its handshake (a hook; the forwarder process uses it)."""
 
     def run_remote(self, command: str, stdin: bytes = b"", *, on_stderr: Callable[[bytes], None] | None = None,
                    cancel: threading.Event | None = None, keep_stdin_open: bool = False) -> tuple[int, bytes]:

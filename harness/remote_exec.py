@@ -53,7 +53,10 @@ def run_on_transport(transport: paramiko.Transport, command: str, stdin: bytes =
             if cancel is not None and cancel.is_set():
                 return -1, b"".join(out)
             if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
-                # the status can come before the last bytes: drain what is left
+                # the status can come before the last bytes: drain what is left. A stdin kept
+                # open must end first: sshd does not close a session whose stdin is still open.
+                if keep_stdin_open:
+                    chan.shutdown_write()
                 while data := chan.recv(1 << 16):
                     out.append(data)
                 return chan.recv_exit_status(), b"".join(out)

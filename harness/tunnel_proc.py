@@ -94,15 +94,16 @@ class ProcessForward:
     ``base_url``, ``local_port``, ``remote``, ``reconnects``, ``close()``, context manager.
 
     ``ticket()`` runs in this process at every dial of the child and returns the key and what
-    to dial (see ``TicketFn``). ``switch_interval`` and ``pty_session=False`` are for the tunnel
-    measurement (``harness.calibration.tunnel``) only. Errors opening the tunnel raise ``AccessError`` (or
+    to dial (see ``TicketFn``). ``switch_interval``, ``pty_session=False`` and ``fast=False``
+    (no AES-GCM preference, no direct write from the transport thread: ``harness.tunnel_child``)
+    are for the tunnel measurement (``harness.calibration.tunnel``) only. Errors opening the tunnel raise ``AccessError`` (or
     ``HostKeyMismatch``) here, as the in-process forwarder does.
     """
 
     def __init__(self, ticket: TicketFn, *, username: str, remote_port: int, host_id: str,
                  pins: HostKeyPins, remote_host: str = "127.0.0.1", timeout: float = 20.0,
                  keepalive: int = 30, switch_interval: float | None = None,
-                 pty_session: bool = True) -> None:
+                 pty_session: bool = True, fast: bool = True) -> None:
         self.remote = (remote_host, remote_port)
         self.reconnects = 0
         self.error: str | None = None
@@ -124,7 +125,7 @@ class ProcessForward:
                         "remote_port": remote_port, "host_id": host_id,
                         "pin": list(pins.get(host_id) or []) or None, "timeout": timeout,
                         "keepalive": keepalive, "switch_interval": switch_interval,
-                        "pty_session": pty_session})
+                        "pty_session": pty_session, "fast": fast})
             if not self._ready.wait(3 * timeout + 30):
                 raise AccessError(f"SSH to {host_id} failed: the tunnel process did not "
                                          f"start within {3 * timeout + 30:g} s")

@@ -132,7 +132,9 @@ def remote_command(argv: list[str], zip_size: int, *, pythons: tuple[str, ...] =
         f"if [ -z \"$py\" ]; then echo 'no Python with aiohttp on the instance (looked for: {' '.join(pythons)})' >&2; "
         "exit 92; fi; "
         f"{envs} \"$py\" \"$d/kit.zip\" {bench} --out \"$d/out\" 1>&2 </dev/null 3<&- & pid=$!; "
-        "( cat <&3 >/dev/null; kill -INT $pid ) >/dev/null 2>&1 & w=$!; exec 3<&-; "
+        # the watcher reads with the shell's own `read` (no child that would outlive `kill $w`
+        # and keep the session's stdin, which sshd may share with stdout, open)
+        "( while read -r _ <&3; do :; done; kill -INT $pid ) >/dev/null 2>&1 & w=$!; exec 3<&-; "
         "wait $pid; rc=$?; kill $w 2>/dev/null; "
         "mkdir -p \"$d/out\"; "
         "\"$py\" -c 'import json,os,platform,sys; json.dump({\"python\": platform.python_version(), "

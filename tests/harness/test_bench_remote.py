@@ -111,7 +111,8 @@ def test_harness_run_stage_bench_from_instance(instance, tmp_path, monkeypatch):
     assert any("running on the instance" in line for line in lines)
 
 
-def _kit_bench_processes() -> list[str]:
+def _kit_bench_processes(port: int) -> list[str]:
+    """This test's bench processes (other test runs on the machine have other ports)."""
     from pathlib import Path
     found = []
     for d in Path("/proc").iterdir():
@@ -120,7 +121,7 @@ def _kit_bench_processes() -> list[str]:
                 cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode()
             except OSError:
                 continue
-            if "kit-bench." in cmd and "kit.zip" in cmd:
+            if "kit.zip" in cmd and f"127.0.0.1:{port}/v1" in cmd and not cmd.startswith(("bash", "sh")):
                 found.append(cmd)
     return found
 
@@ -139,6 +140,6 @@ def test_cancel_stops_the_bench_on_the_instance(instance, tmp_path):
                                 pythons=(sys.executable,), env=WITHOUT, cancel=cancel)
     assert time.monotonic() - t0 < 30
     deadline = time.monotonic() + 20
-    while _kit_bench_processes() and time.monotonic() < deadline:
+    while _kit_bench_processes(ep.port) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert _kit_bench_processes() == []  # the watcher saw stdin close and stopped the bench
+    assert _kit_bench_processes(ep.port) == []  # the watcher saw stdin close and stopped the bench
