@@ -225,7 +225,10 @@ async def run_bench_async(
 
     try:
         await bench_client.start(max_c)  # inside: a failing start still closes what it opened
-        path.update(await measure_path(bench_client, path_probes))
+        # the probes count against the time limit: at most a tenth of it (>= 1 s), 30 s at most
+        left = max((deadline - now_ns()) / 1e9, 0.0)
+        path.update(await measure_path(bench_client, path_probes,
+                                       limit_s=min(30.0, left, max(1.0, left / 10))))
         with BenchProgress(progress) as bar:
             for spec in plan:
                 await one(spec, bar)

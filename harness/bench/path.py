@@ -14,6 +14,7 @@ runtime host answers without running a model (see each client). A client without
 """
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -26,9 +27,11 @@ def none(reason: str, how: str | None = None) -> dict[str, Any]:
     return {"p50": None, "p99": None, "n": 0, "how": how, "reason": reason}
 
 
-async def measure_path(client: Any, n: int = DEFAULT_PROBES) -> dict[str, Any]:
+async def measure_path(client: Any, n: int = DEFAULT_PROBES, *, limit_s: float = 30.0) -> dict[str, Any]:
     """``n`` timed round trips after one untimed one (which pays for connection set-up: TCP,
-    TLS, a new tunnel channel; the levels reuse warm connections)."""
+    TLS, a new tunnel channel; the levels reuse warm connections), within ``limit_s`` seconds:
+    when that runs out, the round trips timed so far are kept (a server that never answers must
+    not hold the run past its time limit)."""
     how = getattr(client, "round_trip_how", None)
     if n <= 0:
         return none("not measured (path probes set to 0)", how)
@@ -37,11 +40,15 @@ async def measure_path(client: Any, n: int = DEFAULT_PROBES) -> dict[str, Any]:
         return none(f"the {getattr(client, 'protocol', '?')} client has no round trip to time", how)
     ms: list[float] = []
     try:
-        await round_trip()
-        for _ in range(n):
-            t0 = time.perf_counter_ns()
+        async with asyncio.timeout(max(limit_s, 0.001)):
             await round_trip()
-            ms.append((time.perf_counter_ns() - t0) / 1e6)
+            for _ in range(n):
+                t0 = time.perf_counter_ns()
+                await round_trip()
+                ms.append((time.perf_counter_ns() - t0) / 1e6)
+    except TimeoutError:
+        if not ms:
+            return none(f"probe failed: no answer within {limit_s:.1f} s", how)
     except Exception as exc:  # noqa: BLE001 - a path that cannot be probed is recorded, the bench goes on
         return none(f"probe failed: {type(exc).__name__}: {str(exc)[:200]}", how)
     ms.sort()

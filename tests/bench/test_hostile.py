@@ -80,11 +80,24 @@ MODES: dict[str, tuple[str, object]] = {
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     mode = "normal"
+    get_mode = "normal"
 
     def log_message(self, *a) -> None:  # quiet
         pass
 
     def do_GET(self) -> None:
+        if type(self).get_mode == "hang":  # /models never answers
+            time.sleep(120)
+            return
+        if type(self).get_mode == "endless":  # /models answers a body without end
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            try:
+                while True:
+                    self.wfile.write(b" " * 65536)
+            except OSError:
+                return
         body = json.dumps({"data": [{"id": "hostile"}]}).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
@@ -203,6 +216,27 @@ def test_a_stream_that_never_ends_stops_at_the_time_limit_with_every_request_rec
     # limit stopped before it was sent
     assert sum(1 for r in recs if r["t_sent_ns"] is not None) == 2, recs
     assert len(recs) >= 2 and all(r["error"] == "timeout" for r in recs), recs
+
+
+@pytest.mark.parametrize("get_mode", ["hang", "endless"])
+def test_path_probes_against_a_models_endpoint_that_never_answers_keep_the_time_limit(
+        hostile, tmp_path, get_mode):
+    _Handler.mode, _Handler.get_mode = "normal", get_mode
+    try:
+        out = tmp_path / "o"
+        p, took = cli("--base-url", hostile, "--model", "hostile", "--concurrency", "1",
+                      "--requests", "1", "--warmup", "0", "--profile", "10-8", "--path-probes", "3",
+                      "--time-limit", "6", "--quiet", "--out", str(out), timeout=60)
+    finally:
+        _Handler.get_mode = "normal"
+    assert "Traceback" not in p.stderr, p.stderr
+    assert took < 6 + GRACE, took
+    assert (out / "bench.json").is_file()
+    path = json.loads((out / "bench.json").read_text())["path_rtt_ms"]
+    if get_mode == "hang":  # no answer: no round trip, and the reason says so
+        assert path["n"] == 0 and "no answer within" in path["reason"], path
+    lv = json.loads((out / "summary.json").read_text())[0]
+    assert lv["completed"] == 1, lv  # the level still ran
 
 
 def test_sse_parser_is_linear_in_one_huge_line_and_caps_it():

@@ -88,6 +88,15 @@ def _stamp(resp: aiohttp.ClientResponse) -> _ArrivalStamp | None:
     return cur
 
 
+async def _read_capped(resp: aiohttp.ClientResponse, cap: int) -> bytes:
+    """The body up to its end or ``cap`` bytes, whichever comes first."""
+    parts, n = [], 0
+    while n < cap and (data := await resp.content.read(cap - n)):
+        parts.append(data)
+        n += len(data)
+    return b"".join(parts)
+
+
 class OpenAIClient:
     protocol = "openai"
     round_trip_how = "GET /models"
@@ -122,7 +131,7 @@ class OpenAIClient:
         answer is a round trip; a failed connection raises."""
         assert self.session is not None, "start() first"
         async with self.session.get(self.base_url + "/models") as resp:
-            await resp.read()
+            await _read_capped(resp, 1 << 20)  # a round trip; a body without end is not read
 
     async def stream(self, request: BenchRequest, record: Record) -> Record:
         assert self.session is not None, "start() first"
@@ -135,7 +144,9 @@ class OpenAIClient:
                                          headers={"X-Request-Id": record.id}) as resp:
                 record.http_status = resp.status
                 if resp.status != 200:
-                    detail = (await resp.read())[:300].decode("utf-8", "replace")
+                    # the error body up to 64 KiB (read to its end the connection is reused;
+                    # a server may send one without end), 300 bytes of it kept
+                    detail = (await _read_capped(resp, 1 << 16))[:300].decode("utf-8", "replace")
                     record.fail(http_error_class(resp.status), detail, resp.status)
                     record.finish()
                     return record
