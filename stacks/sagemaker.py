@@ -131,8 +131,15 @@ class SageMakerStack(cdk.Stack):
             self.ready.wait(f"Ready{sid}", name, config.sagemaker_ready_minutes).node.add_dependency(endpoint_config)
             log_groups.append(f"arn:{self.partition}:logs:{region}:{self.account}:log-group:/aws/sagemaker/Endpoints/{name}")
             if ttl_expires_at is not None:
-                # Not after the endpoint: the guard exists while it is Creating (and billing).
-                EndpointTtl(self, f"Ttl{sid}", endpoint_name=name, ttl_expires_at=ttl_expires_at)
+                # The endpoint depends on its guard (DependsOn on the schedule, its role and policy):
+                # the guard is created before the endpoint, so it exists while the endpoint is
+                # Creating (and billing), and CloudFormation deletes the endpoint before the guard
+                # ("Resource A is deleted before resource B", DependsOn attribute, CloudFormation
+                # User Guide). What this does not buy on a rollback: when the endpoint's deletion
+                # fails, CloudFormation still deletes what it depended on
+                # (aws-cloudformation/cloudformation-coverage-roadmap#852, #1508); docs/stacks.md.
+                ttl = EndpointTtl(self, f"Ttl{sid}", endpoint_name=name, ttl_expires_at=ttl_expires_at)
+                endpoint.node.add_dependency(ttl)
         # IAM matches log-group actions (CreateLogGroup, DescribeLogStreams) against the group's
         # ARN with a trailing ":*" (CloudWatch Logs API reference, LogGroup.arn); the bare ARN
         # would allow only the stream actions. "<group>:*" covers the group and its streams.

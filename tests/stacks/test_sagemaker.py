@@ -74,8 +74,17 @@ def test_endpoint_is_deleted_at_the_ttl(kit):
     assert (p["ScheduleExpression"], p["StartDate"], p["EndDate"]) == \
         ("rate(15 minutes)", "2026-03-01T20:01:00Z", "2026-03-03T20:01:00Z")
     assert p["Target"]["RetryPolicy"]["MaximumEventAgeInSeconds"] <= 15 * 60
-    # The guard exists while the endpoint is still Creating: it does not wait for it.
+    # The guard exists while the endpoint is still Creating: it does not wait for it; the endpoint
+    # depends on the guard (schedule, role, policy), so CloudFormation creates the guard first and
+    # deletes it only after the endpoint: "Resource A is deleted before resource B" (DependsOn
+    # attribute, CloudFormation User Guide). Review R1.
     assert "DependsOn" not in schedule
+    schedule_id, _ = kit.one("SageMakerStack", "AWS::Scheduler::Schedule")
+    guard = {schedule_id, *[k for k, r in kit.resources("SageMakerStack", "AWS::IAM::Role").items()
+                            if "TtlSchedulerRole" in k],
+             *[k for k in kit.resources("SageMakerStack", "AWS::IAM::Policy") if "TtlSchedulerRole" in k]}
+    assert len(guard) == 3
+    assert guard <= set(endpoint.get("DependsOn", []))
     assert p["Target"]["Arn"]["Fn::Join"][1][-1] == ":scheduler:::aws-sdk:sagemaker:deleteEndpoint"
     assert json.loads(p["Target"]["Input"]) == {"EndpointName": "SageMakerStack-ml-g6-xlarge"}
     policies = kit.resources("SageMakerStack", "AWS::IAM::Policy")
