@@ -8,7 +8,7 @@ How: a custom resource (``Custom::AzChoice``, stacks/lambdas/az_choice/index.py)
 ``DescribeInstanceTypeOfferings`` in the deploying account at deploy time, honours the user's
 ``-c <id>_az`` when that AZ offers the types (and fails with one line listing the AZs that do when
 it does not), and returns the AZ and a /24 for it; the subnet (its own route table, a default
-route to the VPC's internet gateway) is created there. Why not the alternatives (docs/stacks.md):
+route to the VPC's internet gateway, an S3 gateway endpoint on that route table) is created there. Why not the alternatives (docs/stacks.md):
 a deploy-time wrapper would not run under a plain ``cdk deploy``, and an EC2 Fleet or Auto Scaling
 group over every subnet returns no instance id to the stack, which the readiness gate, the
 guardrails and discovery all need.
@@ -101,3 +101,12 @@ class OfferedSubnet(Construct):
             self, "Subnet", vpc_id=vpc.vpc_id, availability_zone=self.availability_zone,
             cidr_block=self.choice.get_att_string("CidrBlock"), map_public_ip_on_launch=map_public_ip_on_launch)
         self.subnet.add_default_internet_route(vpc.internet_gateway_id, vpc.internet_connectivity_established)
+        # S3 (model packages, image-build assets, DLAMI packages) through a gateway endpoint of
+        # this subnet's own route table: NetworkStack's endpoint covers only the VPC's own route
+        # tables, and this one is made here. "Each subnet route table must have a route that sends
+        # traffic destined for the service to the gateway endpoint" (Amazon VPC, PrivateLink guide,
+        # Gateway endpoints); a VPC may hold several endpoints for one service, each on different
+        # route tables (Amazon VPC User Guide, Gateway VPC endpoints); "no additional charge".
+        self.s3_endpoint = ec2.GatewayVpcEndpoint(
+            self, "S3", vpc=vpc, service=ec2.GatewayVpcEndpointAwsService.S3,
+            subnets=[ec2.SubnetSelection(subnets=[self.subnet])])

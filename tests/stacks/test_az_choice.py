@@ -178,3 +178,25 @@ def test_the_chooser_may_only_read_offerings(kit):
                    for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])}
         assert actions == {"ec2:DescribeInstanceTypeOfferings", "ec2:DescribeAvailabilityZones",
                            "logs:CreateLogStream", "logs:PutLogEvents"}
+
+
+def _route_table_of(template, subnet_ref):
+    (assoc,) = [r for r in template["Resources"].values()
+                if r["Type"] == "AWS::EC2::SubnetRouteTableAssociation" and r["Properties"]["SubnetId"] == subnet_ref]
+    return assoc["Properties"]["RouteTableId"]
+
+
+@pytest.mark.parametrize("stack", sorted(EC2_STACKS.values()) + ["VllmCudaImageStack", "VllmSm75ImageStack",
+                                                                  "NeuronImageStack"])
+def test_the_placed_subnet_reaches_s3_through_a_gateway_endpoint(kit, stack):
+    """Review R4: S3 traffic of a placed subnet (package sync, S3Download of build assets) goes
+    through an S3 gateway endpoint on that subnet's route table, as network.py and
+    engine-vllm-gpu.sh say. "Each subnet route table must have a route that sends traffic destined
+    for the service to the gateway endpoint" (Amazon VPC PrivateLink guide, Gateway endpoints)."""
+    t = kit.templates[stack]
+    (subnet_id,) = kit.resources(stack, "AWS::EC2::Subnet")
+    table = _route_table_of(t, {"Ref": subnet_id})
+    endpoints = [r["Properties"] for r in kit.resources(stack, "AWS::EC2::VPCEndpoint").values()]
+    gateways = [e for e in endpoints if e.get("VpcEndpointType") == "Gateway"
+                and "s3" in json.dumps(e["ServiceName"])]
+    assert [g["RouteTableIds"] for g in gateways] == [[table]]
