@@ -35,6 +35,35 @@ kit_retry() {  # kit_retry N cmd... : run cmd up to N times, KIT_RETRY_DELAY_S (
   return 1
 }
 
+# apt-get on a fresh boot, where apt-daily/unattended-upgrades may hold apt's locks for minutes.
+# DPkg::Lock::Timeout (apt >= 1.9.11, Debian/apt 93e156579) makes apt wait for dpkg's frontend
+# and admin locks only (apt-pkg/deb/debsystem.cc, GetLockMaybeWait); the lists lock of
+# `apt-get update` and the archives lock are taken once, non-blocking (apt-pkg/acquire.cc
+# pkgAcquire::GetLock -> apt-pkg/contrib/fileutl.cc GetLock: fcntl F_SETLK), and fail with
+# "Could not get lock ... held by process N (unattended-upgr)". So wait for each lock with the
+# same kind of lock first (POSIX record lock: Python's fcntl.lockf; a lock file this user cannot
+# write is not waited for), then run apt-get with the
+# timeout; a lock taken again in between fails apt-get at once, hence three attempts.
+# The image components (ami/components/*.yaml) carry this function verbatim (their steps cannot
+# source this file); tests/stacks/test_apt_locks.py checks the copies and runs each under a held lock.
+kit_apt_get() {  # apt-get that first waits (KIT_APT_WAIT_S, 600 s) for the locks apt-daily/unattended-upgrades hold
+  local attempt lock waited
+  for attempt in 1 2 3; do
+    for lock in ${KIT_APT_LOCKS:-/var/lib/apt/lists/lock /var/cache/apt/archives/lock /var/lib/dpkg/lock-frontend}; do
+      waited=0
+      while [ -e "$lock" ] && [ "$waited" -lt "${KIT_APT_WAIT_S:-600}" ] &&
+        ! python3 -c 'import fcntl, os, sys; w = os.access(sys.argv[1], os.W_OK) or sys.exit(0); fcntl.lockf(os.open(sys.argv[1], os.O_RDWR), fcntl.LOCK_EX | fcntl.LOCK_NB)' "$lock" 2>/dev/null; do
+        echo "kit_apt_get: waiting for $lock (${waited}s)" >&2
+        sleep "${KIT_APT_POLL_S:-5}"
+        waited=$((waited + ${KIT_APT_POLL_S:-5}))
+      done
+    done
+    apt-get -o DPkg::Lock::Timeout="${KIT_APT_WAIT_S:-600}" "$@" && return 0
+    echo "kit_apt_get: attempt $attempt/3 failed: apt-get $*" >&2
+  done
+  return 1
+}
+
 kit_ensure_tools() {
   local missing=()
   command -v curl >/dev/null || missing+=(curl)
@@ -43,9 +72,8 @@ kit_ensure_tools() {
   # The harness logs in with a key pushed by ec2-instance-connect send-ssh-public-key.
   [ -e /usr/share/ec2-instance-connect/eic_run_authorized_keys ] || missing+=(ec2-instance-connect)
   if ((${#missing[@]})); then
-    # First boot: unattended-upgrades may hold the dpkg lock for minutes; wait for it.
-    kit_retry 5 apt-get -o DPkg::Lock::Timeout=600 update -q
-    DEBIAN_FRONTEND=noninteractive kit_retry 5 apt-get -o DPkg::Lock::Timeout=600 install -y -q "${missing[@]}"
+    kit_apt_get update -q
+    DEBIAN_FRONTEND=noninteractive kit_apt_get install -y -q "${missing[@]}"
   fi
   if ! command -v aws >/dev/null; then
     kit_log "installing AWS CLI v2"
