@@ -259,7 +259,8 @@ def write_text(path: Path, text: str) -> None:
     """``write_json``'s safe temp-then-rename for any text file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    # mkstemp opens O_CREAT | O_EXCL | O_NOFOLLOW with a random name (Python docs, tempfile)
+    # mkstemp opens with a random name and O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW (CPython 3.11
+    # Lib/tempfile.py, _text_openflags / _bin_openflags; tests/report/test_hostile.py checks it)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:

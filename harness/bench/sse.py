@@ -104,7 +104,8 @@ class OpenAIStreamParser:
             rec.fail("protocol", "chunk is not a JSON object")
             return
         if obj.get("error"):  # vLLM reports errors raised mid-generation inside the stream
-            rec.fail("stream_error", str(obj["error"]))
+            # the raw bytes, not str(obj): repr of a deeply nested error object recurses
+            rec.fail("stream_error", payload[:300].decode("utf-8", "replace"))
             return
         comp = None
         usage = obj.get("usage")

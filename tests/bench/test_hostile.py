@@ -72,6 +72,8 @@ MODES: dict[str, tuple[str, object]] = {
         "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi there"},
                      "finish_reason": "stop"}],
         "usage": {"prompt_tokens": 3, "completion_tokens": 2}}).encode() + b"\n"]),
+    "error_nested_1000": ("text/event-stream", [
+        b'data: {"error": ' + b"[" * 1000 + b"]" * 1000 + b"}\n\n", b"data: [DONE]\n\n"]),
     "line_40mb": ("text/event-stream", "line_40mb"),
     "never_ends": ("text/event-stream", "never_ends"),
 }
@@ -171,6 +173,7 @@ def _run(url: str, out: Path, *extra: str, requests: int = 2) -> tuple[subproces
     ("ignores_stream_json", "empty", "stream: true"),
     ("ignores_stream_as_sse_type", "empty", "stream: true"),
     ("line_40mb", "oversized", "limit"),
+    ("error_nested_1000", "stream_error", "[[[["),
 ])
 def test_hostile_server_is_recorded_with_its_class_never_hangs_never_a_negative_rate(
         hostile, tmp_path, mode, error, detail):
@@ -237,6 +240,16 @@ def test_path_probes_against_a_models_endpoint_that_never_answers_keep_the_time_
         assert path["n"] == 0 and "no answer within" in path["reason"], path
     lv = json.loads((out / "summary.json").read_text())[0]
     assert lv["completed"] == 1, lv  # the level still ran
+
+
+def test_model_discovery_against_an_endless_model_list_is_one_line_and_quick(hostile, tmp_path):
+    _Handler.get_mode = "endless"
+    try:
+        p, took = cli("--base-url", hostile, "--requests", "1", "--out", str(tmp_path / "o"), timeout=60)
+    finally:
+        _Handler.get_mode = "normal"
+    _one_line(p, "--model")
+    assert took < GRACE, took  # 1 MiB is read, not 15 s of an endless body
 
 
 def test_sse_parser_is_linear_in_one_huge_line_and_caps_it():

@@ -204,3 +204,12 @@ def test_a_clean_run_has_no_skipped_list(tmp_path, capsys):
     assert main([str(run)]) == 0
     assert capsys.readouterr().err == ""
     assert "Skipped while reading" not in (run / "report.md").read_text()
+
+
+def test_mkstemp_creates_exclusively_without_following_a_symlink():
+    """The fact write_text relies on: CPython's tempfile opens with O_EXCL | O_NOFOLLOW
+    (Lib/tempfile.py, _bin_openflags)."""
+    import tempfile
+
+    assert tempfile._bin_openflags & os.O_EXCL and tempfile._bin_openflags & os.O_NOFOLLOW
+    assert tempfile._bin_openflags & os.O_CREAT

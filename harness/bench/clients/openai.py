@@ -6,6 +6,7 @@ SSE parser, no SDK. Client CPU per chunk is what limits how much load one proces
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import aiohttp
@@ -191,8 +192,14 @@ async def discover_model(base_url: str, *, api_key: str | None = None, timeout: 
         async with s.get(base_url.rstrip("/") + "/models", headers=headers) as resp:
             if resp.status != 200:
                 raise RuntimeError(f"{base_url}/models answered HTTP {resp.status}")
-            data = await resp.json(content_type=None)
-    models = [m.get("id") for m in (data.get("data") or []) if m.get("id")]
+            raw = await _read_capped(resp, 1 << 20)  # a model list is small; an endless one is cut
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError):
+        raise RuntimeError(f"{base_url}/models did not answer a JSON model list") from None
+    listed = data.get("data") if isinstance(data, dict) else None
+    models = [m["id"] for m in (listed if isinstance(listed, list) else [])
+              if isinstance(m, dict) and isinstance(m.get("id"), str) and m["id"]]
     if not models:
         raise RuntimeError(f"{base_url}/models lists no model; pass --model")
     return models[0]
