@@ -34,7 +34,8 @@ UNKNOWN_SCHEME = "unknown"
 # bf16 release, GEMMA_E2B_INT4 Google's QAT int4 weights in compressed-tensors w4a16); a package
 # id names its scheme itself (harness/package/schemes.py). Nothing is guessed from other ids.
 KNOWN_SCHEMES: dict[str, str] = {catalog.GEMMA_E2B: "bf16", catalog.GEMMA_E2B_INT4: "w4a16"}
-# The roofline precision (harness/cost/roofline.py) of a known scheme that is not a package.
+# The roofline precision (harness/cost/roofline.py) of a known scheme that is not a package
+# (precision_of).
 SCHEME_PRECISION: dict[str, str] = {"bf16": "bf16", "w4a16": "int4"}
 
 
@@ -120,6 +121,16 @@ def scheme_of(model_id: str | None) -> str | None:
     except ValueError:
         return None
     return s.name if s else KNOWN_SCHEMES.get(model_id)
+
+
+def precision_of(scheme: str | None) -> str | None:
+    """The weight precision of a scheme for the cost model: a package's linears (int4, int8), a
+    catalog model's (bf16, w4a16 -> int4); None when the scheme is unknown."""
+    if not scheme:
+        return None
+    from harness.package.schemes import SCHEMES
+
+    return SCHEME_PRECISION.get(scheme) or (SCHEMES[scheme].linear if scheme in SCHEMES else None)
 
 
 def label(name: str, model_id: str | None, scheme: str | None = None) -> str:

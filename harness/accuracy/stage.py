@@ -12,6 +12,7 @@ from typing import Any, Callable
 
 from harness.accuracy.cli import UsageError, add_options, check_options, run_accuracy
 from harness.accuracy.client import BackendDown, target_for
+from harness import variants
 from harness.endpoint import Endpoint
 
 PREFIX = "accuracy-"
@@ -30,8 +31,9 @@ def check_stage_options(a: argparse.Namespace) -> dict[str, Any]:
 
 
 def label(ep: Endpoint) -> str:
-    """Backend name and model id: a precision is a deployment, told apart by its model id."""
-    return f"{ep.name} · {ep.model_id}"
+    """Backend name, model id and scheme: a precision is a deployment (harness/variants.py),
+    told apart by its model id, e.g. ``g6@bf16 · google/gemma-4-E2B-it (bf16)``."""
+    return variants.label(ep.name, ep.model_id, ep.scheme)
 
 
 def run_stage(endpoints: list[Endpoint], run_dir: Path, opts: dict[str, Any], *, boto_session: Any = None,

@@ -11,7 +11,7 @@ import datetime as _dt
 from pathlib import Path
 from typing import Any
 
-from harness import catalog
+from harness import catalog, variants
 from harness.bench.metrics import decode_tok_s
 from harness.cost import formulas
 from harness.cost.prices import PriceBook
@@ -73,13 +73,20 @@ def cost_for_run(results_dir: str | Path, book: PriceBook | None = None, input_p
         "bedrock_reference": reference.to_dict(), "endpoints": {}}
     for name in sorted(set(eps) | set(bench)):
         ep, b = eps.get(name, {}), catalog.BACKENDS.get(name)
+        model_id = ep.get("model_id") or (b.model_id if b else None)
+        # The scheme its model id names (harness/variants.py: a variant g6@bf16 serves bf16 where
+        # g6's catalog default is int4); the catalog's precision only for a model it does not name.
+        scheme = ep.get("scheme") or variants.scheme_of(model_id)
         row = cost_row(service=service_of(name, ep),
                        instance_type=ep.get("instance_type") or (b.instance_type if b else None),
-                       model_id=ep.get("model_id") or (b.model_id if b else None),
-                       precision=ep.get("precision") or (b.precision if b else None),
+                       model_id=model_id,
+                       precision=ep.get("precision") or variants.precision_of(scheme)
+                       or (b.precision if b else None),
                        region=ep.get("region") or region,
                        measured=measured_throughput(bench.get(name, [])), measured_by=MEASURED_BY,
                        book=book, reference=reference, input_per_output=input_per_output)
+        if ep.get("variant"):  # a variant stack (harness/variants.py): what tells it from its backend
+            row["variant"], row["scheme"] = ep["variant"], scheme
         if name not in bench:
             row["missing"].insert(0, "bench results")
         result["endpoints"][name] = row

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness import catalog
+from harness import catalog, variants
 from harness.bench import metrics as bench_metrics
 from harness.results import endpoints_from_meta, load_bench, read_json, read_jsonl
 
@@ -71,7 +71,23 @@ class RunData:
         names |= set((self.cost or {}).get("endpoints", {}))
         names.discard(None)
         order = {b: i for i, b in enumerate(catalog.BACKEND_IDS)}
-        return sorted(names, key=lambda n: (order.get(n, len(order)), n))
+        # a variant (g6@bf16, harness/variants.py) right after its backend
+        return sorted(names, key=lambda n: (order.get(variants.split(str(n))[0], len(order)), n))
+
+    def display(self, name: str) -> str:
+        """How the tables name an endpoint. A backend deployed as variants (``g6@bf16`` ...) and
+        its own stack are told apart by model id and scheme: ``g6@bf16 · google/gemma-4-E2B-it
+        (bf16)``; any other name is shown as it is."""
+        base, variant = variants.split(name)
+        if variant is None and not any(variants.split(str(n))[0] == base and variants.SEP in str(n)
+                                       for n in self.endpoint_names()):
+            return name
+        ep = endpoints_from_meta(self.meta).get(name) or {}
+        cost = ((self.cost or {}).get("endpoints") or {}).get(name)
+        cost = cost if isinstance(cost, dict) else {}
+        model, scheme = ep.get("model_id") or cost.get("model_id"), ep.get("scheme") or cost.get("scheme")
+        return variants.label(name, model if isinstance(model, str) else None,
+                              scheme if isinstance(scheme, str) else None)
 
 
 def _scoreboard_rows(data: Any) -> list[dict]:

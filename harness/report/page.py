@@ -48,7 +48,7 @@ def roofline_table(run: RunData) -> Table:
         notes = "; ".join(r.get("warnings", []) + e.get("missing", []))
         if per_token(e):
             notes = "model and hardware undisclosed: no ceiling"
-        rows.append([n, e.get("instance_type") or ("managed" if per_token(e) else "—"), e.get("precision") or "—",
+        rows.append([run.display(n), e.get("instance_type") or ("managed" if per_token(e) else "—"), e.get("precision") or "—",
                      _f((e.get("measured") or {}).get("decode_tok_s")), _f(r.get("ceiling_tok_s"), ".0f"),
                      _f(e.get("efficiency"), ".0%"), notes])
     return head, rows
@@ -62,10 +62,10 @@ def cost_table(run: RunData) -> Table:
         price = e.get("price") or {}
         if per_token(e):
             per_m = e.get("usd_per_m_output_incl_input")
-            rows.append([n, e.get("model_id") or "", "per token", "$0 idle", _money(per_m), _money(per_m), "—",
+            rows.append([run.display(n), e.get("model_id") or "", "per token", "$0 idle", _money(per_m), _money(per_m), "—",
                          price.get("label", "—")])
             continue
-        rows.append([n, e.get("instance_type") or "—", _f(e.get("usd_per_hour"), ".4f"),
+        rows.append([run.display(n), e.get("instance_type") or "—", _f(e.get("usd_per_hour"), ".4f"),
                      _money(e.get("usd_per_month_24x7")), _money(e.get("usd_per_m_output_single")),
                      _money(e.get("usd_per_m_output_c16")), _f(e.get("break_even_tok_s"), ",.0f"),
                      price.get("label", "—") + (f" ({price['note']})" if price.get("note") else "")])
@@ -80,7 +80,7 @@ def bench_table(run: RunData) -> Table:
     for n in run.endpoint_names():
         for _kind, ordered in sweeps(run.bench.get(n, [])):
             k = knee_index(ordered)
-            rows += [_bench_row(n, lv, i == k) for i, lv in enumerate(ordered)]
+            rows += [_bench_row(run.display(n), lv, i == k) for i, lv in enumerate(ordered)]
     return head, rows
 
 
@@ -116,7 +116,7 @@ def _bench_row(n: str, lv: dict, knee: bool) -> list[str]:
 
 def agent_table(run: RunData) -> Table:
     head = ["backend", "run", "result", "quoted", "filters", "seconds", "error"]
-    rows = [[str(r.get("backend")), f"{r.get('run', '?')}/{r.get('runs', '?')}", "pass" if r.get("ok") else "FAIL",
+    rows = [[run.display(str(r.get("backend"))), f"{r.get('run', '?')}/{r.get('runs', '?')}", "pass" if r.get("ok") else "FAIL",
              _f(r.get("quoted"), "d" if isinstance(r.get("quoted"), int) else ""), str(r.get("filters") or []),
              _f(r.get("seconds"), ".2f"), r.get("error") or ""] for r in run.agent_runs]
     return head, rows
