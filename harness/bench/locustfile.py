@@ -118,7 +118,7 @@ class BenchUser(HttpUser):
                 else:
                     for data in resp.iter_content(chunk_size=None):
                         parser.feed(data, now_ns())
-                        if parser.aborted:  # an oversized line (sse.MAX_LINE)
+                        if parser.aborted or rec.closed:  # oversized (sse.MAX_LINE, record.MAX_CHUNKS)
                             break
                     parser.close(now_ns())
                     if rec.error is None and not parser.complete():

@@ -29,6 +29,12 @@ TokenCounter = Callable[[list[str]], list[int]]
 SPECIAL_PER_CHUNK = 64
 
 
+# Most token-carrying chunks one response may bring. The profiles ask for at most a few thousand
+# output tokens; a server that floods chunks for the whole --timeout would otherwise grow the
+# record (a timestamp and a text per chunk) without bound.
+MAX_CHUNKS = 1 << 18
+
+
 def plausible_tokens(n_chunks: int, text_bytes: int) -> int:
     """The most output tokens a stream of ``n_chunks`` chunks and ``text_bytes`` bytes of text
     can have carried (see SPECIAL_PER_CHUNK)."""
@@ -83,6 +89,10 @@ class Record:
 
     def add_chunk(self, t_ns: int, text: str, usage_completion: int | None = None) -> None:
         if self.closed:
+            return
+        if len(self.chunk_t) >= MAX_CHUNKS:  # a flood: what a request holds stays bounded
+            self.fail("oversized", f"more than {MAX_CHUNKS} token chunks in one response")
+            self.closed = True  # later chunks are ignored and the client stops reading
             return
         self.chunk_t.append(t_ns)
         self.chunk_usage.append(usage_completion)

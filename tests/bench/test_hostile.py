@@ -76,6 +76,7 @@ MODES: dict[str, tuple[str, object]] = {
         b'data: {"error": ' + b"[" * 1000 + b"]" * 1000 + b"}\n\n", b"data: [DONE]\n\n"]),
     "line_40mb": ("text/event-stream", "line_40mb"),
     "never_ends": ("text/event-stream", "never_ends"),
+    "flood": ("text/event-stream", "flood"),
 }
 
 
@@ -122,6 +123,10 @@ class _Handler(BaseHTTPRequestHandler):
                 for _ in range(40 * 16):
                     self.wfile.write(piece)
                 self.wfile.write(b"\"}\n\n")
+            elif body == "flood":  # token chunks as fast as the socket takes them, no end
+                burst = _chunk("x") * 4096
+                while True:
+                    self.wfile.write(burst)
             elif body == "never_ends":
                 while True:
                     self.wfile.write(_chunk("x"))
@@ -174,6 +179,7 @@ def _run(url: str, out: Path, *extra: str, requests: int = 2) -> tuple[subproces
     ("ignores_stream_as_sse_type", "empty", "stream: true"),
     ("line_40mb", "oversized", "limit"),
     ("error_nested_1000", "stream_error", "[[[["),
+    ("flood", "oversized", "token chunks"),
 ])
 def test_hostile_server_is_recorded_with_its_class_never_hangs_never_a_negative_rate(
         hostile, tmp_path, mode, error, detail):

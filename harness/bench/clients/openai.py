@@ -166,7 +166,7 @@ class OpenAIClient:
                     t = stamp.t if stamp is not None else 0
                     feed(data, t if t > seen else now_ns())
                     seen = t
-                    if parser.aborted:  # an oversized line: leaving closes the connection
+                    if parser.aborted or record.closed:  # oversized: leaving closes the connection
                         break
                 parser.close(now_ns())
         except asyncio.CancelledError:
