@@ -175,7 +175,7 @@ def run_preflight(session: Any, region: str, targets: list[Target], *, quota: Qu
         rep.add("*", "credentials", "BLOCK", f"no usable AWS credentials: {_short(exc)}")
         return rep
     rep.add("*", "region", "ok", region)
-    _check_bootstrap(session, region, rep)
+    _check_bootstrap(session, region, rep, ident.get("Account", "ACCOUNT"))
 
     ec2 = session.client("ec2", region_name=region)
     if quota is None:
@@ -231,7 +231,7 @@ def _short(exc: BaseException) -> str:
     return (str(exc).splitlines() or [type(exc).__name__])[0][:200]
 
 
-def _check_bootstrap(session: Any, region: str, rep: Report) -> None:
+def _check_bootstrap(session: Any, region: str, rep: Report, account_id: str = "ACCOUNT") -> None:
     try:
         v = session.client("ssm", region_name=region).get_parameter(Name=BOOTSTRAP_PARAM)["Parameter"]["Value"]
         rep.add("*", "cdk bootstrap", "ok", f"{BOOTSTRAP_PARAM} = {v}")
@@ -242,7 +242,8 @@ def _check_bootstrap(session: Any, region: str, rep: Report) -> None:
         st = session.client("cloudformation", region_name=region).describe_stacks(StackName="CDKToolkit")["Stacks"][0]
         rep.add("*", "cdk bootstrap", "ok", f"CDKToolkit {st.get('StackStatus')}")
     except Exception:  # noqa: BLE001
-        rep.add("*", "cdk bootstrap", "BLOCK", f"not bootstrapped: run npx cdk bootstrap aws://ACCOUNT/{region}")
+        rep.add("*", "cdk bootstrap", "BLOCK", f"{region} not bootstrapped for the CDK; fix: npx cdk bootstrap "
+                f"aws://{account_id}/{region}")
 
 
 def _check_ec2(ec2: Any, target: Target, t: str, rep: Report, quota: QuotaFn, need: dict[str, int]) -> None:

@@ -201,3 +201,11 @@ def test_bedrock_block_names_the_fix(aws, cdk_json, capsys):
                         bedrock=FakeBedrock(entitlementAvailability="NOT_AVAILABLE"))
     out = capsys.readouterr().out
     assert rc == 1 and "fix: enable access to amazon.nova-micro-v1:0 in the Bedrock console" in out
+    assert "not bootstrapped" not in out
+
+
+def test_no_bootstrap_names_the_command_with_the_account(aws, cdk_json, capsys):
+    rc = preflight.main(["--backends", "bedrock", *cdk_json], session=boto3.Session(region_name="us-east-1"),
+                        bedrock=__import__("tests.harness.test_preflight", fromlist=["x"]).FakeBedrock())
+    out = capsys.readouterr().out
+    assert rc == 1 and "fix: npx cdk bootstrap aws://123456789012/us-east-1" in out
