@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import sys
 import threading
 from pathlib import Path
@@ -89,8 +90,8 @@ def check_options(a: argparse.Namespace, prog: str, prefix: str = "") -> dict[st
         raise UsageError(f"{prog}: {opt('concurrency')} {g('concurrency')}: must be >= 1")
     if g("max_tokens") < 1:
         raise UsageError(f"{prog}: {opt('max-tokens')} {g('max_tokens')}: must be >= 1")
-    if not g("request_timeout") > 0:
-        raise UsageError(f"{prog}: {opt('request-timeout')} {g('request_timeout')}: must be > 0")
+    if not (math.isfinite(g("request_timeout")) and g("request_timeout") > 0):  # argparse's float takes inf
+        raise UsageError(f"{prog}: {opt('request-timeout')} {g('request_timeout')}: must be a finite number > 0")
     if g("retries") < 0:
         raise UsageError(f"{prog}: {opt('retries')} {g('retries')}: must be >= 0")
     tasks = [t.strip() for t in g("tasks").split(",") if t.strip()]

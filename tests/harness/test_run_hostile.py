@@ -58,6 +58,8 @@ def test_bad_outputs_file_without_credentials(tmp_path, capsys, no_aws, make, ne
     (["--endpoint", "a=http://127.0.0.1:9/v1", "--plain", "b"], "--plain 'b' names no --endpoint; valid names: a"),
     (["--endpoint", "a=http://127.0.0.1:9/v1", "--model", "b=x/y"], "--model 'b' names no --endpoint; valid names: a"),
     (["--plain", "b"], "--plain 'b' names no --endpoint; valid names: none"),
+    (["--accuracy", "--accuracy-request-timeout", "inf"], "--accuracy-request-timeout inf: must be a finite number > 0"),
+    (["--accuracy", "--accuracy-request-timeout", "nan"], "--accuracy-request-timeout nan: must be a finite number > 0"),
 ])
 def test_bad_numbers_and_names(tmp_path, capsys, no_aws, argv, needle):
     _one_line_exit_2(capsys, argv + ["--results", str(tmp_path / "results")], needle, tmp_path)
