@@ -319,7 +319,7 @@ def _check_bedrock(session: Any, region: str, b: Target, rep: Report, client: An
     if a.get("authorizationStatus") != "AUTHORIZED":
         bad.append("not authorized (IAM or SCP denies it)")
     if a.get("entitlementAvailability") != "AVAILABLE":
-        bad.append("no entitlement (enable model access in the Bedrock console)")
+        bad.append("no entitlement")
     agreement = (a.get("agreementAvailability") or {}).get("status")
     if agreement not in (None, "AVAILABLE", "NOT_AVAILABLE"):
         bad.append(f"agreement {agreement}")
