@@ -64,6 +64,14 @@ NEURON_PIP_INDEX = "https://pip.repos.neuron.amazonaws.com"
 # layer_scalar baking, and VLM config for SDK 2.30"), validated by its author on Trn2 only, TP=1.
 NXDI_REPO = "https://github.com/aws-neuron/neuronx-distributed-inference.git"
 NXDI_COMMIT = "6aa61216f7f57d7107f74cc897b19cc5f14f9a1e"
+# The only ref reaching NXDI_COMMIT (observed in a snapshot of the repository whose main is
+# 4bcdc54: refs/pull/115/head = 699e33a, two commits past it; main does not contain it). GitHub
+# serves a commit by id while a ref reaches it; a force-push of the pull request can drop it, and
+# the image build then stops with one line saying how to re-pin (neuron-engine.yaml,
+# InstallGemma4Port). Not vendored: the port is an unmerged pull request still changing upstream;
+# a copy in this repository would freeze it outside upstream's review (its Apache-2.0 licence
+# would allow it with LICENSE and NOTICE kept).
+NXDI_REF = "refs/pull/115/head"
 # torch-neuronx 2.9.0.x runs on PyTorch 2.9 (CPU wheels from download.pytorch.org).
 NEURON_TORCH_VERSION = "2.9.0"
 def neuron_pip_specs() -> str:

@@ -230,6 +230,7 @@ def neuron_spec(config: KitConfig, parent_ami: str | None = None) -> ImageSpec:
                 "NeuronSdk": pins.NEURON_SDK, "NeuronPip": pins.neuron_pip_specs(),
                 "NeuronApt": pins.neuron_apt_specs(), "TorchVersion": pins.NEURON_TORCH_VERSION,
                 "EnginePip": engine_pip_specs(), "NxdiRepo": pins.NXDI_REPO, "NxdiCommit": pins.NXDI_COMMIT,
+                "NxdiRef": pins.NXDI_REF,
                 "TorchIndexUrl": pins.TORCH_CPU_INDEX, "NeuronIndexUrl": pins.NEURON_PIP_INDEX,
                 "NeuronToolsBin": pins.NEURON_TOOLS_BIN, "HfTokenSecret": config.hf_token_secret,
                 **neuron_precompile(config),
