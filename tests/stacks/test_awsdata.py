@@ -120,3 +120,37 @@ def test_bedrock_pattern_is_botocores():
     assert awsdata.bedrock_model_pattern().pattern == shape.metadata["pattern"]
     for ok in ("us.amazon.nova-micro-v1:0", "amazon.nova-micro-v1:0", "anthropic.claude-3-haiku-20240307-v1:0"):
         assert awsdata.bedrock_model_problem(ok) is None, ok
+
+
+@pytest.mark.parametrize("context, needle", [
+    ({"region": "zz-fake-9"}, "config error: region='zz-fake-9' is not a region botocore"),
+    ({"g6_instance_type": "g6.99xlarge"}, "config error: g6_instance_type='g6.99xlarge' is not an EC2 instance type"),
+    ({"inf2_model": "../../x"}, "config error: inf2_model='../../x' has more than one '/'"),
+])
+def test_app_refuses_in_one_line_exit_2(tmp_path, context, needle):
+    """The CDK app itself (as `cdk synth` runs it, context in CDK_CONTEXT_JSON): one line, exit 2."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from tests.stacks.conftest import ROOT
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "CDK_"))}
+    env.update(CDK_CONTEXT_JSON=json.dumps(context), CDK_OUTDIR=str(tmp_path / "out"),
+               JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION="20")
+    r = subprocess.run([sys.executable, "app.py"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    lines = [line for line in r.stderr.splitlines() if line.startswith("config error:")]
+    assert r.returncode == 2 and len(lines) == 1 and needle in lines[0], r.stderr[-2000:]
+    assert "Traceback" not in r.stderr
+
+
+def test_harness_commands_refuse_an_unknown_region(capsys):
+    from harness import preflight, run
+
+    assert preflight.main(["--region", "zz-fake-9"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--region='zz-fake-9' is not a region botocore" in err[0], err
+    assert run.main(["--region", "zz-fake-9"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--region='zz-fake-9' is not a region botocore" in err[0], err
