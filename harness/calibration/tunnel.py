@@ -4,7 +4,8 @@ harness.run uses: by default in its own process, ``harness.tunnel_proc``; ``--fo
 runs the old in-process ``SshForward`` in the load generator's process, ``both`` measures the two
 in one run for a before/after table).
 
-    python -m harness.calibration.tunnel [--levels 1,16,64] [--requests 64] [--forwarder both] [--json]
+    python -m harness.calibration.tunnel [--levels 1,16,64] [--requests 64] [--forwarder both]
+                                         [--on-instance] [--json]
     make bench-tunnel ARGS='--levels 16,64 --requests 128'
 
 Prints TTFT, inter-token latency and output tok/s per level for both paths, then the tunnel's
@@ -54,6 +55,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="process: the SSH forwarder in its own process, as harness.run runs it "
                          "(path 'tunnel'); inprocess: in the load generator's threads, as before "
                          "issue 15 (path 'tunnel-inproc'); both (default process)")
+    ap.add_argument("--on-instance", action="store_true",
+                    help="also the path 'on-instance': the bench shipped over the SSH connection and run "
+                         "next to the server, as harness.run --bench-from instance does")
     ap.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
     return ap.parse_args(argv)
 
@@ -89,7 +93,7 @@ def compare(rows: list[dict]) -> list[dict]:
     out = []
     for (path, conc), t in sorted(by.items(), key=lambda kv: kv[0][1]):
         d = by.get(("direct", conc))
-        if not path.startswith("tunnel") or d is None:
+        if path == "direct" or d is None:
             continue
         out.append({
             "path": path, "concurrency": conc,
@@ -110,6 +114,25 @@ def _forwarder(name: str, s: dict, key, port: int, a: argparse.Namespace):
     dial = lambda: (socket.create_connection(("127.0.0.1", s["port"])), key, lambda: None)  # noqa: E731
     return access.SshForward(dial, username=s["user"], remote_port=port, host_id="loopback",
                              pins=access.HostKeyPins())
+
+
+def _on_instance(s: dict, key, port: int, a: argparse.Namespace, tmp: Path, report) -> list[dict]:
+    """Path 'on-instance': the bench shipped over the loopback SSH connection and run there
+    against the server's loopback, as ``harness.run --bench-from instance`` does (this
+    machine's Python plays the instance's)."""
+    from harness.bench.remote import run_remote_bench
+
+    rows = []
+    with ProcessForward(lambda: {"key": key, "tcp": ("127.0.0.1", s["port"])}, username=s["user"],
+                        remote_port=port, host_id="loopback", pins=access.HostKeyPins()) as fwd:
+        ep = Endpoint("on-instance", protocol="openai", model_id="ref-model", base_url=fwd.base_url)
+        for conc in a.levels:
+            lv = run_remote_bench(fwd, ep, tmp / "on-instance" / str(conc), remote_port=port,
+                                  bench={"profile": "agent", "concurrency": [conc], "requests": a.requests},
+                                  echo=lambda line: None, pythons=(sys.executable,))[0]
+            rows.append(_level_row("on-instance", lv))
+            report(rows[-1])
+    return rows
 
 
 def measure(a: argparse.Namespace, report=print) -> dict:
@@ -135,6 +158,8 @@ def measure(a: argparse.Namespace, report=print) -> dict:
                                    out_dir=Path(tmp) / name / str(conc), progress=False)[0]
                     rows.append(_level_row(name, lv, None if pid is None else _proc_cpu_s(pid) - cpu0))
                     report(rows[-1])
+            if a.on_instance:
+                rows += _on_instance(s, key, port, a, Path(tmp), report)
     finally:
         ref.stop()
     return {"reference": {"ttft_ms": a.ttft_ms, "itl_ms": a.itl_ms, "output_tokens": OUTPUT_TOKENS,

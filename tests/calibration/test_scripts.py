@@ -92,14 +92,15 @@ def test_tunnel_table_names_both_paths():
     assert "tunnel - direct at 1 streams: TTFT p99 " in r.stdout
 
 
-def test_tunnel_both_forwarders_in_one_run():
-    """--forwarder both: the forwarder process and the old in-process one, each against direct."""
+def test_tunnel_both_forwarders_and_on_instance_in_one_run():
+    """--forwarder both --on-instance: the forwarder process, the old in-process one and the bench
+    run over SSH next to the server, each against direct."""
     require_binary("/usr/sbin/sshd")
     r = run("tunnel", "--levels", "2", "--requests", "2", "--ttft-ms", "5", "--itl-ms", "1",
-            "--forwarder", "both", "--json")
+            "--forwarder", "both", "--on-instance", "--json")
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
-    assert [lv["path"] for lv in out["levels"]] == ["direct", "tunnel", "tunnel-inproc"]
+    assert [lv["path"] for lv in out["levels"]] == ["direct", "tunnel", "tunnel-inproc", "on-instance"]
     assert all(lv["completed"] == 2 and lv["failed"] == 0 for lv in out["levels"])
     assert [(c["path"], c["concurrency"]) for c in out["tunnel_vs_direct"]] == [
-        ("tunnel", 2), ("tunnel-inproc", 2)]
+        ("tunnel", 2), ("tunnel-inproc", 2), ("on-instance", 2)]
