@@ -52,6 +52,7 @@ class Target:
     image_choice: str | None = None  # EC2: the boot-image choice (catalog Backend.image_choices)
     container_tag: str | None = None  # SageMaker: the vLLM DLC tag (sagemaker_vllm_tag)
     parent_image: str | None = None  # neuron image builds: neuron_parent_image, if set
+    copies: int = 1  # the backend's own stack plus its variants (harness/variants.py), each an instance
 
 
 def targets_from_catalog(backends: list[str]) -> list[Target]:
@@ -82,7 +83,8 @@ def targets_from_config(context: dict[str, Any], backends: list[str] | None) -> 
         launch_az = bc.az  # a preference; without one the deploy picks an AZ that offers the type
         out.append(Target(bc.id, b.service, types, bc.model_id, launch_az, bc.image_choice,
                           cfg.sagemaker_vllm_tag if b.service == "sagemaker" else None,
-                          cfg.neuron_parent_image if b.image == "neuron" else None))
+                          cfg.neuron_parent_image if b.image == "neuron" else None,
+                          copies=1 + sum(v.id == bc.id for v in cfg.variants)))
     return cfg.region, out
 
 
@@ -186,7 +188,7 @@ def run_preflight(session: Any, region: str, targets: list[Target], *, quota: Qu
             for it in t.instance_types:
                 cls, spec = quota_class(it), catalog.INSTANCES.get(it)
                 if cls and spec:
-                    need[cls] = need.get(cls, 0) + spec.vcpus
+                    need[cls] = need.get(cls, 0) + spec.vcpus * t.copies
     for t in targets:
         if t.service == "bedrock":
             _check_bedrock(session, region, t, rep, bedrock)

@@ -250,10 +250,15 @@ def _pct(x: float | None) -> str:
 
 
 def format_table(acc: dict, run: dict) -> list[str]:
-    out = [f"{'backend':<12} {'n':>6} {'accuracy':>9}  95% CI          status"]
+    # A deployed backend's label carries its model id and scheme (g6@bf16 · google/gemma-4-E2B-it
+    # (bf16), harness/variants.py); an --endpoint server is shown by its NAME.
+    shown = {name: label if " · " in (label := str(run["backends"].get(name, {}).get("label") or "")) else name
+             for name in acc["backends"]}
+    w = max([12, *map(len, shown.values())])
+    out = [f"{'backend':<{w}} {'n':>6} {'accuracy':>9}  95% CI          status"]
     for name, b in acc["backends"].items():
         lo, hi = b["ci95"]
-        out.append(f"{name:<12} {b['n']:>6} {_pct(b['accuracy']):>8}%  [{_pct(lo)}, {_pct(hi)}]"
+        out.append(f"{shown[name]:<{w}} {b['n']:>6} {_pct(b['accuracy']):>8}%  [{_pct(lo)}, {_pct(hi)}]"
                    f"  {run['backends'][name].get('status', '')[:120]}")
     for p in acc["pairs"]:
         lo, hi = p["ci95"]

@@ -42,11 +42,12 @@ def test_three_precisions_one_command(tmp_path, monkeypatch):
     def fake_tunnel(ep):  # each deployment's instance is its own server
         yield ep.with_base_url(servers[ep.instance_id].url)
 
+    printed: list[str] = []
     try:
         rc = run.main(["--outputs-file", str(outputs), "--backends", "g6", "--only", "accuracy",
                        "--accuracy-items", str(items), "--accuracy-concurrency", "1",
                        "--results", str(tmp_path / "r")],
-                      session=boto3.Session(region_name="us-east-1"), echo=lambda s: None, open_access=fake_tunnel)
+                      session=boto3.Session(region_name="us-east-1"), echo=printed.append, open_access=fake_tunnel)
     finally:
         for s in servers.values():
             s.stop()
@@ -63,6 +64,9 @@ def test_three_precisions_one_command(tmp_path, monkeypatch):
     assert labels == {"g6": "g6 · google/gemma-4-E2B-it-qat-w4a16-ct (w4a16)",
                       "g6@bf16": "g6@bf16 · google/gemma-4-E2B-it (bf16)",
                       "g6@int8": "g6@int8 · package:int8"}
+    # the table printed at the end names each deployment the same way
+    for label in labels.values():
+        assert any(line.startswith(label + " ") for line in printed), (label, printed)
     meta = json.loads((run_dir / "meta.json").read_text())
     assert {e["name"]: (e["variant"], e["scheme"]) for e in meta["endpoints"]} == {
         "g6": (None, "w4a16"), "g6@bf16": ("bf16", "bf16"), "g6@int8": ("int8", "int8")}
