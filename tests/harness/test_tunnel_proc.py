@@ -212,3 +212,54 @@ def _retry(fn, timeout: float = 20.0):
             if time.time() > deadline:
                 raise
             time.sleep(0.2)
+
+
+def test_ctrl_c_closes_the_forwarder_process(ssh_server, key, tmp_path):
+    """Ctrl-C reaches the whole foreground process group; the user's process closes its
+    forwarder on the way out and no forwarder process is left."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from harness.tunnel_proc import key_to_pem
+
+    pem = tmp_path / "key"
+    pem.write_text(key_to_pem(key))
+    script = tmp_path / "run.py"
+    script.write_text(f"""
+import sys, time
+from harness import access
+from harness.tunnel_child import key_from_pem
+from harness.tunnel_proc import ProcessForward
+key = key_from_pem(open({str(pem)!r}).read())
+with ProcessForward(lambda: {{"key": key, "tcp": ("127.0.0.1", {ssh_server["port"]})}}, username={ssh_server["user"]!r},
+                    remote_port=1, host_id="i-test", pins=access.HostKeyPins()) as fwd:
+    print(fwd.proc.pid, flush=True)
+    try:
+        time.sleep(60)
+    except KeyboardInterrupt:
+        print("interrupted", flush=True)
+        raise
+""")
+    from tests.bench.conftest import REPO
+    p = subprocess.Popen([sys.executable, str(script)], cwd=REPO, stdout=subprocess.PIPE, text=True,
+                         start_new_session=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        child = int(p.stdout.readline())
+        os.killpg(p.pid, signal.SIGINT)  # as the terminal does: the parent and the forwarder both get it
+        p.wait(30)
+        assert p.stdout.readline().strip() == "interrupted"
+        _wait(lambda: not os.path.exists(f"/proc/{child}") or _zombie(child))
+    finally:
+        if p.poll() is None:
+            p.kill()
+        p.stdout.close()
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
