@@ -100,6 +100,16 @@ def _client_cores(lv: dict) -> float | None:
     return cpu / (t1 - t0)
 
 
+def _cores_text(lv: dict) -> str:
+    """Client CPU in cores; on the instance also as a share of its CPUs (taken from the server)."""
+    cores, cpus = _client_cores(lv), lv.get("instance_cpus")
+    if cores is None:
+        return "—"
+    if lv.get("bench_from") == "instance" and isinstance(cpus, int) and cpus > 0:
+        return f"{cores:.2f} of {cpus} ({cores / cpus:.0%})"
+    return f"{cores:.2f}"
+
+
 def _bench_row(n: str, lv: dict, knee: bool) -> list[str]:
     errors = lv.get("errors") if isinstance(lv.get("errors"), dict) else {}
     errs = ", ".join(f"{c}: {v}" for c, v in errors.items()) or "—"
@@ -111,7 +121,7 @@ def _bench_row(n: str, lv: dict, knee: bool) -> list[str]:
             _f(server_ttft_est_ms(ttft50, lv.get("path_rtt_ms")), ".0f"),
             _f(metric(lv, "itl_ms", "p50")), _f(metric(lv, "tpot_ms", "p50")), _f(metric(lv, "e2e_ms", "p50"), ".0f"),
             _f(lv.get("output_tok_s")), _f(lv.get("request_s"), ".2f"), _f(lv.get("goodput_request_s"), ".2f"),
-            _f(_client_cores(lv), ".2f"), "knee" if knee else ""]
+            _cores_text(lv), "knee" if knee else ""]
 
 
 def agent_table(run: RunData) -> Table:

@@ -16,10 +16,10 @@ def _level(**kw):
 
 def test_row_with_a_measured_path_and_an_on_instance_bench():
     row = _bench_row("g6", _level(path_rtt_ms={"p50": 30.0, "p99": 41.0, "n": 20, "how": "GET /models"},
-                                  bench_from="instance"), knee=False)
+                                  bench_from="instance", instance_cpus=4), knee=False)
     assert row[0] == "g6 (bench on the instance)"
     assert row[5:8] == ["130 / 180", "30.0 / 41.0", "100"]  # server TTFT (est.) = 130 - 30
-    assert row[-2] == "0.30"  # 3 CPU s over a 10 s level
+    assert row[-2] == "0.30 of 4 (8%)"  # 3 CPU s over a 10 s level, on a 4-CPU instance
 
 
 def test_row_without_a_path_says_so_and_estimates_nothing():
@@ -27,3 +27,8 @@ def test_row_without_a_path_says_so_and_estimates_nothing():
     assert row[0] == "bedrock" and row[6:8] == ["—", "—"] and row[-1] == "knee"
     row = _bench_row("old", _level(), knee=False)  # a summary from before path_rtt_ms existed
     assert row[6:8] == ["—", "—"]
+
+
+def test_local_client_cpu_is_cores_only():
+    assert _bench_row("g6", _level(), knee=False)[-2] == "0.30"
+    assert _bench_row("g6", _level(client_cpu_s=None), knee=False)[-2] == "—"
