@@ -51,7 +51,10 @@ def _direct_feed(chan: paramiko.Channel, m: paramiko.Message) -> None:
     """MSG_CHANNEL_DATA handler in the transport thread: the bytes go straight to the local
     connection (one send) instead of through the channel's buffer, its pipe and the relay
     thread (three more syscalls and a thread hand-off per streamed chunk). Falls back to the
-    buffer when the channel has no direct connection or still holds buffered bytes (order)."""
+    buffer when the channel has no direct connection yet or still holds buffered bytes. Bytes
+    can reach the buffer only before ``_attach``, i.e. from a server that speaks first; an HTTP
+    server answers only after the request, which the relay sends after ``_attach``, so the two
+    paths never both carry bytes of one connection."""
     conn = getattr(chan, "kit_conn", None)
     if conn is None or len(chan.in_buffer):
         paramiko.Channel._feed(chan, m)
