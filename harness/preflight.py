@@ -260,12 +260,15 @@ def _check_ec2(ec2: Any, target: Target, t: str, rep: Report, quota: QuotaFn, ne
     if azs is not None:
         if not azs:
             rep.add(bid, f"{t} offered", "BLOCK", f"{t} is not offered in {rep.region}; pick another region")
-        elif target.az and target.az not in azs:
-            rep.add(bid, f"{t} offered", "BLOCK", f"{t} is not offered in {target.az} (configured AZ); "
-                    f"offered in {', '.join(azs)}: set -c {bid}_az=<one of them> and list it in azs")
         else:
-            where = f" (launch AZ {target.az})" if target.az else ""
-            rep.add(bid, f"{t} offered", "ok", ", ".join(azs) + where)
+            # The AZ the deploy will pick: the same decision Custom::AzChoice makes (stacks/az_choice.py).
+            from stacks.lambdas.az_choice.index import ChoiceError, choose
+
+            try:
+                chosen, _ = choose(rep.region, azs, {t: set(azs)}, target.az or "")
+                rep.add(bid, f"{t} offered", "ok", f"{', '.join(azs)}; the deploy will use {chosen}")
+            except ChoiceError as e:
+                rep.add(bid, f"{t} offered", "BLOCK", str(e).replace("<id>", bid))
     cls = quota_class(t)
     spec = catalog.INSTANCES.get(t)
     if not cls or not spec:

@@ -76,12 +76,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--input-per-output", type=_ratio, default=5.0,
                    help="input tokens per output token for Bedrock (default 5)")
     p.add_argument("--region", type=_region, default=None,
-                   help="price this region (default: each snapshot entry's own region)")
+                   help="price this region (default: where the kit deploys each backend, harness/regions.py)")
     a = p.parse_args(argv)
+    from harness import catalog
     from harness.cost.plan import format_plan, offline_plan
+    from harness.regions import RegionError, resolve
 
+    try:  # the one region resolution the stacks deploy with
+        kit = resolve(a.region)
+    except RegionError as e:
+        print(f"harness.cost: {e}", file=sys.stderr)
+        return 2
     book = PriceBook.auto(offline=a.offline)
-    plan = offline_plan(a.input_per_output, book, region=a.region)
+    plan = offline_plan(a.input_per_output, book, backend_regions={b: kit.of(b) for b in catalog.BACKEND_IDS})
     if a.json:
         print(json.dumps(plan, indent=2))
     else:

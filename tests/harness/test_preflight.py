@@ -137,8 +137,11 @@ def test_configured_az_and_instance_overrides_are_what_is_checked(aws, cdk_json,
                         sagemaker_quota=lambda t: {"ml.g6.xlarge": 1.0, "ml.g5.xlarge": 0.0}[t], **ready())
     out = capsys.readouterr().out
     assert rc == 1
-    assert "trn1.2xlarge is not offered in us-east-1a (configured AZ); offered in us-east-1c, us-east-1f" in out
+    # The same words the deploy's AZ choice would fail with (stacks/lambdas/az_choice/index.py).
+    assert ("us-east-1a does not offer trn1.2xlarge in this account; AZs that do: us-east-1c, us-east-1f "
+            "(set -c trn1_az to one of them, or drop it)") in out
     assert "g5g.4xlarge offered" in out and "g5g.2xlarge" not in out
+    assert "; the deploy will use us-east-1a" in out  # g5g: the first AZ offering g5g.4xlarge
     assert "ml.g6.xlarge for endpoint usage = 1" in out and "'ml.g5.xlarge for endpoint usage' = 0" in out
     assert "sagemaker  blocked" in out and "g5g        ready" in out
 
