@@ -6,6 +6,7 @@ guardrails in each; every problem in the value a one-line ConfigError.
 """
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -55,14 +56,22 @@ def test_variant_outputs_are_the_backend_keys_plus_variant_and_scheme(two):
 
 
 def test_each_variant_owns_its_subnet_block_and_guardrails(two):
+    from stacks.guardrails import IDLE_TAG, TTL_TAG, ttl_expiry
+    from tests.stacks.conftest import FIXED_NOW
+
+    expected_ttl = ttl_expiry(FIXED_NOW, two.config.ttl_hours)
     bases = set()
     for name in ("G6Stack", "G6Stack-bf16", "G6Stack-int8"):
         (_, choice), = two.resources(name, "Custom::AzChoice").items()
         bases.add(choice["Properties"]["CidrBase"])
-        # idle stop and the TTL stop: the same guardrails as the backend's own stack
-        alarms = two.resources(name, "AWS::CloudWatch::Alarm")
-        assert alarms, f"{name}: no idle-stop alarm"
-        assert "TtlExpiresAt" in _outputs(two.templates[name])
+        # idle stop and the TTL stop: the same guardrails as the backend's own stack, on its own instance
+        (inst_id, inst), = two.resources(name, "AWS::EC2::Instance").items()
+        (_, alarm), = two.resources(name, "AWS::CloudWatch::Alarm").items()
+        assert alarm["Properties"]["Dimensions"] == [{"Name": "InstanceId", "Value": {"Ref": inst_id}}]
+        (_, schedule), = two.resources(name, "AWS::Scheduler::Schedule").items()
+        assert inst_id in json.dumps(schedule["Properties"]["Target"])  # stops this stack's instance
+        tags = {t["Key"]: t["Value"] for t in inst["Properties"]["Tags"]}
+        assert tags[TTL_TAG] == str(int(expected_ttl.timestamp())) and tags[IDLE_TAG] == "60"
     assert len(bases) == 3
     assert all(int(b) + 7 <= 255 for b in bases)
 
@@ -92,6 +101,10 @@ def test_sagemaker_variant_names_its_own_endpoint(two):
     names = [r["Properties"]["EndpointName"] for r in two.resources("SageMakerStack-emb4", "AWS::SageMaker::Endpoint").values()]
     base = [r["Properties"]["EndpointName"] for r in two.resources("SageMakerStack", "AWS::SageMaker::Endpoint").values()]
     assert names and not set(names) & set(base)
+    # its TTL guard deletes its own endpoint, not the backend's
+    (_, schedule), = two.resources("SageMakerStack-emb4", "AWS::Scheduler::Schedule").items()
+    target = json.dumps(schedule["Properties"]["Target"])
+    assert names[0] in target and base[0] not in target.replace(names[0], "")
 
 
 def _parse(**ctx):
