@@ -36,6 +36,7 @@ import yaml
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_imagebuilder as imagebuilder
+from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3_assets as s3_assets
 from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_ssm as ssm
@@ -408,6 +409,12 @@ class ImagePipelineStack(cdk.Stack):
                 image_tests_enabled=p.tests_enabled, timeout_minutes=120),
         )
         self.pipelines[p.key] = pipeline
+        # Image Builder streams build logs to "/aws/imagebuilder/<ImageName>" (the recipe's name;
+        # User Guide, "CloudWatch Logs integration") and creates that group itself, never expiring
+        # and outside the stack. Made here, it has a retention and goes with the stack.
+        build_logs = logs.LogGroup(self, f"{key}BuildLogs", log_group_name=f"/aws/imagebuilder/{pname}",
+                                   retention=logs.RetentionDays.ONE_MONTH, removal_policy=cdk.RemovalPolicy.DESTROY)
+        pipeline.node.add_dependency(build_logs)
         self.lifecycle_policies[p.key] = imagebuilder.CfnLifecyclePolicy(
             self, f"{key}Lifecycle", name=pname, execution_role=self.lifecycle_role.role_arn,
             resource_type="AMI_IMAGE", status="ENABLED",

@@ -28,6 +28,7 @@ from datetime import datetime
 
 import aws_cdk as cdk
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sagemaker as sagemaker
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
@@ -130,6 +131,13 @@ class SageMakerStack(cdk.Stack):
             # Beside the endpoint, not after it: the bound counts from when creation starts.
             self.ready.wait(f"Ready{sid}", name, config.sagemaker_ready_minutes).node.add_dependency(endpoint_config)
             log_groups.append(f"arn:{self.partition}:logs:{region}:{self.account}:log-group:/aws/sagemaker/Endpoints/{name}")
+            # SageMaker writes the endpoint's logs to /aws/sagemaker/Endpoints/<name> and would create
+            # the group itself, never expiring and outside the stack; made here (before the
+            # endpoint, deleted after it) it has a retention and goes with the stack.
+            endpoint_logs = logs.LogGroup(self, f"Logs{sid}", log_group_name=f"/aws/sagemaker/Endpoints/{name}",
+                                          retention=logs.RetentionDays.ONE_MONTH,
+                                          removal_policy=cdk.RemovalPolicy.DESTROY)
+            endpoint.node.add_dependency(endpoint_logs)
             if ttl_expires_at is not None:
                 # The endpoint depends on its guard (DependsOn on the schedule, its role and policy):
                 # the guard is created before the endpoint, so it exists while the endpoint is
