@@ -10,6 +10,7 @@ from __future__ import annotations
 import binascii
 import json
 import struct
+import threading
 import time
 from typing import Any
 
@@ -37,11 +38,20 @@ def encode_event(event_type: str, payload: bytes, *, exception: bool = False) ->
 
 
 class RawStream:
-    """What botocore reads: ``stream()`` yields byte chunks (here one per event, after a delay)."""
+    """What botocore reads: ``stream()`` yields byte chunks (here one per event, after a delay).
+
+    The fake's own record, like the reference server's: ``t_call_ns`` when the API was called and
+    ``sent_ns[i]`` when event ``i`` was handed over (``time.perf_counter_ns``, the bench's clock),
+    and ``thread``, the calling thread's name (the boto clients name it after the request id).
+    botocore pulls events in the caller's thread, so the caller holds event ``i`` from
+    ``sent_ns[i]`` until it asks for the next one, which is stamped ``sent_ns[i + 1]``."""
 
     def __init__(self, items: list[tuple[float, bytes]]) -> None:
         self.items = items
         self.closed = False
+        self.thread = threading.current_thread().name
+        self.t_call_ns = time.perf_counter_ns()
+        self.sent_ns: list[int] = []
 
     def stream(self):
         for delay, data in self.items:
@@ -49,6 +59,7 @@ class RawStream:
                 return
             if delay:
                 time.sleep(delay)
+            self.sent_ns.append(time.perf_counter_ns())
             yield data
 
     def close(self) -> None:
@@ -74,6 +85,7 @@ class FakeBedrock:
         self.fail_mid_stream = fail_mid_stream
         self.stop = stop
         self.calls: list[dict] = []
+        self.streams: list[RawStream] = []
 
     def converse_stream(self, **kw: Any) -> dict:
         self.calls.append(kw)
@@ -95,7 +107,9 @@ class FakeBedrock:
                 usage = {"inputTokens": 11, "outputTokens": self.output_tokens or len(self.chunks),
                          "totalTokens": 11 + (self.output_tokens or len(self.chunks))}
                 items.append((0.0, encode_event("metadata", j({"usage": usage, "metrics": {"latencyMs": 5}}))))
-        stream = EventStream(RawStream(items), self.shape, EventStreamJSONParser(), "ConverseStream")
+        raw = RawStream(items)
+        self.streams.append(raw)
+        stream = EventStream(raw, self.shape, EventStreamJSONParser(), "ConverseStream")
         return {"ResponseMetadata": {"HTTPStatusCode": 200}, "stream": stream}
 
 
@@ -112,6 +126,7 @@ class FakeSageMaker:
         self.model_error = model_error
         self.stream_error_at = stream_error_at
         self.calls: list[dict] = []
+        self.streams: list[RawStream] = []
 
     def invoke_endpoint_with_response_stream(self, **kw: Any) -> dict:
         self.calls.append(kw)
@@ -128,7 +143,8 @@ class FakeSageMaker:
                     exception=True)))
                 break
             items.append((self.ttft if i == 0 else self.gap, encode_event("PayloadPart", part)))
-        stream = EventStream(RawStream(items), self.shape, EventStreamJSONParser(),
-                             "InvokeEndpointWithResponseStream")
+        raw = RawStream(items)
+        self.streams.append(raw)
+        stream = EventStream(raw, self.shape, EventStreamJSONParser(), "InvokeEndpointWithResponseStream")
         return {"ResponseMetadata": {"HTTPStatusCode": 200}, "Body": stream,
                 "ContentType": "text/event-stream"}

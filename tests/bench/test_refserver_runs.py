@@ -33,33 +33,67 @@ def truth_ttft(srv: dict, rid: str) -> float:
     return (r["chunk_ns"][0] - r["t_recv_ns"]) / 1e6
 
 
+def lateness_ms(rec: dict, srv_rec: dict) -> list[float]:
+    """Per chunk, the client's arrival stamp minus the server's send stamp (one clock,
+    ``perf_counter_ns``; ``chunk_us`` is floored to whole microseconds)."""
+    return [(rec["t_sent_ns"] + us * 1000 - ns) / 1e6 for us, ns in zip(rec["chunk_us"], srv_rec["chunk_ns"])]
+
+
 def test_ttft_itl_and_throughput_match_the_servers_record(ref, tmp_path):
+    """Exact where the server's record makes it exact (which chunks, how many tokens, causality),
+    and within 2-5% of the server's truth plus the delay this run's machine demonstrably added:
+    on a quiet machine that is the 2-5%; on a loaded one, where the client's process waits for a
+    core, the bound widens by the lateness measured in the same run, never by a fixed guess."""
     ref.configure(ttft_ms=60, itl_ms=5, tokens_per_chunk=1)
     levels = run(ref, tmp_path, profile="10-24", concurrency=(1, 8), requests=16)
     srv = ref.records()
     recs = [r for r in records(tmp_path) if not r["warmup"]]
     assert len(recs) == 32 and all(r["ok"] for r in recs)
+    late_all, drift = [], []
+    for r in recs:
+        s = srv[r["id"]]
+        assert r["output_tokens"] == 24 and r["chunk_tokens_source"] == "usage_delta"
+        assert r["chunk_tokens"] == s["chunk_tokens"] == [1] * 24  # chunk for chunk what was sent
+        late = lateness_ms(r, s)
+        assert min(late) > -0.001, min(late)  # nothing is stamped before the server sent it
+        late_all += late
+        drift.append(abs(late[-1] - late[0]) / 23)  # what lateness alone moves this request's mean ITL
+        itls = metrics.itls_ms(r)  # per-token gaps: the client's own span, 23 gaps for 24 tokens
+        assert len(itls) == 23 and sum(itls) == pytest.approx((r["chunk_us"][-1] - r["chunk_us"][0]) / 1000)
+    # a chunk is usually stamped well before the server sends the next one (5 ms later): a client
+    # that stamped on a later read, or a batch of chunks at once, would not be
+    assert statistics.median(late_all) < 2.5, statistics.median(late_all)
+    # TTFT: the client's minus the server's (receipt to first token) is the request's transit plus
+    # the first chunk's lateness: never negative (a role chunk taken for the first token would be
+    # ~60 ms early), and beyond the transit no later than chunks usually are
     errs = [metrics.ttft_ms(r) - truth_ttft(srv, r["id"]) for r in recs]
-    assert statistics.median(errs) < 5.0 and max(errs) < 40.0 and min(errs) > -0.5
-    # per-token ITL: the client's gaps against the server's send times, request by request
-    # (loose: a loaded test machine delays single chunks) and pooled over all (tight)
+    transit = [(srv[r["id"]]["t_recv_ns"] - r["t_sent_ns"]) / 1e6 for r in recs]
+    assert min(errs) > -0.5 and min(transit) > -0.001
+    first_late = [e - t for e, t in zip(errs, transit)]
+    assert statistics.median(first_late) < 2.5, first_late
+    noise = statistics.median(drift)
     client_all, true_all = [], []
     for r in recs:
         s = srv[r["id"]]
-        true = [(b - a) / 1e6 for a, b in zip(s["chunk_ns"], s["chunk_ns"][1:])]
-        assert statistics.fmean(metrics.itls_ms(r)) == pytest.approx(statistics.fmean(true), rel=0.1)
-        assert r["output_tokens"] == 24 and r["chunk_tokens_source"] == "usage_delta"
         client_all += metrics.itls_ms(r)
-        true_all += true
-    assert statistics.fmean(client_all) == pytest.approx(statistics.fmean(true_all), rel=0.02)
+        true_all += [(b - a) / 1e6 for a, b in zip(s["chunk_ns"], s["chunk_ns"][1:])]
+    assert abs(statistics.fmean(client_all) - statistics.fmean(true_all)) <= 0.02 * statistics.fmean(true_all) + noise
     for lv in levels:
-        ids = {r["id"] for r in recs if r["concurrency"] == lv["concurrency"]}
-        t0 = min(srv[i]["t_recv_ns"] for i in ids)
-        t1 = max(srv[i]["chunk_ns"][-1] for i in ids)
-        true_tok_s = 24 * len(ids) / ((t1 - t0) / 1e9)
-        assert lv["output_tok_s"] == pytest.approx(true_tok_s, rel=0.05)
+        mine = [r for r in recs if r["concurrency"] == lv["concurrency"]]
         assert lv["completed"] == 16 and lv["failed"] == 0 and lv["complete"]
-        assert lv["itl_ms"]["mean"] == pytest.approx(5.0, rel=0.1)
+        t0 = min(srv[r["id"]]["t_recv_ns"] for r in mine)
+        t1 = max(srv[r["id"]]["chunk_ns"][-1] for r in mine)
+        true_tok_s = 24 * len(mine) / ((t1 - t0) / 1e9)
+        # the client's window (first send to last end) holds the server's (first receipt to last
+        # send), so it can only be longer: by the first transit and the last end's lateness
+        c0, c1 = min(r["t_sent_ns"] for r in mine), max(r["t_end_ns"] for r in mine)
+        assert c0 <= t0 and c1 >= t1
+        assert lv["output_tok_s"] <= true_tok_s * 1.001
+        assert lv["output_tok_s"] >= 0.95 * true_tok_s * (t1 - t0) / (c1 - c0), (lv["output_tok_s"], true_tok_s)
+        true_itl = statistics.fmean([(b - a) / 1e6 for r in mine
+                                     for a, b in zip(srv[r["id"]]["chunk_ns"], srv[r["id"]]["chunk_ns"][1:])])
+        level_noise = statistics.median([drift[recs.index(r)] for r in mine])
+        assert abs(lv["itl_ms"]["mean"] - true_itl) <= 0.1 * true_itl + level_noise, (lv["itl_ms"], true_itl)
 
 
 @pytest.mark.parametrize("usage", ["vllm", "final", "none"])
@@ -74,7 +108,19 @@ def test_multi_token_chunks_are_counted_per_token(ref, tmp_path, usage):
     levels = run(ref, tmp_path / "out", profile="10-18", concurrency=(2,), requests=4, tokenizer=tok)
     lv = levels[0]
     assert lv["completed"] == 4
-    assert lv["itl_ms"]["p50"] == pytest.approx(5.0, rel=0.1)  # per chunk it would be 15 ms
+    # per token, a chunk's gap counts once per token at a third of it: 15 values per request that
+    # add up to the request's span; per chunk it would be 5 values averaging 3x as much. Compared
+    # with what the server sent (its span per token), not the nominal 5 ms, within 10% plus the
+    # lateness this run measured (a loaded machine stretches and bunches the server's own gaps)
+    srv = ref.records()
+    mine = [r for r in records(tmp_path / "out") if not r["warmup"]]
+    true_mean = statistics.fmean([(srv[r["id"]]["chunk_ns"][-1] - srv[r["id"]]["chunk_ns"][0]) / 1e6 / 15 for r in mine])
+    drift = statistics.fmean([abs(late[-1] - late[0]) / 15 for late in (lateness_ms(r, srv[r["id"]]) for r in mine)])
+    assert abs(lv["itl_ms"]["mean"] - true_mean) <= 0.1 * true_mean + drift, (lv["itl_ms"], true_mean, drift)
+    for r in mine:
+        itls = metrics.itls_ms(r)
+        assert len(itls) == 15 and itls[0::3] == itls[1::3] == itls[2::3]  # 3 equal values per gap
+        assert sum(itls) == pytest.approx((r["chunk_us"][-1] - r["chunk_us"][0]) / 1000)
     assert lv["itl_ms"]["n"] == 4 * 15  # 18 tokens, the first chunk's 3 have no gap
     src = {"vllm": "usage_delta", "final": "usage_by_chars", "none": "tokenizer"}[usage]
     assert lv["chunk_token_sources"] == {src: 4}

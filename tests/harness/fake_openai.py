@@ -71,8 +71,11 @@ def _chunk(model: str, delta: dict | None, finish: str | None = None, usage: dic
 
 class FakeOpenAI:
     def __init__(self, script: Callable[[dict, int], Reply], model: str = "fake/model",
-                 token_delay: float = 0.0):
-        self.script, self.model, self.token_delay = script, model, token_delay
+                 token_delay: float = 0.0, stall: bool = False):
+        """``stall``: a text answer sends its role chunk, then nothing until ``stop()`` (a model
+        that never finishes, however slow or fast the machine running the test is)."""
+        self.script, self.model, self.token_delay, self.stall = script, model, token_delay, stall
+        self._released: asyncio.Event | None = None
         self.requests: list[dict[str, Any]] = []
         self._loop = asyncio.new_event_loop()
         self._runner: web.AppRunner | None = None
@@ -104,6 +107,10 @@ class FakeOpenAI:
             finish = "tool_calls"
         else:
             pieces = reply["text"].split(" ")
+            if self.stall:
+                self._released = self._released or asyncio.Event()
+                await self._released.wait()
+                return resp  # stopping: the client gave up long ago
             for i, p in enumerate(pieces):
                 if self.token_delay:
                     await asyncio.sleep(self.token_delay)
@@ -142,6 +149,8 @@ class FakeOpenAI:
         return f"http://127.0.0.1:{self.port}/v1"
 
     def stop(self) -> None:
+        if self._released is not None:
+            self._loop.call_soon_threadsafe(self._released.set)
         if self._runner is not None:
             asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)

@@ -114,6 +114,15 @@ def openai_error(status: int, hdrs: dict, payload: bytes) -> dict:
     return err
 
 
+def logged(caplog, match, timeout: float = 10.0, settle: float = 0.3) -> None:
+    """Wait until a record ``match`` accepts is in caplog (the server logs from its own thread,
+    later on a busy machine), then ``settle`` more seconds for anything it would log after it."""
+    deadline = time.monotonic() + timeout
+    while not any(match(r) for r in caplog.records) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(settle)
+
+
 def health_ms(port: int) -> float:
     t0 = time.monotonic()
     status, _, body = http(port, "GET", "/health", timeout=5)
@@ -266,7 +275,7 @@ def test_a_client_that_leaves_mid_stream_logs_one_line_not_a_traceback(tiny_toke
                 got += chunk
             s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close with RST
         assert runner.stopped.wait(10), "row still decoding after the client left"
-        time.sleep(0.3)
+        logged(caplog, lambda r: "client" in r.getMessage() and r.name.startswith("ami."))
     loud = [r for r in caplog.records if r.levelno >= logging.WARNING or r.exc_info]
     assert not loud, [(r.name, r.levelname, r.getMessage()[:200]) for r in loud]
     said = [r for r in caplog.records if "client" in r.getMessage() and r.name.startswith("ami.")]
@@ -297,7 +306,7 @@ def test_broken_http_is_a_400_and_one_info_line(server, caplog, raw):
     with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
         s.sendall(raw)
         reply = s.recv(65536)
-    time.sleep(0.2)
+    logged(caplog, lambda r: r.name == "ami.neuron.http", settle=0.2)
     assert int(reply.split()[1]) == 400
     loud = [r for r in caplog.records if r.levelno >= logging.WARNING or r.exc_info]
     assert not loud, [(r.name, r.levelname, r.getMessage()[:200]) for r in loud]
