@@ -4,8 +4,10 @@ against the model server's loopback, so what it reports has no tunnel or interne
 1. ``kit_zip()``: the kit's bench as one zip the instance's Python runs directly (``python
    kit.zip``): every ``harness`` module ``harness.bench.cli`` imports (found from the source with
    ``ast``, so it follows refactors) plus a ``__main__.py``. Only pure Python of the kit; third-party
-   packages come from the instance: ``aiohttp`` is required (the vLLM and Neuron engine venvs
-   have it: vLLM depends on it, the Neuron engine serves with aiohttp.web); ``uvloop``,
+   packages come from the instance: Python >= 3.11 (the bench uses ``asyncio.timeout``; the
+   engine venvs are ``ami/pins.py`` PYTHON_VERSION, 3.12) and ``aiohttp`` are required (the vLLM
+   and Neuron engine venvs have it: vLLM depends on it, the Neuron engine serves with
+   aiohttp.web); ``uvloop``,
    ``orjson``, ``rich`` and ``tokenizers`` are optional in the bench and used when present.
 2. One command over the SSH connection the tunnel already holds (``run_remote``): the zip on
    stdin, the first Python on the instance that imports aiohttp (the engine venvs, then
@@ -115,7 +117,7 @@ def bench_argv(endpoint: Endpoint, *, remote_port: int, bench: dict[str, Any]) -
 def remote_command(argv: list[str], zip_size: int, *, pythons: tuple[str, ...] = INSTANCE_PYTHONS,
                    env: dict[str, str] | None = None) -> str:
     """The shell command run on the instance: read the zip (``zip_size`` bytes) from stdin, find
-    a Python with aiohttp, run the bench in the background (its output to stderr) while a
+    a Python >= 3.11 with aiohttp, run the bench in the background (its output to stderr) while a
     watcher waits for stdin's EOF, which comes when the caller closes the channel (done or
     Ctrl-C): then the bench gets SIGINT. Finally the results as a tar on stdout; the temporary
     directory is removed on every exit."""
@@ -128,8 +130,10 @@ def remote_command(argv: list[str], zip_size: int, *, pythons: tuple[str, ...] =
         "trap 'rm -rf \"$d\"' EXIT; "
         f"head -c {int(zip_size)} > \"$d/kit.zip\" || exit 91; py=; "
         f"for c in {cands}; do if command -v \"$c\" >/dev/null 2>&1 && "
-        "\"$c\" -c 'import aiohttp' >/dev/null 2>&1 </dev/null; then py=$c; break; fi; done; "
-        f"if [ -z \"$py\" ]; then echo 'no Python with aiohttp on the instance (looked for: {' '.join(pythons)})' >&2; "
+        "\"$c\" -c 'import sys, aiohttp; sys.exit(sys.version_info < (3, 11))' >/dev/null 2>&1 </dev/null; "
+        "then py=$c; break; fi; done; "
+        f"if [ -z \"$py\" ]; then echo 'no Python >= 3.11 with aiohttp on the instance (looked for: "
+        f"{' '.join(pythons)})' >&2; "
         "exit 92; fi; "
         f"{envs} \"$py\" \"$d/kit.zip\" {bench} --out \"$d/out\" 1>&2 </dev/null 3<&- & pid=$!; "
         # the watcher reads with the shell's own `read` (no child that would outlive `kill $w`

@@ -20,7 +20,12 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def sshd(sshd_bin: str, tmp: Path, authorized_key_line: str) -> Iterator[dict[str, Any]]:
-    """sshd on 127.0.0.1 with its own host key and authorized_keys; yields port, host key path."""
+    """sshd on 127.0.0.1 with its own host key and authorized_keys; yields port, host key path.
+
+    Sessions get ``HOME`` set to ``tmp`` (sshd_config(5) SetEnv, applied after sshd's own
+    variables): bash run by sshd reads ``~/.bashrc`` even for ``bash -c`` (Debian's
+    SSH_SOURCE_BASHRC), and a developer's rc file (pyenv's rehash, waiting up to 60 s on a lock)
+    must not be part of what the tunnel tests and measurements time."""
     host_key = tmp / "ssh_host_ed25519_key"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(host_key)], check=True)
     auth = tmp / "authorized_keys"
@@ -42,6 +47,7 @@ PubkeyAuthentication yes
 PermitRootLogin prohibit-password
 AllowTcpForwarding local
 X11Forwarding no
+SetEnv HOME={tmp}
 """)
     with contextlib.suppress(OSError):  # privilege-separation directory sshd wants when root
         Path("/run/sshd").mkdir(exist_ok=True)

@@ -90,7 +90,7 @@ def ref_url(ep: Endpoint) -> str:
 def test_an_instance_without_a_usable_python_is_one_clear_error(instance, tmp_path):
     fwd, ep = instance
     lines: list[str] = []
-    with pytest.raises(remote.RemoteBenchError, match="no Python with aiohttp"):
+    with pytest.raises(remote.RemoteBenchError, match="no Python >= 3.11 with aiohttp"):
         remote.run_remote_bench(fwd, ep, tmp_path / "o", remote_port=ep.port, bench=BENCH, echo=lines.append,
                                 pythons=("/nonexistent/python",))
 
