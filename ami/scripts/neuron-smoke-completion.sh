@@ -11,6 +11,10 @@
 # image's graphs do not match). SMOKE_PORT, SMOKE_POLL: loopback port (default 18000) and seconds
 # between health checks (5). Tools by path or from systemd's default PATH only (curl, jq).
 set -euo pipefail
+# The shared health wait and completion (smoke-lib.sh, shellchecked on its own), from this
+# script's folder: the image unpacks all of ami/scripts into one.
+# shellcheck source=/dev/null
+. "$(dirname "${BASH_SOURCE[0]}")/smoke-lib.sh"
 
 launcher=${1:?usage: neuron-smoke-completion.sh LAUNCHER MODEL_DIR SERVED_NAME [args...]}
 model_dir=${2:?usage: neuron-smoke-completion.sh LAUNCHER MODEL_DIR SERVED_NAME [args...]}
@@ -30,35 +34,12 @@ cleanup() {
 }
 trap cleanup EXIT
 
-deadline=$((SECONDS + timeout))
-until curl -fsS "http://127.0.0.1:$port/health" >/dev/null 2>&1; do
-  if ! kill -0 "$server" 2>/dev/null; then
-    echo "the Neuron engine exited before it was healthy; last lines of its log:" >&2
-    tail -n 40 "$log" >&2
-    exit 1
-  fi
-  if [ "$SECONDS" -ge "$deadline" ]; then
-    echo "the Neuron engine was not healthy after ${timeout}s; last lines of its log:" >&2
-    tail -n 40 "$log" >&2
-    exit 1
-  fi
-  sleep "$poll"
-done
+smoke_wait_healthy "the Neuron engine" "$port" "$server" "$log" "$timeout" "$poll"
 if [ "${SMOKE_REQUIRE_CACHED:-0}" = 1 ] && ! grep -q "reusing compiled model" "$log"; then
   echo "the engine did not reuse the image's compiled graphs (they do not match this configuration):" >&2
   tail -n 40 "$log" >&2
   exit 1
 fi
 
-body=$(jq -n --arg m "$served" \
-  '{model: $m, max_tokens: 32, temperature: 0,
-    messages: [{role: "user", content: "Name the capital of France in one word."}]}')
-reply=$(curl -fsS "http://127.0.0.1:$port/v1/chat/completions" \
-  -H 'Content-Type: application/json' -d "$body")
-text=$(printf '%s' "$reply" | jq -r '.choices[0].message.content // empty')
-if [ -z "$text" ]; then
-  echo "completion had no text: $reply" >&2
-  tail -n 40 "$log" >&2
-  exit 1
-fi
+text=$(smoke_completion_text "$port" "$served" "$log")
 echo "neuron smoke completion ok: $text"

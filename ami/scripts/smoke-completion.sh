@@ -11,6 +11,10 @@
 # SMOKE_PORT, SMOKE_POLL: loopback port (default 18000) and seconds between health checks (5).
 # SMOKE_IMDS_URL: instance metadata service (default http://169.254.169.254; tests override it).
 set -euo pipefail
+# The shared health wait and completion (smoke-lib.sh, shellchecked on its own), from this
+# script's folder: the image unpacks all of ami/scripts into one.
+# shellcheck source=/dev/null
+. "$(dirname "${BASH_SOURCE[0]}")/smoke-lib.sh"
 
 venv=${1:?usage: smoke-completion.sh VENV MODEL [vllm serve args...]}
 model=${2:?usage: smoke-completion.sh VENV MODEL [vllm serve args...]}
@@ -45,30 +49,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-deadline=$((SECONDS + timeout))
-until curl -fsS "http://127.0.0.1:$port/health" >/dev/null 2>&1; do
-  if ! kill -0 "$server" 2>/dev/null; then
-    echo "vLLM exited before it was healthy; last lines of its log:" >&2
-    tail -n 40 "$log" >&2
-    exit 1
-  fi
-  if [ "$SECONDS" -ge "$deadline" ]; then
-    echo "vLLM not healthy after ${timeout}s; last lines of its log:" >&2
-    tail -n 40 "$log" >&2
-    exit 1
-  fi
-  sleep "$poll"
-done
-
-body=$(jq -n --arg m "$model" \
-  '{model: $m, max_tokens: 32, temperature: 0,
-    messages: [{role: "user", content: "Name the capital of France in one word."}]}')
-reply=$(curl -fsS "http://127.0.0.1:$port/v1/chat/completions" \
-  -H 'Content-Type: application/json' -d "$body")
-text=$(printf '%s' "$reply" | jq -r '.choices[0].message.content // empty')
-if [ -z "$text" ]; then
-  echo "completion had no text: $reply" >&2
-  tail -n 40 "$log" >&2
-  exit 1
-fi
+smoke_wait_healthy vLLM "$port" "$server" "$log" "$timeout" "$poll"
+text=$(smoke_completion_text "$port" "$model" "$log")
 echo "smoke completion ok: $text"
