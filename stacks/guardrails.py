@@ -19,7 +19,10 @@ every ``ENDPOINT_TTL_RETRY_MINUTES`` until ``ENDPOINT_TTL_RETRY_HOURS`` later (n
 may delete only this endpoint. A recurring schedule, not a one-time one: an endpoint that is
 ``Creating`` or ``Updating`` refuses deletion, and a single attempt would leave it billing; the
 calls after it is gone fail harmlessly (no such endpoint). SageMaker has no stop state, and a
-CloudWatch alarm cannot delete an endpoint, so the TTL is the endpoint's guardrail.
+CloudWatch alarm cannot delete an endpoint, so the TTL is the endpoint's guardrail. The schedule
+and its role outlive a stack deletion (DeletionPolicy Retain) until Custom::EndpointTtlRelease has
+seen the endpoint gone (stacks/sagemaker.py), so a rollback that could not delete a Creating
+endpoint leaves it guarded.
 
 The TTL counts from synthesis (``cdk deploy`` synthesizes, then deploys): redeploying the
 stack moves the deadline, which is how a user extends a running backend on purpose.
@@ -146,11 +149,20 @@ class EndpointTtl(Construct):
         stack = cdk.Stack.of(self)
         endpoint_arn = stack.format_arn(service="sagemaker", resource="endpoint", resource_name=endpoint_name.lower())
         role = _scheduler_role(self, iam.PolicyStatement(actions=["sagemaker:DeleteEndpoint"], resources=[endpoint_arn]))
+        self.role = role
         self.schedule = _one_time_schedule(
             self, ttl_expires_at, "sagemaker:deleteEndpoint", {"EndpointName": endpoint_name}, role,
             f"Delete SageMaker endpoint {endpoint_name} from its TTL ({iso(ttl_expires_at)}), every "
             f"{ENDPOINT_TTL_RETRY_MINUTES} min until it is gone",
             repeat_until=ttl_expires_at + timedelta(hours=ENDPOINT_TTL_RETRY_HOURS))
+        # Kept when the stack deletes them: a rollback deletes them even when the endpoint's own
+        # deletion failed (a Creating endpoint refuses it; cloudformation-coverage-roadmap#852),
+        # and Retain holds on the rollback of the creating operation too (that is what
+        # RetainExceptOnCreate differs in: DeletionPolicy attribute, CloudFormation User Guide).
+        # Custom::EndpointTtlRelease (stacks/sagemaker.py) deletes them once the endpoint is gone.
+        policy = role.node.find_child("DefaultPolicy").node.default_child
+        for resource in (self.schedule, role.node.default_child, policy):
+            resource.cfn_options.deletion_policy = cdk.CfnDeletionPolicy.RETAIN
 
 
 __all__ = ["Ec2Guardrails", "EndpointTtl", "IDLE_TAG", "TTL_TAG", "ttl_expiry", "iso"]

@@ -148,6 +148,23 @@ class SageMakerStack(cdk.Stack):
                 # (aws-cloudformation/cloudformation-coverage-roadmap#852, #1508); docs/stacks.md.
                 ttl = EndpointTtl(self, f"Ttl{sid}", endpoint_name=name, ttl_expires_at=ttl_expires_at)
                 endpoint.node.add_dependency(ttl)
+                # The guard is kept on delete (stacks/guardrails.py); this resource, deleted after
+                # the endpoint, deletes it once the endpoint is really gone (handler:
+                # stacks/lambdas/endpoint_ready/index.py, release).
+                release = cdk.CustomResource(
+                    self, f"TtlRelease{sid}", service_token=self.ready.function.function_arn,
+                    resource_type="Custom::EndpointTtlRelease", service_timeout=cdk.Duration.minutes(5),
+                    properties={"EndpointName": name, "ScheduleName": ttl.schedule.ref,
+                                "RoleName": ttl.role.role_name})
+                release.node.add_dependency(self.ready.role)
+                endpoint.node.add_dependency(release)
+                self.ready.role.add_to_policy(iam.PolicyStatement(
+                    sid=f"ReleaseTtlSchedule{sid}", actions=["scheduler:DeleteSchedule"],
+                    resources=[ttl.schedule.attr_arn]))
+                self.ready.role.add_to_policy(iam.PolicyStatement(
+                    sid=f"ReleaseTtlRole{sid}", actions=["iam:ListRolePolicies", "iam:DeleteRolePolicy",
+                                                         "iam:DeleteRole"],
+                    resources=[ttl.role.role_arn]))
         # IAM matches log-group actions (CreateLogGroup, DescribeLogStreams) against the group's
         # ARN with a trailing ":*" (CloudWatch Logs API reference, LogGroup.arn); the bare ARN
         # would allow only the stream actions. "<group>:*" covers the group and its streams.

@@ -16,6 +16,14 @@ itself asynchronously with the same event and the time it started (``KitStartedA
 the last invocation answers CloudFormation. Update waits again (a new endpoint config puts the
 endpoint in ``Updating``); Delete does nothing.
 
+The same function answers ``Custom::EndpointTtlRelease`` (one per endpoint, which the endpoint
+depends on): the endpoint's TTL schedule and its role are kept by CloudFormation on delete
+(DeletionPolicy Retain), because a rollback deletes them even when the endpoint's own deletion
+failed (cloudformation-coverage-roadmap#852), and a ``Creating`` endpoint refuses deletion. On
+Delete this resource looks at the endpoint: gone, it deletes the schedule and the role; still
+there, it leaves both, so the schedule keeps deleting the endpoint every 15 minutes up to its end
+date, and says so. Create and Update do nothing.
+
 Self-contained (boto3 and the standard library); tests import it.
 """
 from __future__ import annotations
@@ -78,8 +86,51 @@ def respond(event: Mapping[str, Any], status: str, reason: str, data: Mapping[st
         r.read()
 
 
+def _ignore_missing(call: Callable[[], Any]) -> None:
+    try:
+        call()
+    except Exception as e:  # noqa: BLE001 - ResourceNotFoundException / NoSuchEntity: already gone
+        if "NotFound" not in type(e).__name__ and "NoSuchEntity" not in type(e).__name__ \
+                and "NotFound" not in str(e) and "NoSuchEntity" not in str(e):
+            raise
+
+
+def release(props: Mapping[str, Any], sm: Any, scheduler: Any, iam: Any) -> str:
+    """Delete the endpoint's TTL schedule and role once the endpoint is gone; else keep them."""
+    name, schedule, role = props["EndpointName"], props["ScheduleName"], props["RoleName"]
+    status, _ = status_of(sm, name)
+    if status != "NotFound":
+        return (f"SageMaker endpoint {name} is still {status}: its TTL schedule {schedule} and role {role} stay "
+                f"(the schedule deletes the endpoint every 15 min until its end date); once the endpoint is gone, "
+                f"`aws scheduler delete-schedule --name {schedule}` and delete the role {role}")
+    _ignore_missing(lambda: scheduler.delete_schedule(Name=schedule))
+    try:
+        policies = iam.list_role_policies(RoleName=role)["PolicyNames"]
+    except Exception as e:  # noqa: BLE001
+        if "NoSuchEntity" in type(e).__name__ or "NoSuchEntity" in str(e):
+            return f"endpoint {name} is gone; schedule {schedule} deleted, role {role} was already gone"
+        raise
+    for policy in policies:
+        _ignore_missing(lambda policy=policy: iam.delete_role_policy(RoleName=role, PolicyName=policy))
+    _ignore_missing(lambda: iam.delete_role(RoleName=role))
+    return f"endpoint {name} is gone; its TTL schedule {schedule} and role {role} deleted"
+
+
 def handler(event: dict, context: Any, sm: Any = None, lam: Any = None, send=respond,
-            now: Callable[[], float] = time.time, sleep: Callable[[float], None] = time.sleep) -> None:
+            now: Callable[[], float] = time.time, sleep: Callable[[float], None] = time.sleep,
+            scheduler: Any = None, iam: Any = None) -> None:
+    if event.get("ResourceType") == "Custom::EndpointTtlRelease":
+        if event["RequestType"] != "Delete":
+            return send(event, "SUCCESS", "nothing to do before the stack is deleted", {})
+        try:
+            import boto3
+
+            reason = release(event["ResourceProperties"], sm or boto3.client("sagemaker"),
+                             scheduler or boto3.client("scheduler"), iam or boto3.client("iam"))
+        except Exception as e:  # noqa: BLE001 - keep the guard, never block the delete
+            reason = f"TTL schedule and role left in place ({type(e).__name__}: {e})"
+        print(json.dumps({"release": reason}))
+        return send(event, "SUCCESS", reason, {})
     if event["RequestType"] == "Delete":
         return send(event, "SUCCESS", "nothing to delete", {})
     event = {**event, "KitStartedAt": event.get("KitStartedAt") or now()}
