@@ -246,3 +246,11 @@ def test_the_guard_is_kept_by_cloudformation_and_released_after_the_endpoint(kit
     assert stmts["ReleaseTtlScheduleMlG6Xlarge"]["Resource"] == {"Fn::GetAtt": [sched_id, "Arn"]}
     role_id = rel["Properties"]["RoleName"]["Ref"]
     assert stmts["ReleaseTtlRoleMlG6Xlarge"]["Resource"] == {"Fn::GetAtt": [role_id, "Arn"]}
+
+
+def test_turning_the_ttl_off_on_a_running_endpoint_removes_the_kept_guard():
+    # An update with ttl_hours=0 deletes the release while the endpoint stays InService: the
+    # retained schedule must not delete it at the old TTL.
+    (status, reason), scheduler, iam = run_release([(0, "InService", "")])
+    assert status == "SUCCESS" and scheduler.deleted == ["ttl-sched"] and ("delete_role", "ttl-role") in iam.calls
+    assert "InService" in reason

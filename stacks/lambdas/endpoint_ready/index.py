@@ -20,9 +20,10 @@ The same function answers ``Custom::EndpointTtlRelease`` (one per endpoint, whic
 depends on): the endpoint's TTL schedule and its role are kept by CloudFormation on delete
 (DeletionPolicy Retain), because a rollback deletes them even when the endpoint's own deletion
 failed (cloudformation-coverage-roadmap#852), and a ``Creating`` endpoint refuses deletion. On
-Delete this resource looks at the endpoint: gone, it deletes the schedule and the role; still
-there, it leaves both, so the schedule keeps deleting the endpoint every 15 minutes up to its end
-date, and says so. Create and Update do nothing.
+Delete this resource looks at the endpoint: still busy (``Creating``, ``Updating``: deletion
+refused), it leaves both, so the schedule keeps deleting the endpoint every 15 minutes up to its end
+date, and says so; otherwise (gone, or in service when an update turned the TTL off) it deletes
+the schedule and the role. Create and Update do nothing.
 
 Self-contained (boto3 and the standard library); tests import it.
 """
@@ -95,11 +96,18 @@ def _ignore_missing(call: Callable[[], Any]) -> None:
             raise
 
 
+# Statuses of an endpoint in transition (EndpointStatus, SageMaker API reference), in which a
+# Creating or Updating one refuses DeleteEndpoint (stacks/guardrails.py): the guard must stay. Any other status
+# while this resource is deleted means the endpoint was not being deleted at all (an update that
+# turned the TTL off) or is going away, and the guard goes.
+BUSY = ("Creating", "Updating", "SystemUpdating", "RollingBack")
+
+
 def release(props: Mapping[str, Any], sm: Any, scheduler: Any, iam: Any) -> str:
-    """Delete the endpoint's TTL schedule and role once the endpoint is gone; else keep them."""
+    """Delete the endpoint's TTL schedule and role unless the endpoint is busy; then keep them."""
     name, schedule, role = props["EndpointName"], props["ScheduleName"], props["RoleName"]
     status, _ = status_of(sm, name)
-    if status != "NotFound":
+    if status in BUSY:
         return (f"SageMaker endpoint {name} is still {status}: its TTL schedule {schedule} and role {role} stay "
                 f"(the schedule deletes the endpoint every 15 min until its end date); once the endpoint is gone, "
                 f"`aws scheduler delete-schedule --name {schedule}` and delete the role {role}")
@@ -113,7 +121,7 @@ def release(props: Mapping[str, Any], sm: Any, scheduler: Any, iam: Any) -> str:
     for policy in policies:
         _ignore_missing(lambda policy=policy: iam.delete_role_policy(RoleName=role, PolicyName=policy))
     _ignore_missing(lambda: iam.delete_role(RoleName=role))
-    return f"endpoint {name} is gone; its TTL schedule {schedule} and role {role} deleted"
+    return f"endpoint {name} is {'gone' if status == 'NotFound' else status}; its TTL schedule {schedule} and role {role} deleted"
 
 
 def handler(event: dict, context: Any, sm: Any = None, lam: Any = None, send=respond,
