@@ -17,7 +17,6 @@ Catalog facts read: none (the caller passes the instance types and the preferenc
 """
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Sequence
 
 import aws_cdk as cdk
@@ -28,8 +27,8 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from stacks import nag
+from stacks.lambda_code import handler_code, handler_name
 
-HANDLER_DIR = Path(__file__).resolve().parent / "lambdas" / "az_choice"
 CIDR_PREFIX = "10.42"  # NetworkStack's VPC is 10.42.0.0/16
 # Third octets: NetworkStack's own subnets use the lowest /24s (two per AZ it spans, 12 at most);
 # each chooser owns a block of 8 (one /24 per AZ letter a-h, index.py MAX_LETTERS).
@@ -70,8 +69,8 @@ def _function(stack: cdk.Stack) -> lambda_.Function:
     nag.acknowledge(role, f"AwsSolutions-IAM5[Resource::<{logs_id}.Arn>:*]",
                     "log streams inside the function's own log group, whose stream names Lambda chooses")
     fn = lambda_.Function(
-        stack, _FUNCTION_ID, runtime=lambda_.Runtime.PYTHON_3_14, handler="index.handler",
-        code=lambda_.Code.from_asset(str(HANDLER_DIR), exclude=["__pycache__", "__init__.py"]),
+        stack, _FUNCTION_ID, runtime=lambda_.Runtime.PYTHON_3_14, handler=handler_name("az_choice"),
+        code=handler_code("az_choice"),
         role=role, log_group=log_group, timeout=cdk.Duration.minutes(1), memory_size=128,
         description="Custom::AzChoice: the AZ offering the instance types (stacks/az_choice.py)")
     # CDK makes the function wait for its role and policy, and also refers to the role (GetAtt):

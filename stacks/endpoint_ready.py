@@ -14,8 +14,6 @@ Catalog facts read: none.
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 import aws_cdk as cdk
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
@@ -23,8 +21,8 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from stacks import nag
+from stacks.lambda_code import handler_code, handler_name
 
-HANDLER_DIR = Path(__file__).resolve().parent / "lambdas" / "endpoint_ready"
 SERVICE_TIMEOUT_MAX_S = 3600  # AWS::CloudFormation::CustomResource ServiceTimeout: 1-3600
 MARGIN_S = 300  # the function answers by itself; the service timeout only if it never does
 MAX_READY_MINUTES = (SERVICE_TIMEOUT_MAX_S - MARGIN_S) // 60  # 55
@@ -58,8 +56,8 @@ class EndpointReady(Construct):
                         "log streams inside the function's own log group, whose stream names Lambda chooses")
         self.function = lambda_.Function(
             self, "Function", function_name=self.function_name, runtime=lambda_.Runtime.PYTHON_3_14,
-            handler="index.handler", role=self.role, log_group=log_group, memory_size=128,
-            code=lambda_.Code.from_asset(str(HANDLER_DIR), exclude=["__pycache__", "__init__.py"]),
+            handler=handler_name("endpoint_ready"), role=self.role, log_group=log_group, memory_size=128,
+            code=handler_code("endpoint_ready"),
             timeout=cdk.Duration.minutes(15),
             description="Custom::EndpointReady: bounded wait for InService (stacks/endpoint_ready.py)")
         self.function.node.default_child.add_deletion_override("DependsOn")  # cfn-lint W3005; see az_choice.py

@@ -132,7 +132,7 @@ def test_each_endpoint_has_a_bounded_watch_beside_it(kit):
     endpoint_id, _ = kit.one("SageMakerStack", "AWS::SageMaker::Endpoint")
     assert endpoint_id not in watch.get("DependsOn", [])  # it runs while the endpoint is created
     fn = t["Resources"][p["ServiceToken"]["Fn::GetAtt"][0]]["Properties"]
-    assert fn["Timeout"] == 900 and fn["Handler"] == "index.handler"
+    assert fn["Timeout"] == 900 and fn["Handler"] == "lambdas.endpoint_ready.index.handler"
     # Its role: describe this endpoint, invoke itself (the hand-over), write its own logs, and
     # release the endpoint's TTL guard (review R1; checked in the test at the end).
     policies = [pol for pol in kit.resources("SageMakerStack", "AWS::IAM::Policy").values()

@@ -20,13 +20,15 @@ Only ``ec2:DescribeInstanceTypeOfferings`` and ``ec2:DescribeAvailabilityZones``
 both support no resource-level permissions (Service Authorization Reference, Amazon EC2), which
 is why the role grants them on "*". Delete does nothing (nothing was created).
 
-Self-contained (boto3 and the standard library: the Lambda Python runtime's); tests import it.
+Self-contained but for ../cfn_response.py, packed beside it (stacks/lambda_code.py): boto3 and
+the standard library, the Lambda Python runtime's. Tests and preflight import it.
 """
 from __future__ import annotations
 
 import json
-import urllib.request
 from typing import Any, Iterable, Mapping
+
+from ..cfn_response import respond
 
 MAX_LETTERS = 8  # AZ letters a..h per CIDR block of 8 /24s
 
@@ -98,18 +100,6 @@ def decide(event: Mapping[str, Any], ec2: Any, region: str) -> tuple[str, dict[s
     az, fit = choose(region, available_zones(ec2), offerings(ec2, types), props.get("PreferredAz", ""), previous)
     return az, {"AvailabilityZone": az, "Offered": ",".join(fit),
                 "CidrBlock": cidr_block(props["CidrPrefix"], int(props["CidrBase"]), az)}
-
-
-def respond(event: Mapping[str, Any], status: str, physical_id: str, data: Mapping[str, str],
-            reason: str = "") -> None:
-    """PUT the custom-resource response to the presigned ResponseURL (empty Content-Type)."""
-    body = json.dumps({"Status": status, "Reason": reason[:1000] or status, "PhysicalResourceId": physical_id,
-                       "StackId": event["StackId"], "RequestId": event["RequestId"],
-                       "LogicalResourceId": event["LogicalResourceId"], "Data": dict(data)}).encode()
-    req = urllib.request.Request(event["ResponseURL"], data=body, method="PUT",
-                                 headers={"Content-Type": "", "Content-Length": str(len(body))})
-    with urllib.request.urlopen(req, timeout=30) as r:  # noqa: S310 - CloudFormation's presigned URL
-        r.read()
 
 
 def handler(event: Mapping[str, Any], context: Any, ec2: Any = None, send=respond) -> None:

@@ -31,8 +31,9 @@ from __future__ import annotations
 
 import json
 import time
-import urllib.request
 from typing import Any, Callable, Mapping
+
+from .. import cfn_response
 
 POLL_S = 30
 RESERVE_MS = 90_000  # hand over to a fresh invocation with this much time left
@@ -78,13 +79,8 @@ def step(event: Mapping[str, Any], sm: Any, region: str, now: Callable[[], float
 
 
 def respond(event: Mapping[str, Any], status: str, reason: str, data: Mapping[str, str]) -> None:
-    body = json.dumps({"Status": status, "Reason": reason[:1000], "PhysicalResourceId": event["ResourceProperties"]["EndpointName"],
-                       "StackId": event["StackId"], "RequestId": event["RequestId"],
-                       "LogicalResourceId": event["LogicalResourceId"], "Data": dict(data)}).encode()
-    req = urllib.request.Request(event["ResponseURL"], data=body, method="PUT",
-                                 headers={"Content-Type": "", "Content-Length": str(len(body))})
-    with urllib.request.urlopen(req, timeout=30) as r:  # noqa: S310 - CloudFormation's presigned URL
-        r.read()
+    """The response, with the endpoint's name as the physical id."""
+    cfn_response.respond(event, status, event["ResourceProperties"]["EndpointName"], data, reason)
 
 
 def _ignore_missing(call: Callable[[], Any]) -> None:
