@@ -71,9 +71,11 @@ def _chunk(model: str, delta: dict | None, finish: str | None = None, usage: dic
 
 class FakeOpenAI:
     def __init__(self, script: Callable[[dict, int], Reply], model: str = "fake/model",
-                 token_delay: float = 0.0, stall: bool = False):
-        """``stall``: a text answer sends its role chunk, then nothing until ``stop()`` (a model
-        that never finishes, however slow or fast the machine running the test is)."""
+                 token_delay: float = 0.0, stall: float = 0.0):
+        """``stall``: a text answer sends its role chunk, then nothing for ``stall`` seconds or
+        until ``stop()`` (a model far slower than any timeout under test, however slow or fast the
+        machine running the test is; bounded, so a timeout that is not honoured fails the test
+        with a finished answer instead of hanging it)."""
         self.script, self.model, self.token_delay, self.stall = script, model, token_delay, stall
         self._released: asyncio.Event | None = None
         self.requests: list[dict[str, Any]] = []
@@ -109,8 +111,11 @@ class FakeOpenAI:
             pieces = reply["text"].split(" ")
             if self.stall:
                 self._released = self._released or asyncio.Event()
-                await self._released.wait()
-                return resp  # stopping: the client gave up long ago
+                try:
+                    await asyncio.wait_for(self._released.wait(), self.stall)
+                    return resp  # stopping: the client gave up long ago
+                except asyncio.TimeoutError:
+                    pass
             for i, p in enumerate(pieces):
                 if self.token_delay:
                     await asyncio.sleep(self.token_delay)

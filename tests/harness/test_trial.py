@@ -105,10 +105,10 @@ def test_throttling_backs_off_and_plain_variant(tmp_path, no_aws):
 
 
 def test_timeout_is_recorded_and_next_backend_runs(tmp_path, no_aws):
-    # The slow model never finishes (it stalls until stopped), so its run can only end by the
-    # timeout; 3 s is ample for a fast run (two model calls and a tool call, ~0.1 s on a quiet
-    # machine) even when the machine is busy, and the timeout is honoured to within a second.
-    slow = FakeOpenAI(text_only("one two three four five six seven eight Answer: 8"), stall=True).start()
+    # The slow model stalls for 60 s (or until stopped), so its run can only end by the timeout;
+    # 3 s is ample for a fast run (two model calls and a tool call, ~0.1 s on a quiet machine)
+    # even when the machine is busy. An ignored timeout gives a finished run after 60 s: a failure.
+    slow = FakeOpenAI(text_only("one two three four five six seven eight Answer: 8"), stall=60).start()
     fast = FakeOpenAI(SCRIPTS["good"]).start()
     try:
         rc, lines, out = _run(tmp_path, ["--only", "agent", "--runs", "3", "--timeout", "3",
