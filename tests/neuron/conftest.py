@@ -23,7 +23,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_healthy(port: int, proc: subprocess.Popen | None = None, timeout: float = 120) -> None:
+def wait_healthy(port: int, proc: subprocess.Popen | None = None, timeout: float = 300) -> None:
+    """Poll /health until it answers (returns as soon as it does). The deadline only stops a
+    server that never comes up: on the loaded 2-core machine the tiny CPU engine took over 120 s."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:

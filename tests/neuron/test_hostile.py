@@ -408,7 +408,7 @@ def test_trickling_connections_cannot_make_the_engine_unresponsive(tmp_path):
                             env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=log, preexec_fn=_limit_fds)
     socks: list[socket.socket] = []
     try:
-        wait_healthy(port, None, timeout=120)
+        wait_healthy(port, None)
         assert proc.poll() is None, (tmp_path / "stderr.log").read_text()[-2000:]
         before = os.path.getsize(tmp_path / "stderr.log")
         t0 = time.monotonic()
