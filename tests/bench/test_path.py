@@ -38,20 +38,38 @@ class _Slow:
     protocol = "openai"
     round_trip_how = "sleep"
 
-    def __init__(self, seconds: float) -> None:
-        self.seconds, self.calls = seconds, 0
+    def __init__(self, seconds: float, clock: "_Clock | None" = None, first: float | None = None) -> None:
+        self.seconds, self.calls, self.clock = seconds, 0, clock
+        self.first = seconds if first is None else first
 
     async def round_trip(self) -> None:
         self.calls += 1
-        await asyncio.sleep(self.seconds)
+        took = self.first if self.calls == 1 else self.seconds
+        if self.clock is None:
+            await asyncio.sleep(took)
+        else:  # a trip that takes exactly this long on the injected clock, whatever the machine does
+            self.clock.ns += round(took * 1e9)
+            await asyncio.sleep(0)
 
 
-def test_a_slower_path_measures_slower_and_the_first_trip_is_not_timed():
-    fast, slow = _Slow(0.001), _Slow(0.03)
+class _Clock:
+    def __init__(self) -> None:
+        self.ns = 10**12
+
+    def perf_counter_ns(self) -> int:
+        return self.ns
+
+
+def test_a_slower_path_measures_slower_and_the_first_trip_is_not_timed(monkeypatch):
+    from harness.bench import path as path_mod
+
+    clock = _Clock()
+    monkeypatch.setattr(path_mod, "time", clock)  # measure_path's clock: deterministic
+    fast, slow = _Slow(0.001, clock), _Slow(0.03, clock, first=0.5)  # a 500 ms connection set-up
     f = asyncio.run(measure_path(fast, 5))
     s = asyncio.run(measure_path(slow, 5))
     assert f["n"] == s["n"] == 5 and slow.calls == 6  # one untimed warm-up trip
-    assert s["p50"] >= 30 and s["p50"] > f["p50"] + 20
+    assert (f["p50"], f["p99"]) == (1.0, 1.0) and (s["p50"], s["p99"]) == (30.0, 30.0)  # not 500
 
 
 def test_no_round_trip_disabled_or_failing_is_n_zero_with_the_reason():
