@@ -3,9 +3,11 @@ harness.bench.summarize turns into the same summary as the benchmark's."""
 from __future__ import annotations
 
 import json
+import signal
 import statistics
 import subprocess
 import sys
+import time
 
 from harness.bench import metrics
 from tests.bench.conftest import REPO
@@ -53,20 +55,44 @@ def test_locust_headless_writes_records_and_summarizes(ref, tmp_path):
     assert "TTFT" in p.stdout + p.stderr  # Locust's own table has our TTFT entries
 
 
+def wait_for(cond, what: str, timeout: float = 120) -> None:
+    """Poll until ``cond()`` (returns as soon as it holds); the deadline only stops a hang."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"after {timeout} s still waiting for {what}"
+        time.sleep(0.1)
+
+
+def stop_locust(proc: subprocess.Popen) -> tuple[str, str]:
+    """SIGTERM: Locust's own shutdown (the same runner.quit() as the end of -t)."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 def test_locust_stopping_mid_request_still_records_it(ref, tmp_path):
     """Without --stop-timeout Locust kills users mid-request (GreenletExit): each request the
-    server saw is still in the records, as failed."""
-    ref.configure(ttft_ms=20, itl_ms=100, tokens_per_chunk=1)  # ~1.2 s per request
+    server saw is still in the records, as failed. Every request hangs after its role chunk, and
+    Locust is stopped once the server has both users' requests: mid-request by construction,
+    not by a -t that a busy machine can make land between requests or before the first."""
+    ref.configure(ttft_ms=20, itl_ms=5, fault="hang", fault_every=1)
     out = tmp_path / "locust"
-    p = subprocess.run([sys.executable, "-m", "locust", "-f", "harness/bench/locustfile.py", "--headless",
-                        "-u", "2", "-r", "2", "-t", "2s", "--host", ref.url, "--only-summary",
-                        "--bench-profile", "10-12", "--bench-out", str(out)],
-                       cwd=REPO, capture_output=True, text=True, timeout=60)
-    assert p.returncode in (0, 1), p.stderr[-2000:]
+    proc = subprocess.Popen([sys.executable, "-m", "locust", "-f", "harness/bench/locustfile.py", "--headless",
+                             "-u", "2", "-r", "2", "--host", ref.url, "--only-summary",
+                             "--bench-profile", "10-12", "--bench-out", str(out)],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: len(ref.records()) == 2 or proc.poll() is not None, "both users' requests")
+    finally:
+        _, err = stop_locust(proc)
+    assert proc.returncode in (0, 1), err[-2000:]
     recs = [json.loads(x) for x in next(out.glob("requests-*.jsonl")).read_text().splitlines()]
-    assert {r["id"] for r in recs} == set(ref.records())
-    cut = [r for r in recs if not r["ok"]]
-    assert cut and all(r["error"] == "timeout" and "locust stopped" in r["error_detail"] for r in cut)
+    assert {r["id"] for r in recs} == set(ref.records()) and len(recs) == 2
+    assert all(not r["ok"] and r["error"] == "timeout" and "locust stopped" in r["error_detail"] for r in recs)
 
 
 def test_master_and_workers_share_one_level_and_the_total_user_count(ref, tmp_path):
@@ -84,19 +110,26 @@ def test_master_and_workers_share_one_level_and_the_total_user_count(ref, tmp_pa
                                 cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                for _ in range(2)]
     try:
-        p = subprocess.run(base + ["--master", "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port),
-                                   "--expect-workers", "2", "--headless", "-u", "4", "-r", "4", "-t", "2s",
-                                   "--host", ref.url, "--only-summary", "--bench-profile", "10-12",
-                                   "--bench-out", str(out), "--stop-timeout", "5"],
-                           cwd=REPO, capture_output=True, text=True, timeout=60)
+        # no -t: stopped once the server has requests from both workers (record ids carry the
+        # worker's pid), so a busy machine cannot end the run before a worker sent anything
+        master = subprocess.Popen(base + ["--master", "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port),
+                                          "--expect-workers", "2", "--headless", "-u", "4", "-r", "4",
+                                          "--host", ref.url, "--only-summary", "--bench-profile", "10-12",
+                                          "--bench-out", str(out), "--stop-timeout", "5"],
+                                  cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            wait_for(lambda: len({i.rsplit("-", 2)[1] for i in ref.records()}) == 2 or master.poll() is not None,
+                     "requests from both workers")
+        finally:
+            _, err = stop_locust(master)
         for w in workers:
-            w.wait(20)
+            w.wait(60)
     finally:
         for w in workers:
             if w.poll() is None:
                 w.kill()
                 w.wait()
-    assert p.returncode == 0, p.stderr[-2000:]
+    assert master.returncode == 0, err[-2000:]
     files = list(out.glob("requests-*.jsonl"))
     assert len(files) == 2  # one per worker process
     recs = [json.loads(x) for f in files for x in f.read_text().splitlines()]

@@ -71,7 +71,10 @@ def test_ttft_itl_and_throughput_match_the_servers_record(ref, tmp_path):
     assert min(errs) > -0.5 and min(transit) > -0.001
     first_late = [e - t for e, t in zip(errs, transit)]
     assert statistics.median(first_late) < 2.5, first_late
-    noise = statistics.median(drift)
+    # per request, client mean ITL - server mean ITL = (last lateness - first lateness) / 23:
+    # lateness alone moves the pooled mean by at most the mean of |drift| (one 50 ms stall of the
+    # server's, caught up at once, is in both sides' gaps, not in the difference)
+    noise = statistics.fmean(drift)
     client_all, true_all = [], []
     for r in recs:
         s = srv[r["id"]]
@@ -92,7 +95,7 @@ def test_ttft_itl_and_throughput_match_the_servers_record(ref, tmp_path):
         assert lv["output_tok_s"] >= 0.95 * true_tok_s * (t1 - t0) / (c1 - c0), (lv["output_tok_s"], true_tok_s)
         true_itl = statistics.fmean([(b - a) / 1e6 for r in mine
                                      for a, b in zip(srv[r["id"]]["chunk_ns"], srv[r["id"]]["chunk_ns"][1:])])
-        level_noise = statistics.median([drift[recs.index(r)] for r in mine])
+        level_noise = statistics.fmean([drift[recs.index(r)] for r in mine])
         assert abs(lv["itl_ms"]["mean"] - true_itl) <= 0.1 * true_itl + level_noise, (lv["itl_ms"], true_itl)
 
 
