@@ -2,6 +2,10 @@ from __future__ import annotations
 
 import pytest
 
+from harness import access
+from tests.conftest import require_binary
+from tests.harness.servers import sshd
+
 
 @pytest.fixture()
 def no_aws(monkeypatch, tmp_path):
@@ -23,3 +27,17 @@ def fake_aws(monkeypatch, tmp_path):
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+
+
+@pytest.fixture()
+def key():
+    """An ephemeral SSH key, as the access path makes one per connection."""
+    return access.new_ephemeral_key()
+
+
+@pytest.fixture()
+def ssh_server(tmp_path, key):
+    """A real OpenSSH sshd on loopback that accepts ``key``."""
+    sshd_bin = require_binary("/usr/sbin/sshd")
+    with sshd(sshd_bin, tmp_path, access.public_key_line(key)) as info:
+        yield info

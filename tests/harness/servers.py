@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import contextlib
 import http.server
+import json
 import socket
 import threading
+import urllib.request
 from typing import Any, Iterator
 from urllib.parse import parse_qs, urlparse
 
@@ -77,3 +79,8 @@ def fake_eic(target_port: int) -> Iterator[dict[str, Any]]:
     finally:
         server.shutdown()
         t.join(5)
+
+
+def get_json(url: str) -> dict:
+    with urllib.request.urlopen(url, timeout=10) as r:
+        return json.loads(r.read())

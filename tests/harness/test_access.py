@@ -2,9 +2,7 @@
 from __future__ import annotations
 
 import datetime
-import json
 import socket
-import urllib.request
 from urllib.parse import parse_qs, urlparse
 
 import botocore.session
@@ -16,27 +14,9 @@ from botocore.stub import Stubber
 
 from harness import access
 from harness.endpoint import Endpoint
-from tests.conftest import require_binary
-from tests.harness.servers import fake_eic, http_server, sshd
+from tests.harness.servers import fake_eic, get_json, http_server
 
 FIXED = datetime.datetime(2026, 11, 29, 12, 0, 0)
-
-
-def _get(url: str) -> dict:
-    with urllib.request.urlopen(url, timeout=10) as r:
-        return json.loads(r.read())
-
-
-@pytest.fixture()
-def key():
-    return access.new_ephemeral_key()
-
-
-@pytest.fixture()
-def ssh_server(tmp_path, key):
-    sshd_bin = require_binary("/usr/sbin/sshd")
-    with sshd(sshd_bin, tmp_path, access.public_key_line(key)) as info:
-        yield info
 
 
 def _dial(port, key):
@@ -60,7 +40,7 @@ def test_ssh_forward_reaches_http_server_through_real_sshd(ssh_server, key):
             assert fwd.session is not None and not fwd.session.exit_status_ready()
             # Several connections, each its own direct-tcpip channel over one transport.
             for i in range(3):
-                assert _get(f"http://127.0.0.1:{fwd.local_port}/v1/models?n={i}") == {"path": f"/v1/models?n={i}"}
+                assert get_json(f"http://127.0.0.1:{fwd.local_port}/v1/models?n={i}") == {"path": f"/v1/models?n={i}"}
             port = fwd.local_port
         # Closed with the context: nothing listens on the local port any more.
         with pytest.raises(OSError):
@@ -92,9 +72,9 @@ def test_dropped_tunnel_redials_with_the_same_pinned_host_key(ssh_server, key):
     with http_server() as http_port:
         with access.SshForward(dial, username=ssh_server["user"], remote_port=http_port,
                                host_id="i-test", pins=access.HostKeyPins()) as fwd:
-            assert _get(fwd.base_url + "/models") == {"path": "/v1/models"}
+            assert get_json(fwd.base_url + "/models") == {"path": "/v1/models"}
             fwd.transport.close()  # as when EIC ends the tunnel
-            assert _get(fwd.base_url + "/models") == {"path": "/v1/models"}
+            assert get_json(fwd.base_url + "/models") == {"path": "/v1/models"}
             assert fwd.reconnects == 1 and len(dials) == 2
 
 
@@ -147,7 +127,7 @@ def test_eic_tunnel_end_to_end_through_websocket(ssh_server, key, monkeypatch):
         with access.eic_tunnel(ep, botocore_session=s, region="us-east-1", pins=access.HostKeyPins(),
                                os_user=ssh_server["user"], ec2=ec2, eic=eic, rewrite_url=rewrite) as live:
             assert live.base_url.startswith("http://127.0.0.1:")
-            assert _get(live.base_url + "/models") == {"path": "/v1/models"}
+            assert get_json(live.base_url + "/models") == {"path": "/v1/models"}
         ec2_stub.assert_no_pending_responses()
         eic_stub.assert_no_pending_responses()
         q = eice["seen"][0]
@@ -190,7 +170,7 @@ def test_websocket_that_cannot_open_is_one_access_error():
 
 
 def _free():
-    from tests.harness.servers import free_port
+    from tests.harness.servers import get_json, free_port
     return free_port()
 
 
@@ -203,5 +183,5 @@ def test_many_concurrent_connections_through_one_relay(ssh_server, key):
         # A client that connects and leaves without a word must not disturb the others.
         socket.create_connection(("127.0.0.1", fwd.local_port)).close()
         with ThreadPoolExecutor(24) as pool:
-            got = list(pool.map(lambda i: _get(f"{fwd.base_url}/models?i={i}"), range(48)))
+            got = list(pool.map(lambda i: get_json(f"{fwd.base_url}/models?i={i}"), range(48)))
     assert got == [{"path": f"/v1/models?i={i}"} for i in range(48)]

@@ -2,11 +2,9 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import socket
 import threading
 import time
-import urllib.request
 
 import pytest
 
@@ -14,24 +12,7 @@ from harness import access
 from harness.tunnel_child import key_from_pem
 from harness.tunnel_proc import ProcessForward, child_env, key_to_pem
 from tests.conftest import require_binary
-from tests.harness.servers import http_server, sshd
-
-
-def _get(url: str) -> dict:
-    with urllib.request.urlopen(url, timeout=10) as r:
-        return json.loads(r.read())
-
-
-@pytest.fixture()
-def key():
-    return access.new_ephemeral_key()
-
-
-@pytest.fixture()
-def ssh_server(tmp_path, key):
-    sshd_bin = require_binary("/usr/sbin/sshd")
-    with sshd(sshd_bin, tmp_path, access.public_key_line(key)) as info:
-        yield info
+from tests.harness.servers import get_json, http_server, sshd
 
 
 class _Proxy:
@@ -104,7 +85,7 @@ def test_forwarder_runs_in_its_own_process_and_leaves_none_behind(ssh_server, ke
                             host_id="i-test", pins=pins) as fwd:
             assert fwd.proc.pid and fwd.proc.poll() is None
             for i in range(3):
-                assert _get(f"{fwd.base_url}/models?n={i}") == {"path": f"/v1/models?n={i}"}
+                assert get_json(f"{fwd.base_url}/models?n={i}") == {"path": f"/v1/models?n={i}"}
             port, proc = fwd.local_port, fwd.proc
         assert proc.poll() is not None  # the child exited with the context
         with pytest.raises(OSError):
@@ -146,9 +127,9 @@ def test_redial_in_the_child_asks_for_a_new_ticket(ssh_server, key):
         with http_server() as http_port, \
                 ProcessForward(ticket, username=ssh_server["user"], remote_port=http_port,
                                host_id="i-test", pins=access.HostKeyPins(), keepalive=1) as fwd:
-            assert _get(fwd.base_url + "/models") == {"path": "/v1/models"}
+            assert get_json(fwd.base_url + "/models") == {"path": "/v1/models"}
             proxy.cut()  # as when EIC ends the tunnel
-            got = _retry(lambda: _get(fwd.base_url + "/models"))
+            got = _retry(lambda: get_json(fwd.base_url + "/models"))
             assert got == {"path": "/v1/models"}
             _wait(lambda: fwd.reconnects == 1)
             assert len(tickets) == 2 and fwd.error is None
@@ -166,19 +147,19 @@ def test_changed_host_key_on_redial_aborts_the_tunnel(ssh_server, key, tmp_path)
                 ProcessForward(lambda: {"key": key, "tcp": ("127.0.0.1", proxy.port)},
                                username=ssh_server["user"], remote_port=http_port, host_id="i-test",
                                pins=access.HostKeyPins()) as fwd:
-            assert _get(fwd.base_url + "/models") == {"path": "/v1/models"}
+            assert get_json(fwd.base_url + "/models") == {"path": "/v1/models"}
             proxy.target = second["port"]  # the "same instance" now shows another host key
             proxy.cut()
 
             def redial_exits() -> bool:  # connections go on until one redials and meets the new key
                 with contextlib.suppress(OSError):
-                    _get(fwd.base_url + "/models")
+                    get_json(fwd.base_url + "/models")
                 return fwd.proc.poll() is not None
 
             _wait(redial_exits)  # the child closed the tunnel and exited
             assert "changed during the run" in (fwd.error or "")
             with pytest.raises(OSError):
-                _get(fwd.base_url + "/models")
+                get_json(fwd.base_url + "/models")
     finally:
         proxy.close()
 
