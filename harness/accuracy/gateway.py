@@ -25,22 +25,26 @@ def _text(content) -> str:
     return str(content or "")
 
 
+class JsonHandler(BaseHTTPRequestHandler):
+    """A quiet request handler that answers JSON (also the base of the tests' scripted servers)."""
+
+    def log_message(self, *a) -> None:
+        pass
+
+    def _send(self, status: int, obj: dict) -> None:
+        data = json.dumps(obj).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
 @contextlib.contextmanager
 def openai_gateway(target: Target) -> Iterator[Target]:
     """The same target, with ``base_url`` pointing at a local gateway while the block runs."""
 
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *a) -> None:
-            pass
-
-        def _send(self, status: int, obj: dict) -> None:
-            data = json.dumps(obj).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
+    class Handler(JsonHandler):
         def do_GET(self) -> None:  # noqa: N802
             if self.path.rstrip("/") == "/v1/models":
                 self._send(200, {"object": "list", "data": [{"id": target.model_id, "object": "model"}]})

@@ -10,8 +10,10 @@ from __future__ import annotations
 import json
 import re
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Callable
+
+from harness.accuracy.gateway import JsonHandler
 
 WORDS = re.compile(r"\w+|[^\w\s]+")  # as the tokenizers library's Whitespace pre-tokenizer splits
 Script = Callable[[str], "str | int"]  # reply text, or an HTTP error status to answer with
@@ -47,18 +49,7 @@ class ScriptedServer:
         self.lock = threading.Lock()
         outer = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *a):  # quiet
-                pass
-
-            def _send(self, status: int, obj: dict) -> None:
-                data = json.dumps(obj).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
+        class Handler(JsonHandler):
             def do_GET(self):  # noqa: N802
                 if self.path.rstrip("/").endswith("/v1/models"):
                     self._send(200, {"object": "list", "data": [{"id": outer.model, "object": "model"}]})
