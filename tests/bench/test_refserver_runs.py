@@ -162,8 +162,10 @@ def test_a_server_that_hangs_times_out_and_the_run_goes_on(ref, tmp_path):
 
 def test_hard_time_limit_ends_the_run_and_records_requests_in_flight(ref, tmp_path):
     ref.configure(ttft_ms=20, itl_ms=2, fault="hang", fault_every=1)
+    # every request hangs, so the limit is what ends the run however long it is: 3 s leaves a
+    # busy machine time to start the client and probe the path (both count) before the level
     levels = run(ref, tmp_path, concurrency=(3, 5), requests=100, warmup=0, request_timeout=60,
-                 time_limit=1.0)
+                 time_limit=3.0)
     recs = records(tmp_path)
     assert len(levels) == 1 and not levels[0]["complete"]  # the second level never started
     assert len(recs) == 3 and all(r["error"] == "timeout" for r in recs)
@@ -215,7 +217,7 @@ def test_summary_level_has_the_documented_fields(ref, tmp_path):
 def test_a_level_cut_by_the_time_limit_is_rerun_on_resume_and_summarize_keeps_the_rerun(ref, tmp_path):
     from harness.bench.summarize import summarize_dir
     ref.configure(ttft_ms=10, itl_ms=1, fault="hang", fault_every=1)
-    cut = run(ref, tmp_path, concurrency=(2,), requests=4, warmup=0, time_limit=0.5)
+    cut = run(ref, tmp_path, concurrency=(2,), requests=4, warmup=0, time_limit=3.0)  # hangs: cut by the limit
     assert not cut[0]["complete"]
     assert not summarize_dir(tmp_path)[0]["complete"]  # the recomputation keeps that too
     cfg = json.loads((tmp_path / "bench.json").read_text())
