@@ -1,5 +1,14 @@
 """The forwarder process's side (``python -m harness.tunnel_child``, started by
-``harness.tunnel_proc.ProcessForward``; the protocol and the reasons are described there)."""
+``harness.tunnel_proc.ProcessForward``; the protocol and the reasons are described there).
+
+Every TCP hop has Nagle off: the local connections and the SSH carrier here (``_nodelay`` in
+``harness.access``), the load generator's own sockets (asyncio sets TCP_NODELAY on every TCP
+transport: CPython Lib/asyncio/selector_events.py, ``_SelectorSocketTransport.__init__``), and
+sshd's side once the pty session runs (``access._mark_interactive``). Buffers: a channel's
+window is paramiko's 2 MiB with 32 KiB packets (paramiko/common.py DEFAULT_WINDOW_SIZE,
+DEFAULT_MAX_PACKET_SIZE), far above what a token stream has in flight, so no stream ever waits
+for a window adjust; streamed bytes are written to the local socket as each SSH packet arrives.
+"""
 from __future__ import annotations
 
 import base64
