@@ -216,8 +216,8 @@ from harness.tunnel_proc import ProcessForward
 key = key_from_pem(open({str(pem)!r}).read())
 with ProcessForward(lambda: {{"key": key, "tcp": ("127.0.0.1", {ssh_server["port"]})}}, username={ssh_server["user"]!r},
                     remote_port=1, host_id="i-test", pins=access.HostKeyPins()) as fwd:
-    print(fwd.proc.pid, flush=True)
     try:
+        print(fwd.proc.pid, flush=True)  # inside the try: Ctrl-C may come right after it
         time.sleep(60)
     except KeyboardInterrupt:
         print("interrupted", flush=True)
