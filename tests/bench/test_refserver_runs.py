@@ -245,7 +245,17 @@ def test_cancelling_the_run_mid_level_records_every_request_sent(ref, tmp_path):
         task = asyncio.create_task(run_bench_async(
             ep(ref), profile="10-40", concurrency=(4,), requests=400, out_dir=tmp_path,
             progress=False, request_timeout=10, time_limit=60))
-        await asyncio.sleep(0.8)
+        # cancel once the warm-ups are done and a measured request finished: 4 measured requests
+        # are in flight then (a fixed sleep could land in the path probes on a busy machine)
+        jsonl = tmp_path / "requests.jsonl"
+        deadline = asyncio.get_running_loop().time() + 60
+
+        def measured_done() -> int:  # complete lines only: the writer may be mid-line
+            return sum(not json.loads(x)["warmup"] for x in jsonl.read_text().split("\n")[:-1]) if jsonl.exists() else 0
+
+        while measured_done() < 1:
+            assert asyncio.get_running_loop().time() < deadline, "no measured request finished in 60 s"
+            await asyncio.sleep(0.05)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
