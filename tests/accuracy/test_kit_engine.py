@@ -6,13 +6,6 @@ equal: the engine batches concurrent requests, which need not be bit-identical).
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
-from pathlib import Path
 
 import pytest
 
@@ -20,38 +13,14 @@ pytest.importorskip("torch", reason="the engine's CPU generator needs torch (req
 
 from harness.accuracy.cli import main  # noqa: E402
 from tests.accuracy.test_cli import write_items  # noqa: E402
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.neuron.engine_proc import tiny_engine  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def engine():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "ami.neuron.server", "--device", "cpu", "--tiny-random",
-                             "--port", str(port), "--prompt-buckets", "64,256", "--max-total-tokens", "512",
-                             "--batch-size", "4", "--batch-wait-ms", "50", "--cpu-threads", "1"],
-                            env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 180
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2):
-                    break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail(f"engine did not start: {proc.stderr.read()[-2000:] if proc.poll() is not None else 'timeout'}")
-                time.sleep(0.5)
+    with tiny_engine("--prompt-buckets", "64,256", "--max-total-tokens", "512", "--batch-size", "4",
+                     "--batch-wait-ms", "50", "--cpu-threads", "1") as (port, _):
         yield f"http://127.0.0.1:{port}/v1"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def test_items_on_the_kit_engine(tmp_path, engine):

@@ -3,41 +3,11 @@ a subprocess (once per session), and an in-process server for scripted generator
 from __future__ import annotations
 
 import asyncio
-import os
-import socket
-import subprocess
-import sys
 import threading
-import time
-import urllib.request
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_healthy(port: int, proc: subprocess.Popen | None = None, timeout: float = 300) -> None:
-    """Poll /health until it answers (returns as soon as it does). The deadline only stops a
-    server that never comes up: on the loaded 2-core machine the tiny CPU engine took over 120 s."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
-            raise AssertionError(f"server exited with {proc.returncode}: {proc.stderr.read()[-2000:]}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.2)
-    raise AssertionError(f"server on port {port} not healthy after {timeout}s")
-
+from .engine_proc import free_port, tiny_engine
 
 # The shapes the subprocess server is "compiled" for: small, so limits are easy to cross.
 TINY_ARGS = ["--prompt-buckets", "64,256", "--max-total-tokens", "512", "--batch-size", "4",
@@ -47,21 +17,8 @@ TINY_ARGS = ["--prompt-buckets", "64,256", "--max-total-tokens", "512", "--batch
 @pytest.fixture(scope="session")
 def tiny_server():
     """``python -m ami.neuron.server --device cpu --tiny-random`` on a free port: the real CLI."""
-    port = free_port()
-    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "ami.neuron.server", "--device", "cpu",
-                             "--tiny-random", "--port", str(port), *TINY_ARGS],
-                            env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
-        wait_healthy(port, proc)
+    with tiny_engine(*TINY_ARGS) as (port, _):
         yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 class InProcessServer:

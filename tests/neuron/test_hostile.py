@@ -13,8 +13,6 @@ import os
 import resource
 import socket
 import struct
-import subprocess
-import sys
 import threading
 import time
 
@@ -23,7 +21,8 @@ import pytest
 from ami.neuron.chat import ChatFormat
 from ami.neuron.generator import BatchedGenerator, Limits
 
-from .conftest import REPO, InProcessServer, free_port, wait_healthy
+from .conftest import InProcessServer
+from .engine_proc import tiny_engine
 
 MODEL = "tiny"
 HELLO = [{"role": "user", "content": "hi"}]
@@ -400,57 +399,45 @@ def _limit_fds():  # runs in the server's child process before exec
 
 
 def test_trickling_connections_cannot_make_the_engine_unresponsive(tmp_path):
-    port = free_port()
-    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    log = open(tmp_path / "stderr.log", "wb+")
-    proc = subprocess.Popen([sys.executable, "-m", "ami.neuron.server", "--device", "cpu", "--tiny-random",
-                             "--port", str(port), "--cpu-threads", "1", "--header-timeout", "1"],
-                            env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=log, preexec_fn=_limit_fds)
-    socks: list[socket.socket] = []
-    try:
-        wait_healthy(port, None)
-        assert proc.poll() is None, (tmp_path / "stderr.log").read_text()[-2000:]
-        before = os.path.getsize(tmp_path / "stderr.log")
-        t0 = time.monotonic()
-        for _ in range(300):  # more than the server's 256 descriptors
-            s = socket.create_connection(("127.0.0.1", port), timeout=5)
-            s.setblocking(False)
-            s.send(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n")
-            socks.append(s)
-        stop = threading.Event()
-
-        def trickle():
-            while not stop.is_set():
-                for s in socks:
-                    try:
-                        s.send(b"X")
-                    except OSError:
-                        pass
-                time.sleep(0.2)
-
-        th = threading.Thread(target=trickle, daemon=True)
-        th.start()
-        answered = None
-        while time.monotonic() - t0 < 15 and answered is None:
-            try:
-                answered = health_ms(port)
-            except (OSError, ValueError, IndexError):
-                time.sleep(0.1)
-        waited = time.monotonic() - t0
-        stop.set()
-        th.join()
-        assert answered is not None and waited < 6, f"/health unanswered for {waited:.1f} s under 300 trickling connections"
-        assert os.path.getsize(tmp_path / "stderr.log") - before < 50_000
-    finally:
-        for s in socks:
-            s.close()
-        proc.terminate()
+    with open(tmp_path / "stderr.log", "wb+") as log, \
+            tiny_engine("--cpu-threads", "1", "--header-timeout", "1", stderr=log, preexec_fn=_limit_fds) as (port, proc):
+        socks: list[socket.socket] = []
         try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
+            assert proc.poll() is None, (tmp_path / "stderr.log").read_text()[-2000:]
+            before = os.path.getsize(tmp_path / "stderr.log")
+            t0 = time.monotonic()
+            for _ in range(300):  # more than the server's 256 descriptors
+                s = socket.create_connection(("127.0.0.1", port), timeout=5)
+                s.setblocking(False)
+                s.send(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n")
+                socks.append(s)
+            stop = threading.Event()
+
+            def trickle():
+                while not stop.is_set():
+                    for s in socks:
+                        try:
+                            s.send(b"X")
+                        except OSError:
+                            pass
+                    time.sleep(0.2)
+
+            th = threading.Thread(target=trickle, daemon=True)
+            th.start()
+            answered = None
+            while time.monotonic() - t0 < 15 and answered is None:
+                try:
+                    answered = health_ms(port)
+                except (OSError, ValueError, IndexError):
+                    time.sleep(0.1)
+            waited = time.monotonic() - t0
+            stop.set()
+            th.join()
+            assert answered is not None and waited < 6, f"/health unanswered for {waited:.1f} s under 300 trickling connections"
+            assert os.path.getsize(tmp_path / "stderr.log") - before < 50_000
+        finally:
+            for s in socks:
+                s.close()
 
 
 def test_log_lines_are_bounded_and_rate_limited():
