@@ -20,6 +20,17 @@ FIXED_NOW = datetime(2026, 3, 1, 12, 0, 30, tzinfo=timezone.utc)
 EC2_STACKS = {"g6": "G6Stack", "g5g": "G5gStack", "inf2": "Inf2Stack", "trn1": "Trn1Stack"}
 
 
+def config_error(**context) -> str:
+    """The message stacks.config.parse refuses ``context`` with, checked to be one line."""
+    from stacks.config import ConfigError, parse
+
+    with pytest.raises(ConfigError) as e:
+        parse(context)
+    msg = str(e.value)
+    assert "\n" not in msg
+    return msg
+
+
 @dataclass
 class Synth:
     app: Any

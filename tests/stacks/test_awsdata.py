@@ -7,15 +7,8 @@ import pytest
 
 from harness import awsdata
 from harness.catalog import BACKENDS
-from stacks.config import ConfigError, parse
-
-
-def error(**context) -> str:
-    with pytest.raises(ConfigError) as e:
-        parse(context)
-    msg = str(e.value)
-    assert "\n" not in msg
-    return msg
+from stacks.config import parse
+from tests.stacks.conftest import config_error
 
 
 # Each passed the old pattern checks and would have failed at deploy time, or on the instance.
@@ -46,7 +39,7 @@ def error(**context) -> str:
     ({"bedrock_model": "amazon/nova"}, "is not a Bedrock model or inference profile id"),
 ])
 def test_values_that_only_look_valid_are_refused_in_one_line(context, want):
-    assert want in error(**context)
+    assert want in config_error(**context)
 
 
 @pytest.mark.parametrize("context", [

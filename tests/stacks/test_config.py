@@ -4,15 +4,8 @@ from __future__ import annotations
 import pytest
 
 from harness.catalog import BACKEND_IDS
-from stacks.config import ConfigError, parse
-
-
-def error(**context) -> str:
-    with pytest.raises(ConfigError) as e:
-        parse(context)
-    msg = str(e.value)
-    assert "\n" not in msg
-    return msg
+from stacks.config import parse
+from tests.stacks.conftest import config_error
 
 
 def test_defaults_select_every_backend():
@@ -24,7 +17,7 @@ def test_defaults_select_every_backend():
 
 
 def test_unknown_backend_names_it_and_the_valid_ids():
-    msg = error(backends="g6,nope")
+    msg = config_error(backends="g6,nope")
     assert "'nope'" in msg and ", ".join(BACKEND_IDS) in msg
 
 
@@ -37,7 +30,7 @@ def test_unknown_backend_names_it_and_the_valid_ids():
     ("g6_instance_type", "banana", "is not an instance type"),
 ])
 def test_instance_type_mismatch(key, value, want):
-    msg = error(**{key: value})
+    msg = config_error(**{key: value})
     assert repr(value) in msg and want in msg
 
 
@@ -46,7 +39,7 @@ def test_instance_type_mismatch(key, value, want):
     ("ttl_hours", "8h"), ("ttl_hours", 10000), ("max_model_len", 16), ("max_model_len", "4k"),
 ])
 def test_malformed_numbers(key, value):
-    msg = error(**{key: value})
+    msg = config_error(**{key: value})
     assert key in msg and repr(value) in msg and "valid:" in msg
 
 
@@ -64,7 +57,7 @@ def test_malformed_numbers(key, value):
     ({"tags": {"team/a": "x"}}, "no spaces or /"),
 ])
 def test_other_bad_values(context, want):
-    assert want in error(**context)
+    assert want in config_error(**context)
 
 
 def test_numbers_from_the_command_line_are_strings():
@@ -82,21 +75,21 @@ def test_azs_and_per_backend_az():
 
 def test_a_mistyped_key_is_refused_not_ignored():
     # `-c backend=g6` would otherwise synthesize all six backends; `ttl_hour` would keep 8 h.
-    assert error(backend="g6") == "unknown context key 'backend'; did you mean 'backends'?"
-    assert "'ttl_hours'" in error(ttl_hour="1")
+    assert config_error(backend="g6") == "unknown context key 'backend'; did you mean 'backends'?"
+    assert "'ttl_hours'" in config_error(ttl_hour="1")
     # CDK's own keys (feature flags, lookups, CLI settings) are not the kit's business.
     parse({"@aws-cdk/core:checkSecretUsage": True, "cli-telemetry": False,
            "availability-zones:account=1:region=us-east-1": ["us-east-1a"], "aws:cdk:enable-path-metadata": True})
 
 
 def test_sagemaker_ami_version_must_look_like_one():
-    assert "'al2-gpu'" in error(sagemaker_ami_version="al2-gpu")
+    assert "'al2-gpu'" in config_error(sagemaker_ami_version="al2-gpu")
     assert parse({"sagemaker_ami_version": "al2-ami-sagemaker-inference-gpu-3-1"}).sagemaker_ami_version
     assert parse({"sagemaker_ami_version": ""}).sagemaker_ami_version == ""
 
 
 def test_unknown_neuron_size_is_refused_at_parse_in_one_line():
-    msg = error(backends="inf2", inf2_instance_type="inf2.2xlarge")
+    msg = config_error(backends="inf2", inf2_instance_type="inf2.2xlarge")
     assert msg.startswith("inf2_instance_type='inf2.2xlarge': the catalog (harness/catalog.py) has no NeuronCore count")
     assert "known: inf2.xlarge" in msg
     assert parse({"backends": "trn1", "trn1_instance_type": "trn1n.32xlarge"}).backend("trn1").instance_type \
@@ -115,5 +108,5 @@ def test_boot_image_choice():
     assert parse({}).backend("g6").image_choice == "dlami"
     assert parse({"g6_image": "prebuilt"}).backend("g6").image_choice == "prebuilt"
     assert parse({}).backend("inf2").image_choice is None
-    assert error(g6_image="ami", backends="inf2") == (
+    assert config_error(g6_image="ami", backends="inf2") == (
         "g6_image='ami'; valid: dlami (install vLLM at boot), prebuilt (the vllm-cuda image pipeline's AMI)")
