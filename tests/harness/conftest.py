@@ -41,3 +41,14 @@ def ssh_server(tmp_path, key):
     sshd_bin = require_binary("/usr/sbin/sshd")
     with sshd(sshd_bin, tmp_path, access.public_key_line(key)) as info:
         yield info
+
+
+@pytest.fixture()
+def aws(monkeypatch):
+    """Every AWS call goes to moto, with credentials that reach nothing real."""
+    from moto import mock_aws
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    with mock_aws():
+        yield

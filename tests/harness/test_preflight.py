@@ -5,7 +5,6 @@ import json
 
 import boto3
 import pytest
-from moto import mock_aws
 
 from harness import preflight
 from stacks.config import DEFAULTS
@@ -43,14 +42,6 @@ def cdk_json(tmp_path):
     p.write_text(json.dumps({"app": "x", "context": {
         "region": "us-east-1", "backends": "bedrock,sagemaker,g6,g5g,inf2,trn1"}}))
     return ["--cdk-json", str(p)]
-
-
-@pytest.fixture()
-def aws(monkeypatch):
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    with mock_aws():
-        yield
 
 
 def _bootstrap(region):

@@ -13,7 +13,6 @@ import re
 
 import boto3
 import pytest
-from moto import mock_aws
 
 from harness import preflight, preflight_account as account
 from stacks.config import DEFAULTS
@@ -23,14 +22,6 @@ from tests.harness.aws_replay import Error, Replay, ecr_images, ssm_parameters
 
 TAG = DEFAULTS["sagemaker_vllm_tag"]
 PUBLIC = {n: "ami-0aaaaaaaaaaaaaaaa" for n in PARENT_PARAMETERS.values()}  # the DLAMIs, no kit image
-
-
-@pytest.fixture()
-def aws(monkeypatch):
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    with mock_aws():
-        yield
 
 
 @pytest.fixture()

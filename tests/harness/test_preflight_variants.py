@@ -4,7 +4,7 @@ from __future__ import annotations
 import boto3
 
 from harness import preflight
-from tests.harness.test_preflight import _bootstrap, _quota, aws, cdk_json, ready  # noqa: F401 - fixtures
+from tests.harness.test_preflight import _bootstrap, _quota, cdk_json, ready  # noqa: F401 - fixtures
 
 
 def test_variants_count_against_the_vcpu_quota(aws, cdk_json, capsys, tmp_path):  # noqa: F811
