@@ -9,13 +9,13 @@ which tools to call, so it can neither misquote a timing nor reorder the board.
 """
 from __future__ import annotations
 
-import asyncio
 import re
 import threading
 import time
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
+from harness.agent.bounded import run_bounded
 from harness.endpoint import Endpoint
 
 QUESTION = "What is the capital of France? Answer in one word."
@@ -50,7 +50,7 @@ def ask(endpoint: Endpoint, model: Any, question: str, timeout: float) -> Score:
     agent = Agent(model=model, tools=[], callback_handler=None)
     t0 = time.perf_counter()
     try:
-        result = asyncio.run(asyncio.wait_for(agent.invoke_async(question), timeout))
+        result = run_bounded(agent.invoke_async(question), timeout)
     except Exception as exc:  # noqa: BLE001 - recorded, the board goes on
         s.seconds = round(time.perf_counter() - t0, 3)
         s.error = f"{type(exc).__name__}: {str(exc)[:200]}"
@@ -97,8 +97,8 @@ def run_scoreboard(endpoints: list[Endpoint], *, orchestrator: Any,
     error = None
     t0 = time.perf_counter()
     try:
-        asyncio.run(asyncio.wait_for(agent.invoke_async(f"Question for every backend: {question}"),
-                                     timeout * (len(endpoints) + 1)))
+        run_bounded(agent.invoke_async(f"Question for every backend: {question}"),
+                    timeout * (len(endpoints) + 1))
     except Exception as exc:  # noqa: BLE001 - the board keeps what the tools measured
         error = f"{type(exc).__name__}: {str(exc)[:200]}"
     for s in scores.values():

@@ -19,6 +19,7 @@ from typing import Any, Callable, Iterable
 from strands import Agent, ModelRetryStrategy, tool
 
 from harness.agent import count_ids as cid
+from harness.agent.bounded import run_bounded
 from harness.endpoint import Endpoint
 from harness.results import append_jsonl
 
@@ -174,7 +175,7 @@ def run_once(endpoint: Endpoint, run: int, runs: int, *, model: Any, timeout: fl
         prompt = plain_question()
     t0 = time.perf_counter()
     try:
-        result = asyncio.run(asyncio.wait_for(agent.invoke_async(prompt), timeout))
+        result = run_bounded(agent.invoke_async(prompt), timeout)
     except KeyboardInterrupt:
         raise
     except BaseException as exc:  # noqa: BLE001 - any backend failure is recorded, not raised
