@@ -265,8 +265,10 @@ def test_ctrl_c_keeps_answers_and_resume_finishes(tmp_path, servers):
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "harness.accuracy", "--endpoint", f"a={a.url}", "--items", str(items),
            "--out", str(out), "--concurrency", "1"]
+    from tests.conftest import sigint_as_a_terminal_would
+
     proc = subprocess.Popen(cmd, cwd=Path(__file__).resolve().parents[2], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=sigint_as_a_terminal_would)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if (out / "items.jsonl").exists() and len((out / "items.jsonl").read_text().splitlines()) >= 5:

@@ -12,6 +12,7 @@ import pytest
 from harness import run
 from harness.agent import count_ids as cid
 from harness.results import read_jsonl
+from tests.conftest import sigint_as_a_terminal_would
 from tests.harness.fake_openai import SCRIPTS, FakeOpenAI, text_only, throttle_first
 from tests.harness.servers import free_port
 
@@ -274,7 +275,7 @@ def test_real_sigint_keeps_results(tmp_path, no_aws):
         proc = subprocess.Popen([sys.executable, "-m", "harness.run", "--only", "agent", "--runs", "20",
                                  "--endpoint", f"slow={slow.base_url}", "--results", str(tmp_path / "r")],
                                 cwd=root, env=os.environ.copy(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True)
+                                text=True, preexec_fn=sigint_as_a_terminal_would)
         deadline = time.time() + 120  # a wait, not a bound: the first run took 19 s on the busy machine
         jsonl = None
         while time.time() < deadline:

@@ -224,8 +224,10 @@ with ProcessForward(lambda: {{"key": key, "tcp": ("127.0.0.1", {ssh_server["port
         raise
 """)
     from tests.bench.conftest import REPO
+    from tests.conftest import sigint_as_a_terminal_would
     p = subprocess.Popen([sys.executable, str(script)], cwd=REPO, stdout=subprocess.PIPE, text=True,
-                         start_new_session=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+                         start_new_session=True, env={**os.environ, "PYTHONPATH": str(REPO)},
+                         preexec_fn=sigint_as_a_terminal_would)
     try:
         child = int(p.stdout.readline())
         os.killpg(p.pid, signal.SIGINT)  # as the terminal does: the parent and the forwarder both get it
