@@ -17,6 +17,12 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 CDK_CONTEXT: dict[str, Any] = json.loads((ROOT / "cdk.json").read_text())["context"]
 FIXED_NOW = datetime(2026, 3, 1, 12, 0, 30, tzinfo=timezone.utc)
+# What a script started by systemd (cloud-init's final stage, the kit's units, the Image Builder
+# agent) gets as PATH: systemd's default for the system manager (systemd.exec(5), "Environment
+# variables in spawned processes": PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin[:/sbin:/bin]),
+# with no login profile and no HOME. Tests run instance scripts under it, a stand-in directory
+# first only for tools the test replaces (each of which lives in one of these directories).
+SYSTEMD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 EC2_STACKS = {"g6": "G6Stack", "g5g": "G5gStack", "inf2": "Inf2Stack", "trn1": "Trn1Stack"}
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.stacks.conftest import SYSTEMD_PATH
 from tests.stacks.test_neuron_install import PARAM_REF
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -94,7 +95,7 @@ def apt_env(tmp_path):
     locks = [tmp_path / name for name in ("lists.lock", "archives.lock", "lock-frontend")]
     for lock in locks:
         lock.write_text("")
-    env = {"PATH": f"{bindir}:/usr/bin:/bin", "LANG": "C.UTF-8", "FAKE_APT_LOG": str(tmp_path / "apt.log"),
+    env = {"PATH": f"{bindir}:{SYSTEMD_PATH}", "LANG": "C.UTF-8", "FAKE_APT_LOG": str(tmp_path / "apt.log"),
            "FAKE_APT_LOCKS": " ".join(map(str, locks)), "KIT_APT_LOCKS": " ".join(map(str, locks)),
            "KIT_APT_POLL_S": "1"}
     return env, locks, tmp_path / "apt.log"

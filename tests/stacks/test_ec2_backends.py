@@ -13,7 +13,7 @@ from stacks.guardrails import IDLE_TAG, TTL_TAG
 from stacks.image_families import IMAGE_FAMILIES
 from stacks.inference_instance import USER_DATA_LIMIT, render_user_data
 from tests.conftest import require_binary
-from tests.stacks.conftest import EC2_STACKS, ROOT, synth
+from tests.stacks.conftest import EC2_STACKS, ROOT, SYSTEMD_PATH, synth
 
 STACKS = sorted(EC2_STACKS.items())
 
@@ -199,7 +199,7 @@ def test_rendered_user_data_serves_the_model_with_the_catalogs_settings(kit, bac
     (tmp_path / "bin/aws").write_text("#!/bin/bash\necho hf_TESTTOKEN1234567890abcdef\n")
     (tmp_path / "bin/aws").chmod(0o755)
     (tmp_path / "user-data.sh").write_text(text)
-    env = {"PATH": f"{tmp_path}/bin:/usr/bin:/bin", "HOME": str(tmp_path)}
+    env = {"PATH": f"{tmp_path}/bin:{SYSTEMD_PATH}"}  # systemd's PATH, no HOME (cloud-init's final stage)
     r = run_bash(["bash", str(tmp_path / "user-data.sh")], env=env)
     assert r.returncode == 0, r.stderr
     model = BACKENDS[backend].model_id

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import require_binary
+from tests.stacks.conftest import SYSTEMD_PATH
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "ami" / "scripts" / "smoke-completion.sh"
@@ -78,9 +79,10 @@ def venv(tmp_path) -> Path:
 def _run(venv: Path, tmp_path: Path, mode: str) -> tuple[subprocess.CompletedProcess, Path]:
     state = tmp_path / "state"
     state.mkdir()
-    env = {**os.environ, "FAKE_STATE": str(state), "FAKE_MODE": mode, "SMOKE_PORT": str(_free_port()),
-           "SMOKE_POLL": "0.2", "SMOKE_TIMEOUT": "20", "SMOKE_HF_HOME": str(tmp_path / "hf")}
-    env.pop("HF_TOKEN_SECRET", None)
+    # As the Image Builder agent runs a step: systemd's PATH, no HOME, no login profile.
+    env = {"PATH": SYSTEMD_PATH, "LANG": "C.UTF-8", "FAKE_STATE": str(state), "FAKE_MODE": mode,
+           "SMOKE_PORT": str(_free_port()), "SMOKE_POLL": "0.2", "SMOKE_TIMEOUT": "20",
+           "SMOKE_HF_HOME": str(tmp_path / "hf")}
     r = subprocess.run(["bash", str(SCRIPT), str(venv), "google/gemma-4-E2B-it",
                         "--attention-backend", "TRITON_ATTN", "--dtype", "float16"],
                        env=env, capture_output=True, text=True, timeout=60)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import require_binary
-from tests.stacks.conftest import ROOT
+from tests.stacks.conftest import ROOT, SYSTEMD_PATH
 
 SCRIPTS = sorted((ROOT / "userdata").glob("*.sh")) + sorted((ROOT / "ami").rglob("*.sh"))
 
@@ -366,9 +366,9 @@ def boot(stand: Stand, tmp_path: Path, command: str, **env: str) -> subprocess.C
         f"KIT_PORT={stand.port}\nKIT_REGION=us-east-1\nKIT_STACK=G6Stack\nKIT_SIGNAL_URL='{signal_url(stand)}'\nKIT_SIGNAL_RESOURCE=ServerInstanceABCD1234\n"
         f"KIT_HF_SECRET=inference-kit/hf-token\nKIT_READY_TIMEOUT_S=${{KIT_READY_TIMEOUT_S:-30}}\n")
     variables = {
-        "PATH": f"{bindir}:/usr/bin:/bin", "KIT_ENV_FILE": str(tmp_path / "kit.env"), "KIT_LIB_DIR": str(lib),
+        "PATH": f"{bindir}:{SYSTEMD_PATH}", "KIT_ENV_FILE": str(tmp_path / "kit.env"), "KIT_LIB_DIR": str(lib),
         "KIT_SYSTEMD_DIR": str(units), "KIT_LOG_DIR": str(tmp_path / "log"), "KIT_STATE_DIR": str(tmp_path / "state"),
-        "KIT_IMDS_URL": f"http://127.0.0.1:{stand.port}", "HOME": str(tmp_path), **env,
+        "KIT_IMDS_URL": f"http://127.0.0.1:{stand.port}", **env,  # no HOME, as under systemd
     }
     return run_bash(["bash", str(ROOT / "userdata/boot.sh"), command], env=variables, timeout=90)
 
@@ -441,7 +441,7 @@ def test_neuron_engine_receives_the_catalogs_degrees_and_platform_as_they_are(tm
     for f in venv.iterdir():
         f.chmod(0o755)
     model = "google/gemma-4-E2B-it"
-    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "KIT_MODEL": model, "KIT_SERVED_MODEL": model,
+    env = {"PATH": SYSTEMD_PATH, "KIT_MODEL": model, "KIT_SERVED_MODEL": model,
            "KIT_PORT": "8000", "KIT_TP_DEGREES": degrees, "KIT_NEURON_PLATFORM": platform,
            "KIT_NEURON_VENV": str(tmp_path / "venv")}
     script = (ROOT / "userdata/engine-neuron.sh").read_text().replace("/opt/inference-kit/models", str(tmp_path / "m"))
