@@ -18,7 +18,10 @@ Chain, all pure Python (no AWS CLI, no session-manager-plugin, no open port):
    If the tunnel drops (EIC's 3600 s cap), the next connection redials steps 2-4.
    ``eic_tunnel`` runs steps 3-5 in a process of its own (``harness.tunnel_proc``: the SSH work
    must not take the load generator's GIL); steps 1-2 and the URL signing stay in this process,
-   so AWS credentials never reach the child.
+   so AWS credentials never reach the child. Where OpenSSH's ``ssh`` is installed, a second
+   connection made by it carries the forwarded bytes (``harness.tunnel_openssh``, with
+   ``harness.eic_proxy`` as its ProxyCommand): the same work in C, about half the CPU per chunk;
+   the paramiko process then pins the host key and runs remote commands.
 
 Host keys: EIC gives no known_hosts entry to check against, and the websocket itself is TLS to an
 AWS endpoint authenticated by SigV4, which connects only to the private IP inside the VPC. The
@@ -408,14 +411,30 @@ class SshForward:
 _OPEN: dict[str, Any] = {}
 
 
+_KIND: dict[str, str] = {}  # base_url -> which forwarder carries its bytes (FORWARDERS)
+
+# What carries a tunnel's bytes: "openssh" (OpenSSH's ssh -L, harness.tunnel_openssh, with the
+# paramiko process as control connection), "paramiko" (harness.tunnel_proc alone), "inprocess"
+# (paramiko in the load generator's threads: the old path, for the tunnel measurement), "auto"
+# (openssh where ssh is installed, else paramiko).
+FORWARDERS = ("auto", "openssh", "paramiko", "inprocess")
+
+
 @contextlib.contextmanager
-def registered(base_url: str, forwarder: Any) -> Iterator[None]:
+def registered(base_url: str, forwarder: Any, kind: str = "paramiko") -> Iterator[None]:
     """Make ``forwarder`` (with ``run_remote``) known as the tunnel behind ``base_url``."""
     _OPEN[base_url] = forwarder
+    _KIND[base_url] = kind
     try:
         yield
     finally:
         _OPEN.pop(base_url, None)
+        _KIND.pop(base_url, None)
+
+
+def forwarder_kind(base_url: str | None) -> str | None:
+    """Which forwarder carries the open tunnel behind ``base_url`` (None: no tunnel)."""
+    return _KIND.get(base_url or "")
 
 
 def forwarder_for(base_url: str | None) -> Any | None:
@@ -429,14 +448,17 @@ def eic_tunnel(endpoint: Endpoint, *, botocore_session: Any, region: str, pins: 
                os_user: str = DEFAULT_OS_USER, max_tunnel_duration: int = MAX_TUNNEL_SECONDS,
                ec2: Any = None, eic: Any = None,
                rewrite_url: Callable[[str], str] | None = None,
-               inprocess: bool = False) -> Iterator[Endpoint]:
+               forwarder: str = "auto") -> Iterator[Endpoint]:
     """Yield ``endpoint`` with ``base_url`` pointing at a local forward to its model server.
 
-    The forwarder runs in its own process (``harness.tunnel_proc``) so that it does not compete
-    with the load generator; ``inprocess=True`` runs it in this process's threads instead (the
-    old path, kept for the tunnel measurement's before/after comparison).
+    The forwarder never runs in the load generator's process (``FORWARDERS``): by default
+    OpenSSH's client carries the bytes (``harness.tunnel_openssh``) beside the paramiko process
+    that pins the host key and runs remote commands (``harness.tunnel_proc``); without ``ssh``,
+    or if it will not start, the paramiko process carries them too (one WARNING line says why).
     ``ec2``/``eic`` clients and ``rewrite_url`` (wss URL -> what to dial) are seams for tests.
     """
+    if forwarder not in FORWARDERS:
+        raise AccessError(f"forwarder {forwarder!r}: one of {', '.join(FORWARDERS)}")
     if not endpoint.instance_id or not endpoint.port:
         raise AccessError(f"{endpoint.name}: no InstanceId/Port in the stack outputs")
     ec2 = ec2 or botocore_session.create_client("ec2", region_name=region)
@@ -471,7 +493,7 @@ def eic_tunnel(endpoint: Endpoint, *, botocore_session: Any, region: str, pins: 
                                   inst["PrivateIpAddress"], 22, max_tunnel_duration)
         return {"key": key, "ws": rewrite_url(url) if rewrite_url else url}
 
-    if inprocess:
+    if forwarder == "inprocess":
         def dial() -> tuple[Any, paramiko.PKey, Callable[[], None]]:
             t = ticket()
             bridge = WebsocketBridge(t["ws"])
@@ -485,5 +507,23 @@ def eic_tunnel(endpoint: Endpoint, *, botocore_session: Any, region: str, pins: 
     from harness.tunnel_proc import ProcessForward
 
     with ProcessForward(ticket, username=os_user, remote_port=endpoint.port,
-                        host_id=endpoint.instance_id, pins=pins) as pfwd, registered(pfwd.base_url, pfwd):
-        yield endpoint.with_base_url(pfwd.base_url)
+                        host_id=endpoint.instance_id, pins=pins) as pfwd, contextlib.ExitStack() as stack:
+        url, kind = pfwd.base_url, "paramiko"
+        if forwarder in ("auto", "openssh"):
+            from harness.tunnel_openssh import OpenSshForward, find_ssh
+
+            if find_ssh() or forwarder == "openssh":
+                try:
+                    ofwd = stack.enter_context(OpenSshForward(
+                        ticket, username=os_user, remote_port=endpoint.port,
+                        host_id=endpoint.instance_id, pins=pins))
+                    url, kind = ofwd.base_url, "openssh"
+                except HostKeyMismatch:
+                    raise
+                except AccessError as exc:
+                    if forwarder == "openssh":
+                        raise
+                    log.warning("%s: OpenSSH forwarder did not start (%s); the paramiko "
+                                "process carries the tunnel", endpoint.name, exc)
+        stack.enter_context(registered(url, pfwd, kind))
+        yield endpoint.with_base_url(url)

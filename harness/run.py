@@ -66,6 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scoreboard-model", default=catalog.NOVA_MICRO,
                    help=f"Bedrock model of the scoreboard agent (default {catalog.NOVA_MICRO})")
     p.add_argument("--os-user", default=None, help="OS user for EC2 Instance Connect (default: stack output, else ubuntu)")
+    p.add_argument("--forwarder", choices=("auto", "openssh", "paramiko"), default="auto",
+                   help="what carries an EC2 backend's tunnel: OpenSSH's ssh (auto: where installed) "
+                        "or the kit's paramiko process (harness/access.py)")
     b = p.add_argument_group("load benchmark (stage bench; docs/bench.md)")
     b.add_argument("--bench-profile", default="agent", help="agent, 2k-512, poisson-180-256 or IN-OUT (default agent)")
     b.add_argument("--concurrency", default="1,16,64", help="closed-loop levels (default 1,16,64); '' for none")
@@ -421,7 +424,7 @@ def _open_access(endpoints: list[Endpoint], stack: contextlib.ExitStack, session
     """EC2 backends get a tunnel (closed by ``stack``); one that cannot be reached (or an
     ``--endpoint`` server in ``unreachable``) is recorded in meta.json ``access`` (and, when the
     agent trial runs, as a failed run in agent_runs.jsonl) and left out of every stage."""
-    from harness.access import DEFAULT_OS_USER, HostKeyPins, eic_tunnel
+    from harness.access import DEFAULT_OS_USER, HostKeyPins, eic_tunnel, forwarder_kind
 
     pins = HostKeyPins()
     live: list[Endpoint] = []
@@ -435,10 +438,13 @@ def _open_access(endpoints: list[Endpoint], stack: contextlib.ExitStack, session
             continue
         opener = open_access or (lambda e: eic_tunnel(
             e, botocore_session=session._session, region=e.region or region, pins=pins,
-            os_user=args.os_user or e.ssh_user or DEFAULT_OS_USER))
+            os_user=args.os_user or e.ssh_user or DEFAULT_OS_USER,
+            forwarder=getattr(args, "forwarder", "auto")))
         try:
             live.append(stack.enter_context(opener(ep)))
-            meta.setdefault("access", {})[ep.name] = f"{ep.instance_id}:{ep.port} via EC2 Instance Connect"
+            kind = forwarder_kind(live[-1].base_url)
+            meta.setdefault("access", {})[ep.name] = f"{ep.instance_id}:{ep.port} via EC2 Instance Connect" + \
+                (f" ({kind} forwarder)" if kind else "")
             echo(f"access     {ep.name}: {ep.instance_id}:{ep.port} -> {live[-1].base_url}")
         except KeyboardInterrupt:
             raise

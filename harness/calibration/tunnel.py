@@ -1,11 +1,12 @@
 """What the port-less tunnel costs a measurement: the load benchmark against the paced reference
-server, directly and through paramiko + a real OpenSSH server on loopback (the same forwarder
-harness.run uses: by default in its own process, ``harness.tunnel_proc``; ``--forwarder inprocess``
-runs the old in-process ``SshForward`` in the load generator's process, ``both`` measures the two
-in one run for a before/after table).
+server, directly and through a real OpenSSH server on loopback, with the forwarders harness.run
+can use (``--forwarder``): ``openssh`` (OpenSSH's ssh -L, what harness.run uses where ssh is
+installed: ``harness.tunnel_openssh``), ``process`` (paramiko in its own process, the fallback:
+``harness.tunnel_proc``), ``inprocess`` (paramiko in the load generator's threads, the path before
+issue 15), ``all`` (the three in one run, for a before/after table).
 
-    python -m harness.calibration.tunnel [--levels 1,16,64] [--requests 64] [--forwarder both]
-                                         [--on-instance] [--json]
+    python -m harness.calibration.tunnel [--levels 1,16,64] [--requests 64] [--forwarder all]
+                                         [--rounds 2] [--on-instance] [--json]
     make bench-tunnel ARGS='--levels 16,64 --requests 128'
 
 Prints TTFT, inter-token latency and output tok/s per level for both paths, then the tunnel's
@@ -32,13 +33,15 @@ from harness.calibration.args import Parser, positive, positive_ints
 from harness.calibration.loopback_sshd import sshd
 from harness.calibration.refserver import RefServerProcess
 from harness.endpoint import Endpoint
+from harness.tunnel_openssh import OpenSshForward
 from harness.tunnel_proc import ProcessForward
 
 PROG = "python -m harness.calibration.tunnel"
 SSHD = "/usr/sbin/sshd"
 OUTPUT_TOKENS = 64
 REPO = Path(__file__).resolve().parents[2]
-FORWARDERS = {"process": ("tunnel",), "inprocess": ("tunnel-inproc",), "both": ("tunnel", "tunnel-inproc")}
+FORWARDERS = {"openssh": ("tunnel-openssh",), "process": ("tunnel-paramiko",),
+              "inprocess": ("tunnel-inproc",), "all": ("tunnel-openssh", "tunnel-paramiko", "tunnel-inproc")}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -51,13 +54,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="sys.setswitchinterval for this process (Python's default is 0.005 s)")
     ap.add_argument("--no-pty-session", action="store_true",
                     help="skip the pty session that makes sshd set TCP_NODELAY (to see what it buys)")
-    ap.add_argument("--forwarder", choices=sorted(FORWARDERS), default="process",
-                    help="process: the SSH forwarder in its own process, as harness.run runs it "
-                         "(path 'tunnel'); inprocess: in the load generator's threads, as before "
-                         "issue 15 (path 'tunnel-inproc'); both (default process)")
+    ap.add_argument("--forwarder", choices=sorted(FORWARDERS), default="openssh",
+                    help="openssh: OpenSSH's ssh -L, as harness.run runs it where ssh is installed "
+                         "(path 'tunnel-openssh'); process: paramiko in its own process, the "
+                         "fallback ('tunnel-paramiko'); inprocess: paramiko in the load generator's "
+                         "threads, as before issue 15 ('tunnel-inproc'); all (default openssh)")
     ap.add_argument("--on-instance", action="store_true",
                     help="also the path 'on-instance': the bench shipped over the SSH connection and run "
                          "next to the server, as harness.run --bench-from instance does")
+    ap.add_argument("--rounds", type=positive(int), default=1,
+                    help="measure every path this many times, interleaved (direct, tunnel, direct, "
+                         "tunnel, ...); the comparison uses each quantity's median over the rounds, "
+                         "so a drift of the machine during the run does not land on one path")
     ap.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
     return ap.parse_args(argv)
 
@@ -87,9 +95,23 @@ def _level_row(path: str, lv: dict, forwarder_cpu_s: float | None = None) -> dic
             if forwarder_cpu_s is not None and chunks else None}
 
 
+def _median_rows(rows: list[dict]) -> dict[tuple[str, int], dict]:
+    """(path, concurrency) -> each compared quantity's median over the rounds."""
+    from statistics import median
+
+    groups: dict[tuple[str, int], list[dict]] = {}
+    for r in rows:
+        groups.setdefault((r["path"], r["concurrency"]), []).append(r)
+    return {k: {"ttft_ms": {"p99": median(r["ttft_ms"]["p99"] for r in g)},
+                "itl_ms": {q: median(r["itl_ms"][q] for r in g) for q in ("p50", "p99")},
+                "output_tok_s": median(r["output_tok_s"] for r in g)}
+            for k, g in groups.items()}
+
+
 def compare(rows: list[dict]) -> list[dict]:
-    """Each tunnel path minus direct per concurrency: the quantities issue 15's targets are stated in."""
-    by = {(r["path"], r["concurrency"]): r for r in rows}
+    """Each tunnel path minus direct per concurrency (medians over rounds): the quantities issue
+    15's targets are stated in."""
+    by = _median_rows(rows)
     out = []
     for (path, conc), t in sorted(by.items(), key=lambda kv: kv[0][1]):
         d = by.get(("direct", conc))
@@ -106,8 +128,11 @@ def compare(rows: list[dict]) -> list[dict]:
 
 
 def _forwarder(name: str, s: dict, key, port: int, a: argparse.Namespace):
-    """The forwarder for one tunnel path: its own process ('tunnel') or this process ('tunnel-inproc')."""
-    if name == "tunnel":
+    """The forwarder for one tunnel path (``FORWARDERS``)."""
+    if name == "tunnel-openssh":
+        return OpenSshForward(lambda: {"key": key, "tcp": ("127.0.0.1", s["port"])}, username=s["user"],
+                              remote_port=port, host_id="loopback", pins=access.HostKeyPins())
+    if name == "tunnel-paramiko":
         return ProcessForward(lambda: {"key": key, "tcp": ("127.0.0.1", s["port"])}, username=s["user"],
                               remote_port=port, host_id="loopback", pins=access.HostKeyPins(),
                               switch_interval=a.switch_interval, pty_session=not a.no_pty_session)
@@ -149,21 +174,24 @@ def measure(a: argparse.Namespace, report=print) -> dict:
             for name in FORWARDERS[a.forwarder]:
                 forwarders[name] = stack.enter_context(_forwarder(name, s, key, port, a))
                 paths[name] = forwarders[name].base_url
-            for name, url in paths.items():
-                ep = Endpoint(name, protocol="openai", model_id="ref-model", base_url=url)
-                pid = forwarders[name].proc.pid if name == "tunnel" else None
-                for conc in a.levels:  # one level at a time: the forwarder process's CPU per level
-                    cpu0 = _proc_cpu_s(pid)
-                    lv = run_bench(ep, profile="agent", concurrency=[conc], requests=a.requests,
-                                   out_dir=Path(tmp) / name / str(conc), progress=False)[0]
-                    rows.append(_level_row(name, lv, None if pid is None else _proc_cpu_s(pid) - cpu0))
-                    report(rows[-1])
-            if a.on_instance:
-                rows += _on_instance(s, key, port, a, Path(tmp), report)
+            for rnd in range(1, a.rounds + 1):
+                for name, url in paths.items():
+                    ep = Endpoint(name, protocol="openai", model_id="ref-model", base_url=url)
+                    fwd = forwarders.get(name)
+                    pid = fwd.proc.pid if fwd is not None and name != "tunnel-inproc" else None
+                    for conc in a.levels:  # one level at a time: the forwarder process's CPU per level
+                        cpu0 = _proc_cpu_s(pid)
+                        lv = run_bench(ep, profile="agent", concurrency=[conc], requests=a.requests,
+                                       out_dir=Path(tmp) / str(rnd) / name / str(conc), progress=False)[0]
+                        rows.append(_level_row(name, lv, None if pid is None else _proc_cpu_s(pid) - cpu0)
+                                    | {"round": rnd})
+                        report(rows[-1])
+                if a.on_instance:
+                    rows += [r | {"round": rnd} for r in _on_instance(s, key, port, a, Path(tmp) / str(rnd), report)]
     finally:
         ref.stop()
     return {"reference": {"ttft_ms": a.ttft_ms, "itl_ms": a.itl_ms, "output_tokens": OUTPUT_TOKENS,
-                          "tokens_per_chunk": 1, "requests_per_level": a.requests},
+                          "tokens_per_chunk": 1, "requests_per_level": a.requests, "rounds": a.rounds},
             "pty_session": not a.no_pty_session, "forwarder": a.forwarder, "levels": rows,
             "tunnel_vs_direct": compare(rows)}
 

@@ -75,7 +75,7 @@ def test_tunnel_json_smoke_run():
     out = json.loads(r.stdout)
     assert out["reference"]["ttft_ms"] == 20 and out["reference"]["requests_per_level"] == 2
     assert [(lv["path"], lv["concurrency"]) for lv in out["levels"]] == [
-        ("direct", 1), ("direct", 2), ("tunnel", 1), ("tunnel", 2)]
+        ("direct", 1), ("direct", 2), ("tunnel-openssh", 1), ("tunnel-openssh", 2)]
     for lv in out["levels"]:
         assert lv["completed"] == 2 and lv["failed"] == 0
         assert lv["ttft_ms"]["p50"] >= 20  # the server sends nothing sooner; ITL has no such
@@ -88,19 +88,24 @@ def test_tunnel_table_names_both_paths():
     r = run("tunnel", "--levels", "1", "--requests", "2", "--ttft-ms", "5", "--itl-ms", "1")
     assert r.returncode == 0, r.stderr
     assert re.search(r"^direct\s+1\s+2\s+0\s", r.stdout, re.M)
-    assert re.search(r"^tunnel\s+1\s+2\s+0\s", r.stdout, re.M)
-    assert "tunnel - direct at 1 streams: TTFT p99 " in r.stdout
+    assert re.search(r"^tunnel-openssh\s+1\s+2\s+0\s", r.stdout, re.M)
+    assert "tunnel-openssh - direct at 1 streams: TTFT p99 " in r.stdout
 
 
-def test_tunnel_both_forwarders_and_on_instance_in_one_run():
-    """--forwarder both --on-instance: the forwarder process, the old in-process one and the bench
-    run over SSH next to the server, each against direct."""
+def test_tunnel_all_forwarders_and_on_instance_in_one_run():
+    """--forwarder all --on-instance --rounds 2: OpenSSH's client, the paramiko process, the old
+    in-process forwarder and the bench run over SSH next to the server, each against direct,
+    twice interleaved; the comparison has one row per path (medians over the rounds)."""
     require_binary("/usr/sbin/sshd")
+    require_binary("ssh")
     r = run("tunnel", "--levels", "2", "--requests", "2", "--ttft-ms", "5", "--itl-ms", "1",
-            "--forwarder", "both", "--on-instance", "--json")
+            "--forwarder", "all", "--on-instance", "--rounds", "2", "--json")
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
-    assert [lv["path"] for lv in out["levels"]] == ["direct", "tunnel", "tunnel-inproc", "on-instance"]
+    paths = ["direct", "tunnel-openssh", "tunnel-paramiko", "tunnel-inproc", "on-instance"]
+    assert [(lv["path"], lv["round"]) for lv in out["levels"]] == [(p, n) for n in (1, 2) for p in paths]
     assert all(lv["completed"] == 2 and lv["failed"] == 0 for lv in out["levels"])
+    assert all(lv["forwarder_cpu_us_per_chunk"] is not None for lv in out["levels"]
+               if lv["path"] in ("tunnel-openssh", "tunnel-paramiko"))
     assert [(c["path"], c["concurrency"]) for c in out["tunnel_vs_direct"]] == [
-        ("tunnel", 2), ("tunnel-inproc", 2), ("on-instance", 2)]
+        (p, 2) for p in paths[1:]]

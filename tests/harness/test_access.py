@@ -125,7 +125,8 @@ def test_eic_tunnel_end_to_end_through_websocket(ssh_server, key, monkeypatch):
         rewrite = lambda url: url.replace(  # noqa: E731
             "wss://eice-0abc.ec2-instance-connect-endpoint.us-east-1.amazonaws.com", f"ws://127.0.0.1:{eice['port']}")
         with access.eic_tunnel(ep, botocore_session=s, region="us-east-1", pins=access.HostKeyPins(),
-                               os_user=ssh_server["user"], ec2=ec2, eic=eic, rewrite_url=rewrite) as live:
+                               os_user=ssh_server["user"], ec2=ec2, eic=eic, rewrite_url=rewrite,
+                               forwarder="paramiko") as live:
             assert live.base_url.startswith("http://127.0.0.1:")
             assert get_json(live.base_url + "/models") == {"path": "/v1/models"}
         ec2_stub.assert_no_pending_responses()
