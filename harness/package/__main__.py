@@ -26,7 +26,8 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--revision", help="Hugging Face revision (default: main)")
     c = sub.add_parser("check", help="check a checkpoint's ignore list (and manifest, if any) before deploying")
     c.add_argument("directory")
-    z = sub.add_parser("sizes", help="bytes per tensor group of every scheme, from a config.json alone")
+    z = sub.add_parser("sizes", help="bytes per tensor group of every scheme, and what vLLM holds "
+                       "after loading it, from a config.json alone")
     z.add_argument("config", help="path to a Gemma 4 config.json")
     return p
 
@@ -61,15 +62,22 @@ def _check(directory: Path) -> int:
 
 def _sizes(config_path: Path) -> int:
     from harness.package.reads import bytes_read_per_token
+    from harness.package.resident import load
     from harness.package.sizes import sizes, table_rows, text_shapes
 
-    shapes = text_shapes(json.loads(config_path.read_text()))
+    config = json.loads(config_path.read_text())
+    shapes = text_shapes(config)
     rows = table_rows(shapes)
     for name, s in SCHEMES.items():
         z = sizes(shapes, s)
         parts = ", ".join(f"{g} {v / GIB:.3f}" for g, v in z.items() if g != "total")
         read = bytes_read_per_token(z, rows) / GIB
         print(f"{name:5s} {z['total'] / GIB:6.3f} GiB  read/token {read:.3f} GiB  ({parts})")
+        r = load(config, s)
+        small = (r["runtime"] + r["rounding"]) / GIB
+        print(f"      vLLM 0.30.0 holds {r['total'] / GIB:.3f} GiB after load = package "
+              f"{r['weight'] / GIB:.3f} + rope caches {r['rope'] / GIB:.4f} + unsplit allocator "
+              f"blocks {r['unsplit'] / GIB:.4f} + runtime tensors and rounding {small:.4f}")
     return 0
 
 
