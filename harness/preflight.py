@@ -52,6 +52,7 @@ class Target:
     image_choice: str | None = None  # EC2: the boot-image choice (catalog Backend.image_choices)
     container_tag: str | None = None  # SageMaker: the vLLM DLC tag (sagemaker_vllm_tag)
     parent_image: str | None = None  # neuron image builds: neuron_parent_image, if set
+    image_az: str | None = None  # image builds in this backend's region: -c image_az, if set
     copies: int = 1  # the backend's own stack plus its variants (harness/variants.py), each an instance
 
 
@@ -84,6 +85,8 @@ def targets_from_config(context: dict[str, Any], backends: list[str] | None) -> 
         out.append(Target(bc.id, b.service, types, bc.model_id, launch_az, bc.image_choice,
                           cfg.sagemaker_vllm_tag if b.service == "sagemaker" else None,
                           cfg.neuron_parent_image if b.image == "neuron" else None,
+                          # as stacks/wiring.py: image_az applies to the builds in the main region only
+                          image_az=cfg.image_az if (bc.region or cfg.region) == cfg.region else None,
                           copies=1 + sum(v.id == bc.id for v in cfg.variants)))
     return cfg.region, out
 
@@ -210,7 +213,7 @@ def _check_account(session: Any, region: str, targets: list[Target], rep: Report
 
     boot: dict[str, str] = {}
     wanted: dict[str, list[str]] = {}
-    parent = None
+    parent = image_az = None
     for t in targets:
         family = catalog.backend(t.id).image
         if t.service != "ec2" or not family:
@@ -220,9 +223,10 @@ def _check_account(session: Any, region: str, targets: list[Target], rep: Report
         if image and IMAGE_PARAMETERS[image] == boot[t.id]:
             wanted.setdefault(image, []).append(t.id)
         parent = parent or t.parent_image
+        image_az = image_az or t.image_az
     if boot:
         account.check_images(rep.add, region, ssm or session.client("ssm", region_name=region), ec2, quota,
-                             wanted, boot, parent, _short)
+                             wanted, boot, parent, _short, image_az=image_az)
     for t in targets:
         if t.service == "sagemaker" and t.container_tag:
             account.check_container_image(rep.add, region, ecr or session.client("ecr", region_name=region),

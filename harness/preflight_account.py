@@ -113,9 +113,10 @@ QuotaFn = Callable[[str, str], "float | None"]
 
 def check_images(add: Add, region: str, ssm: Any, ec2: Any, quota: QuotaFn,
                  wanted: dict[str, list[str]], boot: dict[str, str], neuron_parent: str | None,
-                 short: Callable[[BaseException], str]) -> None:
+                 short: Callable[[BaseException], str], image_az: str | None = None) -> None:
     """``boot``: backend id -> the SSM parameter its instance boots; ``wanted``: kit image ->
-    the backend ids that boot it. Kit images not built yet are checked as builds."""
+    the backend ids that boot it. Kit images not built yet are checked as builds, in
+    ``image_az`` (``-c image_az``) when one is set."""
     from stacks.image_facts import IMAGE_PARAMETERS, PARENT_PARAMETERS
 
     names = set(boot.values()) | {PARENT_PARAMETERS[i] for i in wanted}
@@ -139,12 +140,12 @@ def check_images(add: Add, region: str, ssm: Any, ec2: Any, quota: QuotaFn,
             add(bid, "AMI parameter", "BLOCK", f"{name} does not resolve in {region}: the image it names is "
                 f"not published there; fix: deploy this backend to another region (-c {bid}_region=<region>)")
     for image in dict.fromkeys(to_build):
-        _check_build(add, region, ec2, quota, image, wanted[image], values, neuron_parent, short)
+        _check_build(add, region, ec2, quota, image, wanted[image], values, neuron_parent, short, image_az)
 
 
 def _check_build(add: Add, region: str, ec2: Any, quota: QuotaFn, image: str, backends: list[str],
                  values: dict[str, str | None], neuron_parent: str | None,
-                 short: Callable[[BaseException], str]) -> None:
+                 short: Callable[[BaseException], str], image_az: str | None = None) -> None:
     from stacks.image_facts import BUILD_HOSTS, PARENT_PARAMETERS
 
     def each(status: str, check: str, detail: str) -> None:
@@ -179,16 +180,21 @@ def _check_build(add: Add, region: str, ec2: Any, quota: QuotaFn, image: str, ba
         each("warn", f"{image} build hosts", f"could not check {', '.join(types_all)}: {short(exc)}")
         return
     # One build subnet holds every build and test host of the image (stacks/images.py, the same
-    # Custom::AzChoice decision as at deploy time, without an image_az preference).
+    # Custom::AzChoice decision as at deploy time, with image_az as its preferred AZ).
     from stacks.lambdas.az_choice.index import ChoiceError, choose
 
     zones = sorted({z for azs in per_type.values() for z in azs})
     try:
-        chosen, fit = choose(region, zones, {t: set(per_type[t]) for t in types_all})
-        each("ok", f"{image} build subnet", f"{', '.join(fit)} offer {', '.join(types_all)}; the build will use {chosen}")
+        chosen, fit = choose(region, zones, {t: set(per_type[t]) for t in types_all}, preferred=image_az or "")
+        why = " (image_az)" if image_az else ""
+        each("ok", f"{image} build subnet", f"{', '.join(fit)} offer {', '.join(types_all)}; the build will use {chosen}{why}")
     except ChoiceError as e:
-        each("BLOCK", f"{image} build subnet", f"{str(e).replace('move the backend with -c <id>_region', 'build in another region with -c region')}; "
-             "fix: build the image in a region whose AZs offer these types (-c region=<region>)")
+        text = str(e).replace("move the backend with -c <id>_region", "build in another region with -c region")
+        if image_az and text.startswith(image_az):
+            each("BLOCK", f"{image} build subnet", f"image_az {text.replace('set -c <id>_az to one of them, or drop it', 'fix: set -c image_az to one of them, or drop it')}")
+        else:
+            each("BLOCK", f"{image} build subnet", f"{text}; fix: build the image in a region whose AZs offer "
+                 "these types (-c region=<region>)")
 
     for key, types in BUILD_HOSTS[image].items():
         check = f"{image} {key} host"

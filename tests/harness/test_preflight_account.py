@@ -200,3 +200,20 @@ def test_no_bootstrap_names_the_command_with_the_account(aws, cdk_json, capsys):
                         bedrock=__import__("tests.harness.test_preflight", fromlist=["x"]).FakeBedrock())
     out = capsys.readouterr().out
     assert rc == 1 and "fix: npx cdk bootstrap aws://123456789012/us-east-1" in out
+
+
+@pytest.mark.parametrize("image_az, expected", [
+    ("us-east-1b", "offer c7g.8xlarge, c7g.16xlarge, g5g.2xlarge; the build will use us-east-1b (image_az)"),
+    ("us-east-1f", "image_az us-east-1f does not offer c7g.8xlarge, c7g.16xlarge, g5g.2xlarge in this account; "
+                   "AZs that do: us-east-1a, us-east-1b, us-east-1c, us-east-1d (fix: set -c image_az to one of "
+                   "them, or drop it)"),
+])
+def test_build_subnet_check_honours_image_az_as_the_deploy_does(aws, cdk_json, capsys, image_az, expected):
+    """-c image_az is the build placement's preferred AZ (stacks/images.py -> Custom::AzChoice
+    PreferredAz); preflight makes the same decision (moto's offerings: a-d offer all three)."""
+    rc, out = run(["--backends", "g5g", *cdk_json, "-c", f"image_az={image_az}"], capsys,
+                  sq=quotas({"L-1216C47A": 64.0, "L-DB2E81BA": 64.0}),
+                  ssm=ssm_parameters(PUBLIC), ecr=ecr_images({TAG}))
+    line = next(line for line in out.splitlines() if "vllm-sm75 build subnet" in line)
+    assert expected in line, out
+    assert ("BLOCK" in line) == (image_az == "us-east-1f")
