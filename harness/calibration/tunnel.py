@@ -67,6 +67,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                          "tunnel, ...); the comparison uses each quantity's median over the rounds, "
                          "so a drift of the machine during the run does not land on one path")
     ap.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
+    ap.add_argument("--markdown", action="store_true",
+                    help="print Markdown tables of the medians and the comparison instead (as in the README)")
     return ap.parse_args(argv)
 
 
@@ -102,10 +104,36 @@ def _median_rows(rows: list[dict]) -> dict[tuple[str, int], dict]:
     groups: dict[tuple[str, int], list[dict]] = {}
     for r in rows:
         groups.setdefault((r["path"], r["concurrency"]), []).append(r)
-    return {k: {"ttft_ms": {"p99": median(r["ttft_ms"]["p99"] for r in g)},
-                "itl_ms": {q: median(r["itl_ms"][q] for r in g) for q in ("p50", "p99")},
-                "output_tok_s": median(r["output_tok_s"] for r in g)}
+    def med(values: list) -> float | None:
+        values = [v for v in values if v is not None]
+        return median(values) if values else None
+
+    return {k: {"ttft_ms": {q: med([r["ttft_ms"][q] for r in g]) for q in ("p50", "p99")},
+                "itl_ms": {q: med([r["itl_ms"][q] for r in g]) for q in ("p50", "p99")},
+                "output_tok_s": med([r["output_tok_s"] for r in g]),
+                "client_cpu_us_per_chunk": med([r.get("client_cpu_us_per_chunk") for r in g]),
+                "forwarder_cpu_us_per_chunk": med([r.get("forwarder_cpu_us_per_chunk") for r in g]),
+                "rounds": len(g)}
             for k, g in groups.items()}
+
+
+# Issue 15, point 1: what "the tunnel does not compete with the load generator" means, as limits
+# on each path's difference from direct.
+TARGET = {"output_tok_s_rel": 0.02, "ttft_p99_ms": 3.0, "itl_p99_ms": 2.0, "itl_p50_ratio": 0.10}
+
+
+def misses(c: dict) -> list[str]:
+    """The target's limits a comparison row exceeds (empty: it meets them)."""
+    out = []
+    if c["output_tok_s_rel"] is None or abs(c["output_tok_s_rel"]) > TARGET["output_tok_s_rel"]:
+        out.append("tok/s within 2%")
+    if c["ttft_p99_ms"] > TARGET["ttft_p99_ms"]:
+        out.append("TTFT p99 within +3 ms")
+    if c["itl_p99_ms"] > TARGET["itl_p99_ms"]:
+        out.append("ITL p99 within +2 ms")
+    if c["itl_p50_ratio"] is None or abs(c["itl_p50_ratio"] - 1) > TARGET["itl_p50_ratio"]:
+        out.append("ITL p50 within 10%")
+    return out
 
 
 def compare(rows: list[dict]) -> list[dict]:
@@ -124,7 +152,38 @@ def compare(rows: list[dict]) -> list[dict]:
             "itl_p50_ratio": round(t["itl_ms"]["p50"] / d["itl_ms"]["p50"], 4) if d["itl_ms"]["p50"] else None,
             "output_tok_s_rel": round(t["output_tok_s"] / d["output_tok_s"] - 1, 4) if d["output_tok_s"] else None,
         })
+        out[-1]["misses"] = misses(out[-1])
     return out
+
+
+def markdown(result: dict) -> str:
+    """Per concurrency, one column per path (medians over the rounds), then each path's
+    difference from direct and the target's verdict: the README's table, from one run."""
+    by = _median_rows(result["levels"])
+    paths = list(dict.fromkeys(r["path"] for r in result["levels"]))
+    lines = []
+    for conc in sorted({c for _, c in by}):
+        cols = [p for p in paths if (p, conc) in by]
+        n = by[(cols[0], conc)]["rounds"]
+        lines += [f"| {conc} streams ({'median of ' + str(n) + ' rounds' if n > 1 else '1 round'}) | "
+                  + " | ".join(cols) + " |", "| --- |" + " --- |" * len(cols)]
+
+        def row(label: str, fmt) -> str:
+            return f"| {label} | " + " | ".join(fmt(by[(p, conc)]) for p in cols) + " |"
+
+        lines.append(row("TTFT p50 / p99 ms", lambda m: f"{m['ttft_ms']['p50']:.1f} / {m['ttft_ms']['p99']:.1f}"))
+        lines.append(row("ITL p50 / p99 ms", lambda m: f"{m['itl_ms']['p50']:.2f} / {m['itl_ms']['p99']:.2f}"))
+        lines.append(row("output tok/s", lambda m: f"{m['output_tok_s']:,.0f}"))
+        lines.append(row("CPU µs per chunk: load generator / forwarder",
+                         lambda m: f"{_us(m['client_cpu_us_per_chunk'])} / {_us(m['forwarder_cpu_us_per_chunk'])}"))
+        lines.append("")
+    for c in result["tunnel_vs_direct"]:
+        verdict = "meets the target" if not c["misses"] else "misses: " + ", ".join(c["misses"])
+        p50 = f"x{c['itl_p50_ratio']:.2f}" if c["itl_p50_ratio"] is not None else "n/a"
+        tok = f"{c['output_tok_s_rel']:+.1%}" if c["output_tok_s_rel"] is not None else "n/a"
+        lines.append(f"- {c['path']} − direct, {c['concurrency']} streams: TTFT p99 {c['ttft_p99_ms']:+.1f} ms, "
+                     f"ITL p99 {c['itl_p99_ms']:+.2f} ms, ITL p50 {p50}, tok/s {tok}: {verdict}")
+    return "\n".join(lines)
 
 
 def _forwarder(name: str, s: dict, key, port: int, a: argparse.Namespace):
@@ -198,7 +257,7 @@ def measure(a: argparse.Namespace, report=print) -> dict:
 
 def _print_row(r: dict) -> None:
     t, i = r["ttft_ms"], r["itl_ms"]
-    print(f"{r['path']:<13} {r['concurrency']:>4} {r['completed']:>4} {r['failed']:>4} {t['p50']:>9.1f} "
+    print(f"{r['path']:<16} {r['concurrency']:>4} {r['completed']:>4} {r['failed']:>4} {t['p50']:>9.1f} "
           f"{t['p99']:>9.1f} {i['p50']:>8.2f} {i['p99']:>8.2f} {r['output_tok_s']:>10.0f} "
           f"{_us(r['client_cpu_us_per_chunk']):>12} {_us(r['forwarder_cpu_us_per_chunk']):>12}", flush=True)
 
@@ -218,21 +277,26 @@ def main(argv: list[str] | None = None) -> int:
         access._mark_interactive = lambda transport, host_id: None
     if a.switch_interval:
         sys.setswitchinterval(a.switch_interval)
-    if not a.json:
+    quiet = a.json or a.markdown
+    if not quiet:
         print(f"reference server: TTFT {a.ttft_ms:g} ms, ITL {a.itl_ms:g} ms, {OUTPUT_TOKENS} tokens; "
               f"{a.requests} requests per level")
-        print(f"{'path':<13} {'conc':>4} {'ok':>4} {'fail':>4} {'ttft p50':>9} {'ttft p99':>9} "
+        print(f"{'path':<16} {'conc':>4} {'ok':>4} {'fail':>4} {'ttft p50':>9} {'ttft p99':>9} "
               f"{'itl p50':>8} {'itl p99':>8} {'out tok/s':>10} {'cli us/chunk':>12} {'fwd us/chunk':>12}",
               flush=True)
-    result = measure(a, report=(lambda r: None) if a.json else _print_row)
+    result = measure(a, report=(lambda r: None) if quiet else _print_row)
     if a.json:
         print(json.dumps(result, indent=2))
+        return 0
+    if a.markdown:
+        print(markdown(result))
         return 0
     for c in result["tunnel_vs_direct"]:
         p50 = f"ITL p50 x{c['itl_p50_ratio']:.2f}" if c["itl_p50_ratio"] is not None else "ITL p50 n/a"
         tok = f"tok/s {c['output_tok_s_rel']:+.1%}" if c["output_tok_s_rel"] is not None else "tok/s n/a"
+        verdict = "meets the target" if not c["misses"] else "misses " + ", ".join(c["misses"])
         print(f"{c['path']} - direct at {c['concurrency']} streams: TTFT p99 {c['ttft_p99_ms']:+.1f} ms, "
-              f"ITL p99 {c['itl_p99_ms']:+.2f} ms, {p50}, {tok}")
+              f"ITL p99 {c['itl_p99_ms']:+.2f} ms, {p50}, {tok}: {verdict}")
     return 0
 
 

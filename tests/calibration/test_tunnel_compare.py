@@ -1,0 +1,43 @@
+"""The tunnel measurement's comparison: medians over interleaved rounds, issue 15's limits, the
+Markdown the README carries (pure functions over hand-made rows)."""
+from __future__ import annotations
+
+from harness.calibration.tunnel import compare, markdown, misses
+
+
+def _row(path, conc, rnd, ttft99, itl50, itl99, tok, cli=20.0, fwd=None):
+    return {"path": path, "concurrency": conc, "round": rnd, "completed": 8, "failed": 0,
+            "ttft_ms": {"p50": 50.0, "p99": ttft99}, "itl_ms": {"p50": itl50, "p99": itl99},
+            "output_tok_s": tok, "client_cpu_us_per_chunk": cli, "forwarder_cpu_us_per_chunk": fwd}
+
+
+ROWS = [  # round 2 of direct is an outlier the median must ignore
+    _row("direct", 64, 1, 52.0, 2.00, 4.0, 20000), _row("tunnel-openssh", 64, 1, 54.0, 1.95, 5.0, 19900, fwd=12),
+    _row("direct", 64, 2, 90.0, 0.50, 40.0, 10000), _row("tunnel-openssh", 64, 2, 55.0, 1.90, 6.5, 19800, fwd=13),
+    _row("direct", 64, 3, 53.0, 2.10, 4.5, 20200), _row("tunnel-openssh", 64, 3, 56.0, 2.00, 5.5, 19700, fwd=11),
+]
+
+
+def test_compare_uses_medians_over_rounds():
+    (c,) = compare(ROWS)
+    assert c["path"] == "tunnel-openssh" and c["concurrency"] == 64
+    assert c["ttft_p99_ms"] == 2.0              # 55 - 53
+    assert c["itl_p99_ms"] == 1.0               # 5.5 - 4.5
+    assert c["itl_p50_ratio"] == round(1.95 / 2.00, 4)
+    assert c["output_tok_s_rel"] == round(19800 / 20000 - 1, 4)
+    assert c["misses"] == []
+
+
+def test_each_limit_is_named_when_exceeded():
+    ok = {"output_tok_s_rel": -0.019, "ttft_p99_ms": 2.9, "itl_p99_ms": 1.9, "itl_p50_ratio": 0.91}
+    assert misses(ok) == []
+    bad = {"output_tok_s_rel": -0.021, "ttft_p99_ms": 3.1, "itl_p99_ms": 2.1, "itl_p50_ratio": 0.0}
+    assert misses(bad) == ["tok/s within 2%", "TTFT p99 within +3 ms", "ITL p99 within +2 ms", "ITL p50 within 10%"]
+
+
+def test_markdown_has_a_column_per_path_and_a_verdict_per_comparison():
+    md = markdown({"levels": ROWS, "tunnel_vs_direct": compare(ROWS)})
+    assert "| 64 streams (median of 3 rounds) | direct | tunnel-openssh |" in md
+    assert "| output tok/s | 20,000 | 19,800 |" in md
+    assert "| CPU µs per chunk: load generator / forwarder | 20 / - | 20 / 12 |" in md
+    assert md.splitlines()[-1].endswith("tok/s -1.0%: meets the target")
