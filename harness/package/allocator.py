@@ -3,19 +3,20 @@
 vLLM reports "Model loading took X GiB memory" from ``torch.cuda.max_memory_allocated()`` after a
 peak reset (vLLM 0.30.0 ``platforms/cuda.py`` ``get_current_memory_usage``, used by
 ``utils/mem_utils.py`` ``DeviceMemoryProfiler``). That statistic counts *blocks*, not requests: a
-tensor placed in a cached free block that may not be split counts the whole block. This module
-replays the rules that decide a block's size (PyTorch ``c10/cuda/CUDACachingAllocator.cpp``,
-read on pytorch/pytorch main as stored, commit eb42ad6e; vLLM 0.30.0 pins torch 2.13.0):
+tensor placed in a cached free block that may not be split counts the whole block
+(``alloc_found_block`` adds ``block->size`` to ``allocated_bytes``). This module replays the rules
+that decide a block's size (PyTorch ``c10/cuda/CUDACachingAllocator.cpp``, read at pytorch/pytorch
+commit 001074d2, a stored main-branch version, not the 2.13.0 that vLLM 0.30.0 pins; later versions
+name the 20 MiB below ``max_non_split_rounding_size`` and default it to ``kLargeBuffer``):
 
 - sizes round up to 512 B (``kMinBlockSize``, ``round_size``); requests up to 1 MiB
   (``kSmallSize``) use the small pool, larger ones the large pool;
 - a request takes the smallest cached free block that fits (``get_free_block``), except that a
   request below ``max_split_size`` never takes a block of ``max_split_size`` or more, and a
-  request of ``max_split_size`` or more only takes one less than 20 MiB larger
-  (``max_non_split_rounding_size``, default ``kLargeBuffer``);
+  request of ``max_split_size`` or more only takes one less than 20 MiB larger;
 - with no such block a new segment is reserved (``get_allocation_size``): 2 MiB for the small
   pool, 20 MiB for requests under 10 MiB, else the request rounded up to 2 MiB;
-- the block is split (``shouldSplit``) only if the rest is at least 512 B (small pool) or, in the
+- the block is split (``should_split``) only if the rest is at least 512 B (small pool) or, in the
   large pool, the request is below ``max_split_size`` and the rest is more than 1 MiB; an
   unsplit rest stays part of the allocated block;
 - a freed block merges with free neighbours of its segment (``free_block``).
