@@ -42,11 +42,14 @@ node_modules/.package-lock.json: package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
-# System packages the tests use for real: OpenSSH server and client (tunnel tests), Chromium (report
+# System packages the tests use for real: OpenSSH server and client (tunnel tests), nginx's
+# stream module (the tunnel measurement's two-relay control), Chromium (report
 # screenshot), patch (the sm_75 patch check), jq and curl (the image smoke-test script). Installed only where missing and only as root; otherwise say what to install.
 sysdeps:
 	@missing=""; command -v /usr/sbin/sshd >/dev/null || missing="$$missing openssh-server"; \
 	command -v ssh >/dev/null || missing="$$missing openssh-client"; \
+	command -v nginx >/dev/null || missing="$$missing nginx-light"; \
+	ls /usr/lib/nginx/modules/ngx_stream_module.so >/dev/null 2>&1 || missing="$$missing libnginx-mod-stream"; \
 	command -v chromium >/dev/null || missing="$$missing chromium fonts-liberation"; \
 	command -v patch >/dev/null || missing="$$missing patch"; \
 	command -v jq >/dev/null || missing="$$missing jq"; \

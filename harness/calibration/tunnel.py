@@ -32,6 +32,7 @@ from harness.bench.api import run_bench
 from harness.calibration.args import Parser, positive, positive_ints
 from harness.calibration.loopback_sshd import sshd
 from harness.calibration.refserver import RefServerProcess
+from harness.calibration.relay import nginx_relays, stream_module
 from harness.endpoint import Endpoint
 from harness.tunnel_openssh import OpenSshForward
 from harness.tunnel_proc import ProcessForward
@@ -40,6 +41,7 @@ PROG = "python -m harness.calibration.tunnel"
 SSHD = "/usr/sbin/sshd"
 OUTPUT_TOKENS = 64
 REPO = Path(__file__).resolve().parents[2]
+CONTROL = "relay-2x-nginx"
 FORWARDERS = {"openssh": ("tunnel-openssh",), "process": ("tunnel-paramiko",),
               "inprocess": ("tunnel-inproc",), "all": ("tunnel-openssh", "tunnel-paramiko", "tunnel-inproc")}
 
@@ -62,6 +64,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--on-instance", action="store_true",
                     help="also the path 'on-instance': the bench shipped over the SSH connection and run "
                          "next to the server, as harness.run --bench-from instance does")
+    ap.add_argument("--control", action="store_true",
+                    help="also the path 'relay-2x-nginx': two chained nginx stream relays, no SSH "
+                         "(harness/calibration/relay.py), the floor any two-hop forwarder has on this "
+                         "machine; needs nginx with its stream module")
     ap.add_argument("--rounds", type=positive(int), default=1,
                     help="measure every path this many times, interleaved (direct, tunnel, direct, "
                          "tunnel, ...); the comparison uses each quantity's median over the rounds, "
@@ -233,6 +239,8 @@ def measure(a: argparse.Namespace, report=print) -> dict:
             for name in FORWARDERS[a.forwarder]:
                 forwarders[name] = stack.enter_context(_forwarder(name, s, key, port, a))
                 paths[name] = forwarders[name].base_url
+            if a.control:
+                paths[CONTROL] = f"http://127.0.0.1:{stack.enter_context(nginx_relays(port))}/v1"
             for rnd in range(1, a.rounds + 1):
                 for name, url in paths.items():
                     ep = Endpoint(name, protocol="openai", model_id="ref-model", base_url=url)
@@ -272,6 +280,10 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         print(f"{PROG}: needs OpenSSH's {SSHD} and ssh-keygen (make sysdeps, or apt-get install "
               "openssh-server)", file=sys.stderr)
+        return 2
+    if a.control and stream_module() is None:
+        print(f"{PROG}: --control needs nginx with its stream module (make sysdeps, or apt-get install "
+              "nginx-light libnginx-mod-stream)", file=sys.stderr)
         return 2
     if a.no_pty_session:
         access._mark_interactive = lambda transport, host_id: None

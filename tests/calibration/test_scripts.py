@@ -109,3 +109,17 @@ def test_tunnel_all_forwarders_and_on_instance_in_one_run():
                if lv["path"] in ("tunnel-openssh", "tunnel-paramiko"))
     assert [(c["path"], c["concurrency"]) for c in out["tunnel_vs_direct"]] == [
         (p, 2) for p in paths[1:]]
+
+
+def test_tunnel_control_relays_carry_the_stream_like_a_tunnel():
+    """--control: two chained nginx stream relays (no SSH) between the bench and the server,
+    compared with direct like each tunnel path; every request completes through them."""
+    require_binary("/usr/sbin/sshd")
+    require_binary("nginx")
+    r = run("tunnel", "--levels", "2", "--requests", "2", "--ttft-ms", "5", "--itl-ms", "1",
+            "--control", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert [lv["path"] for lv in out["levels"]] == ["direct", "tunnel-openssh", "relay-2x-nginx"]
+    assert all(lv["completed"] == 2 and lv["failed"] == 0 for lv in out["levels"])
+    assert [c["path"] for c in out["tunnel_vs_direct"]] == ["tunnel-openssh", "relay-2x-nginx"]
