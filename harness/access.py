@@ -46,6 +46,7 @@ from urllib.parse import urlencode
 
 import paramiko
 
+from harness.eic_proxy import FRAME_BYTES, redact
 from harness.endpoint import Endpoint
 from harness.hostkeys import AccessError, HostKeyMismatch, HostKeyPins  # noqa: F401 - public here
 
@@ -53,7 +54,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_OS_USER = "ubuntu"  # the GPU and Neuron DLAMIs are Ubuntu
 MAX_TUNNEL_SECONDS = 3600  # EIC's upper bound for maxTunnelDuration
-_FRAME = 65_000  # bytes per websocket frame, as the AWS CLI sends
+_FRAME = FRAME_BYTES  # bytes per websocket frame at most, as the AWS CLI sends (harness.eic_proxy)
 _EICE_STATES = ["create-complete", "update-in-progress", "update-failed", "update-complete"]
 
 
@@ -134,7 +135,8 @@ class WebsocketBridge:
             self._ws = connect(url, open_timeout=open_timeout, ping_interval=None, compression=None,
                                max_size=None, user_agent_header=user_agent or "inference-kit")
         except Exception as exc:  # noqa: BLE001 - one line naming the step
-            raise AccessError(f"could not open the EIC websocket: {type(exc).__name__}: {exc}") from exc
+            raise AccessError(f"could not open the EIC websocket: {type(exc).__name__}: "
+                              f"{redact(str(exc), url)}") from None  # the cause would quote the URL
         _nodelay(getattr(self._ws, "socket", None))
         self.sock, self._peer = socket.socketpair()
         self.error: str | None = None
@@ -191,9 +193,10 @@ class WebsocketBridge:
 def _mark_interactive(transport: paramiko.Transport, host_id: str) -> paramiko.Channel | None:
     """Hold a pty session running ``cat`` for the life of the transport.
 
-    OpenSSH's sshd sets TCP_NODELAY on its connection only once a session runs a command on a
-    pty; a forwarding-only connection keeps Nagle's algorithm on, and every small streamed
-    chunk then waits for the client's delayed ACK. Measured through a loopback sshd at 16
+    OpenSSH's sshd (before 10.1) sets TCP_NODELAY on its connection only once a session runs a
+    command (pty or not: session.c ``do_exec_*`` -> packet.c ``ssh_packet_set_interactive``);
+    a forwarding-only connection keeps Nagle's algorithm on, and every small streamed chunk
+    then waits for the client's delayed ACK. Measured through a loopback sshd at 16
     streams (python -m harness.calibration.tunnel): inter-token latency p99 55 ms without this,
     15 ms with it (12 ms direct). ``cat`` reads the idle pty and exits on hang-up when the
     transport closes. If the server refuses (a ForceCommand, no shell), the tunnel still works.
@@ -506,6 +509,10 @@ def eic_tunnel(endpoint: Endpoint, *, botocore_session: Any, region: str, pins: 
 
     from harness.tunnel_proc import ProcessForward
 
+    # Two SSH connections per instance with the OpenSSH data path (this control one and ssh's):
+    # 8 for four EC2 backends, within "Each EC2 Instance Connect Endpoint can support up to 20
+    # concurrent connections" (EC2 User Guide, connect-using-eice.html, Limitations). Each ssh
+    # ends with this process (harness.tunnel_openssh), so an aborted run leaves none holding one.
     with ProcessForward(ticket, username=os_user, remote_port=endpoint.port,
                         host_id=endpoint.instance_id, pins=pins) as pfwd, contextlib.ExitStack() as stack:
         url, kind = pfwd.base_url, "paramiko"

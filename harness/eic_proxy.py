@@ -5,8 +5,14 @@ process's stdin/stdout travel as binary frames over the presigned ``openTunnel``
 
 (``harness.tunnel_openssh`` writes that command.) TICKET_FILE holds the presigned URL; it is
 read and deleted at once, so the URL (a credential for 60 s) is never in an argv, an environment
-or a log. The process only copies ciphertext: no key, no decryption. Any failure is one line on
-stderr (ssh prints it) and exit status 1.
+or a log (error texts that quote it, as websockets' InvalidURI does, are redacted). The process
+only copies ciphertext: no key, no decryption. Any failure is one line on stderr (ssh prints it)
+and exit status 1.
+
+Frames as the AWS CLI sends them (awscli/customizations/ec2instanceconnect/websocket.py,
+``Websocket``): binary only, at most ``FRAME_BYTES`` each; a text frame from EIC is an error, as
+is a close code other than 1000 (websockets raises ConnectionClosedError, whose text names the
+code and reason EIC gave, e.g. at the tunnel's maxTunnelDuration).
 """
 from __future__ import annotations
 
@@ -16,7 +22,17 @@ import socket
 import sys
 import threading
 
-_READ = 256 * 1024
+# awscli's Websocket._MAX_BYTES_PER_FRAME: the largest frame the CLI sends EIC, so the largest
+# one known to pass. A pipe read can return 64 KiB or more, hence the cap on each read.
+FRAME_BYTES = 65_000
+
+
+def redact(text: str, url: str) -> str:
+    """``text`` without the presigned URL or its query string (the signature, the key id)."""
+    for secret in (url, url.partition("?")[2]):
+        if secret:
+            text = text.replace(secret, "<presigned URL>")
+    return text
 
 
 def _read_ticket(path: str) -> str:
@@ -60,7 +76,7 @@ def relay(url: str, stdin_fd: int = 0, stdout_fd: int = 1) -> int:
     t = threading.Thread(target=down, daemon=True)
     t.start()
     try:
-        while data := os.read(stdin_fd, _READ):  # ssh -> websocket
+        while data := os.read(stdin_fd, FRAME_BYTES):  # ssh -> websocket, one frame per read
             ws.send(data)
     except Exception as exc:  # noqa: BLE001
         errors.append(f"{type(exc).__name__}: {exc}")
@@ -70,7 +86,7 @@ def relay(url: str, stdin_fd: int = 0, stdout_fd: int = 1) -> int:
     t.join(5)
     real = [e for e in errors if "ConnectionClosedOK" not in e]
     if real:
-        print(f"eic_proxy: {real[0]}", file=sys.stderr)
+        print(f"eic_proxy: {redact(real[0], url)}", file=sys.stderr)
         return 1
     return 0
 
@@ -80,11 +96,13 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 1:
         print("usage: python -m harness.eic_proxy TICKET_FILE", file=sys.stderr)
         return 2
+    url = ""
     try:
         url = _read_ticket(args[0])
         return relay(url)
     except Exception as exc:  # noqa: BLE001 - one line for ssh to show
-        print(f"eic_proxy: could not open the EIC websocket: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"eic_proxy: could not open the EIC websocket: {type(exc).__name__}: "
+              f"{redact(str(exc), url)}", file=sys.stderr)
         return 1
 
 

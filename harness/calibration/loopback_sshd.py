@@ -19,8 +19,9 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def sshd(sshd_bin: str, tmp: Path, authorized_key_line: str) -> Iterator[dict[str, Any]]:
+def sshd(sshd_bin: str, tmp: Path, authorized_key_line: str, log: Path | None = None) -> Iterator[dict[str, Any]]:
     """sshd on 127.0.0.1 with its own host key and authorized_keys; yields port, host key path.
+    With ``log``, sshd writes its debug log (LogLevel DEBUG2) there.
 
     Sessions get ``HOME`` set to ``tmp`` (sshd_config(5) SetEnv, applied after sshd's own
     variables): bash run by sshd reads ``~/.bashrc`` even for ``bash -c`` (Debian's
@@ -48,15 +49,17 @@ PermitRootLogin prohibit-password
 AllowTcpForwarding local
 X11Forwarding no
 SetEnv HOME={tmp}
-""")
+""" + ("LogLevel DEBUG2\n" if log else ""))
     with contextlib.suppress(OSError):  # privilege-separation directory sshd wants when root
         Path("/run/sshd").mkdir(exist_ok=True)
-    proc = subprocess.Popen([sshd_bin, "-D", "-e", "-f", str(cfg)], stderr=subprocess.PIPE)
+    err = open(log, "wb") if log else subprocess.PIPE  # a file: a debug log would fill a pipe
+    proc = subprocess.Popen([sshd_bin, "-D", "-e", "-f", str(cfg)], stderr=err)
     try:
         deadline = time.time() + 10
         while time.time() < deadline:
             if proc.poll() is not None:
-                raise RuntimeError(f"sshd exited: {proc.stderr.read().decode()[-500:]}")
+                said = log.read_bytes() if log else proc.stderr.read()
+                raise RuntimeError(f"sshd exited: {said.decode()[-500:]}")
             with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
                 break
             time.sleep(0.05)
@@ -68,4 +71,4 @@ SetEnv HOME={tmp}
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(5)
-        proc.stderr.close()
+        (proc.stderr or err).close()

@@ -186,3 +186,10 @@ def test_many_concurrent_connections_through_one_relay(ssh_server, key):
         with ThreadPoolExecutor(24) as pool:
             got = list(pool.map(lambda i: get_json(f"{fwd.base_url}/models?i={i}"), range(48)))
     assert got == [{"path": f"/v1/models?i={i}"} for i in range(48)]
+
+
+def test_websocket_bridge_error_never_quotes_the_presigned_url():
+    with pytest.raises(access.AccessError) as e:
+        access.WebsocketBridge("ws:///openTunnel?X-Amz-Credential=AKIDEXAMPLE&X-Amz-Signature=s3cr3t")
+    assert "InvalidURI" in str(e.value) and "s3cr3t" not in str(e.value) and "AKIDEXAMPLE" not in str(e.value)
+    assert e.value.__cause__ is None

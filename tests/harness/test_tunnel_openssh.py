@@ -2,9 +2,12 @@
 loopback, and through a websocket standing in for the EIC endpoint."""
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -207,3 +210,195 @@ def test_no_aws_variable_reaches_ssh(ssh_server, key, monkeypatch):
         env = Path(f"/proc/{fwd.proc.pid}/environ").read_bytes()
         assert b"do-not-leak" not in env and b"AWS_SECRET_ACCESS_KEY" not in env
     assert os.environ["AWS_SECRET_ACCESS_KEY"] == "do-not-leak"
+
+
+# --------------------------------------------------------------------------- review of ae8cd15
+_HOLDER = """
+import sys, time
+import paramiko
+from harness.hostkeys import HostKeyPins
+from harness.tunnel_openssh import OpenSshForward
+key = paramiko.Ed25519Key(filename=sys.argv[1])
+fwd = OpenSshForward(lambda: {"key": key, "tcp": ("127.0.0.1", int(sys.argv[2]))}, username=sys.argv[3],
+                     remote_port=int(sys.argv[4]), host_id="i-0abc", pins=HostKeyPins())
+print(fwd.local_port, fwd.proc.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def _listening(port: int) -> bool:
+    import socket
+
+    try:
+        socket.create_connection(("127.0.0.1", port), 1).close()
+        return True
+    except OSError:
+        return False
+
+
+def test_ssh_ends_when_the_process_holding_the_tunnel_is_killed(ssh_server, key, tmp_path):
+    """A run killed outright (SIGKILL, or SIGTERM, which Python does not unwind) must not leave
+    ssh holding the local port and one of the EIC endpoint's 20 connections until the tunnel's
+    time limit: ssh's stdin reaches EOF, and without a pty that ends the session."""
+    import signal
+
+    from harness.tunnel_proc import key_to_pem
+
+    key_file = tmp_path / "k"
+    key_file.write_text(key_to_pem(key))
+    key_file.chmod(0o600)
+    with http_server() as http_port:
+        holder = subprocess.Popen([sys.executable, "-c", _HOLDER, str(key_file), str(ssh_server["port"]),
+                                   ssh_server["user"], str(http_port)], cwd=REPO, stdout=subprocess.PIPE, text=True)
+        ssh_pid = None
+        try:
+            port, ssh_pid = map(int, holder.stdout.readline().split())
+            assert get_json(f"http://127.0.0.1:{port}/v1/models") == {"path": "/v1/models"}
+            holder.send_signal(signal.SIGKILL)
+            holder.wait(10)
+            deadline = time.monotonic() + 10
+            while _listening(port) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert not _listening(port), "ssh outlived the process that opened the tunnel"
+        finally:
+            holder.kill()
+            holder.wait(10)
+            holder.stdout.close()
+            if ssh_pid:  # the test's own grandchild, if the assertion above failed
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(ssh_pid, signal.SIGKILL)
+
+
+def test_proxy_command_runs_under_sh_whatever_the_users_shell(ssh_server, key, monkeypatch):
+    """ssh runs ProxyCommand as ``$SHELL -c 'exec ...'`` (sshconnect.c ssh_proxy_connect): a
+    login shell that is not POSIX (fish) or prints from its rc file must not break the tunnel."""
+    monkeypatch.setenv("SHELL", "/bin/false")
+    with fake_eic(ssh_server["port"]) as eice, http_server() as http_port:
+        url = f"ws://127.0.0.1:{eice['port']}/openTunnel?X-Amz-Signature=abc&instanceConnectEndpointId=e"
+        with OpenSshForward(lambda: {"key": key, "ws": url}, username=ssh_server["user"], timeout=5,
+                            remote_port=http_port, host_id="i-0abc", pins=access.HostKeyPins()) as fwd:
+            assert get_json(fwd.base_url + "/models") == {"path": "/v1/models"}
+
+
+def test_the_session_turns_nagle_off_at_sshd_without_a_pty(key, tmp_path):
+    """The fact the session exists for (harness.tunnel_openssh docstring): sshd sets TCP_NODELAY
+    for a session's command with no pty (session.c do_exec_no_pty -> ssh_packet_set_interactive
+    -> misc.c set_nodelay, whose debug2 line is 'fd N setting TCP_NODELAY'). Read before any
+    forwarded connection, for which sshd sets it on its socket to the target as well."""
+    from harness.calibration.loopback_sshd import sshd
+
+    log = tmp_path / "sshd.log"
+    home = tmp_path / "sshd"
+    home.mkdir()
+    with sshd(require_binary("/usr/sbin/sshd"), home, access.public_key_line(key), log=log) as srv, \
+            OpenSshForward(_tcp_ticket(srv, key), username=srv["user"], remote_port=9, host_id="i-0abc",
+                           pins=access.HostKeyPins()):
+        deadline = time.monotonic() + 10
+        while "TCP_NODELAY" not in log.read_text(errors="replace") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        said = log.read_text(errors="replace")
+    session = said.split("Starting session: ", 1)[1]
+    assert session.startswith("command for ")  # sshd says "command on pts/N for" with a pty
+    assert "setting TCP_NODELAY" in session and "direct-tcpip" not in session.split("TCP_NODELAY")[0]
+
+
+def test_stderr_is_read_while_ssh_runs(tmp_path):
+    """ssh's stderr carries the remote command's (no pty) and the ProxyCommand's: read as it
+    comes, so a chatty far side cannot block ssh on a full pipe. Stand-in ssh: 1 MB on stderr
+    before the marker."""
+    fake = tmp_path / "ssh"
+    fake.write_text("#!/bin/sh\nhead -c 1000000 /dev/zero | tr '\\0' x >&2\necho kit-tunnel-ready\nexec cat\n")
+    fake.chmod(0o755)
+    t0 = time.monotonic()
+    with OpenSshForward(lambda: {"key": access.new_ephemeral_key(), "tcp": ("127.0.0.1", 22)}, username="u",
+                        remote_port=1, host_id="i-0abc", pins=access.HostKeyPins(), ssh=str(fake),
+                        timeout=1) as fwd:
+        assert fwd.proc.poll() is None
+    assert time.monotonic() - t0 < 20
+
+
+def test_redial_goes_on_past_a_long_outage(ssh_server, key, monkeypatch):
+    """The paramiko forwarder redials at every connection, whatever happened before; the OpenSSH
+    path retries (capped backoff) until the tunnel closes, not five times and then never."""
+    monkeypatch.setattr(OpenSshForward, "RETRY_MAX_S", 0.05, raising=False)
+    state = {"fail": 0}
+
+    def ticket():
+        if state["fail"]:
+            state["fail"] -= 1
+            raise access.AccessError("send_ssh_public_key: network is unreachable")
+        return {"key": key, "tcp": ("127.0.0.1", ssh_server["port"])}
+
+    with http_server() as http_port, OpenSshForward(
+            ticket, username=ssh_server["user"], remote_port=http_port, host_id="i-0abc",
+            pins=access.HostKeyPins()) as fwd:
+        state["fail"] = 8
+        fwd.proc.kill()
+        deadline = time.monotonic() + 60
+        while fwd.reconnects < 1 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert fwd.reconnects == 1 and state["fail"] == 0 and fwd.error is None
+        assert get_json(fwd.base_url + "/models") == {"path": "/v1/models"}
+
+
+def test_an_unsafe_temporary_directory_is_not_handed_to_ssh(ssh_server, key, monkeypatch, tmp_path):
+    """ssh expands %-tokens and ${VAR} in the key and known_hosts paths and splits
+    UserKnownHostsFile on whitespace (ssh_config(5)): such a TMPDIR is passed over for /tmp."""
+    odd = tmp_path / "a b%d"
+    odd.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(odd))
+    with http_server() as http_port, OpenSshForward(
+            _tcp_ticket(ssh_server, key), username=ssh_server["user"], remote_port=http_port,
+            host_id="i-0abc", pins=access.HostKeyPins()) as fwd:
+        assert get_json(fwd.base_url + "/models") == {"path": "/v1/models"}
+        assert fwd._dir.parent == Path("/tmp")
+
+
+def test_eic_proxy_frames_are_no_larger_than_the_aws_clis(tmp_path):
+    """awscli's Websocket._MAX_BYTES_PER_FRAME = 65_000 (awscli/customizations/ec2instanceconnect/
+    websocket.py): the largest frame the CLI sends EIC; a read from ssh can be larger."""
+    import socket
+
+    from websockets.sync.server import serve
+
+    from harness.eic_proxy import relay
+
+    sizes: list[int] = []
+    got = bytearray()
+
+    def handler(ws):
+        for msg in ws:
+            sizes.append(len(msg))
+            got.extend(msg)
+
+    payload = os.urandom(200_000)
+    a, b = socket.socketpair()
+    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
+    b.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+    a.sendall(payload)
+    a.shutdown(socket.SHUT_WR)
+    server = serve(handler, "127.0.0.1", 0, compression=None, max_size=None)
+    t = threading.Thread(target=server.serve_forever, daemon=True)
+    t.start()
+    try:
+        rc = relay(f"ws://127.0.0.1:{server.socket.getsockname()[1]}/openTunnel",
+                   stdin_fd=b.fileno(), stdout_fd=os.open(os.devnull, os.O_WRONLY))
+    finally:
+        server.shutdown()
+        t.join(5)
+        a.close()
+        b.close()
+    assert rc == 0 and bytes(got) == payload
+    assert max(sizes) <= 65_000 and len(sizes) >= 4
+
+
+def test_eic_proxy_never_prints_the_presigned_url(tmp_path):
+    """websockets' InvalidURI quotes the URL; ssh prints the proxy's stderr and the kit logs it
+    (and meta.json records the access error): the signature and key id must not be there."""
+    ticket = tmp_path / "t"
+    ticket.write_text("ws:///openTunnel?X-Amz-Credential=AKIDEXAMPLE&X-Amz-Signature=s3cr3t\n")
+    r = subprocess.run([sys.executable, "-m", "harness.eic_proxy", str(ticket)], cwd=REPO,
+                       capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert r.returncode == 1 and "InvalidURI" in r.stderr
+    assert "s3cr3t" not in r.stderr and "AKIDEXAMPLE" not in r.stderr
+
