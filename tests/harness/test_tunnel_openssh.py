@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -221,7 +222,7 @@ from harness.tunnel_openssh import OpenSshForward
 key = paramiko.Ed25519Key(filename=sys.argv[1])
 fwd = OpenSshForward(lambda: {"key": key, "tcp": ("127.0.0.1", int(sys.argv[2]))}, username=sys.argv[3],
                      remote_port=int(sys.argv[4]), host_id="i-0abc", pins=HostKeyPins())
-print(fwd.local_port, fwd.proc.pid, flush=True)
+print(fwd.local_port, fwd.proc.pid, fwd._dir, flush=True)
 time.sleep(600)
 """
 
@@ -250,9 +251,10 @@ def test_ssh_ends_when_the_process_holding_the_tunnel_is_killed(ssh_server, key,
     with http_server() as http_port:
         holder = subprocess.Popen([sys.executable, "-c", _HOLDER, str(key_file), str(ssh_server["port"]),
                                    ssh_server["user"], str(http_port)], cwd=REPO, stdout=subprocess.PIPE, text=True)
-        ssh_pid = None
+        ssh_pid, its_dir = None, None
         try:
-            port, ssh_pid = map(int, holder.stdout.readline().split())
+            port, ssh_pid, its_dir = holder.stdout.readline().split()
+            port, ssh_pid = int(port), int(ssh_pid)
             assert get_json(f"http://127.0.0.1:{port}/v1/models") == {"path": "/v1/models"}
             holder.send_signal(signal.SIGKILL)
             holder.wait(10)
@@ -267,6 +269,8 @@ def test_ssh_ends_when_the_process_holding_the_tunnel_is_killed(ssh_server, key,
             if ssh_pid:  # the test's own grandchild, if the assertion above failed
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(ssh_pid, signal.SIGKILL)
+            if its_dir:  # a killed process removes nothing: its known_hosts stays behind
+                shutil.rmtree(its_dir, ignore_errors=True)
 
 
 def test_proxy_command_runs_under_sh_whatever_the_users_shell(ssh_server, key, monkeypatch):
