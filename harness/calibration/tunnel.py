@@ -78,12 +78,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return ap.parse_args(argv)
 
 
-def _proc_cpu_s(pid: int | None) -> float:
+def _proc_cpu_s(pid: int | None) -> float | None:
     """User + system CPU seconds of a process so far (Linux /proc/PID/stat fields 14 and 15,
-    in clock ticks: proc(5))."""
+    in clock ticks: proc(5)); None where there is no /proc (macOS: the column shows "-")."""
     if pid is None:
-        return 0.0
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return None
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
@@ -250,7 +253,8 @@ def measure(a: argparse.Namespace, report=print) -> dict:
                         cpu0 = _proc_cpu_s(pid)
                         lv = run_bench(ep, profile="agent", concurrency=[conc], requests=a.requests,
                                        out_dir=Path(tmp) / str(rnd) / name / str(conc), progress=False)[0]
-                        rows.append(_level_row(name, lv, None if pid is None else _proc_cpu_s(pid) - cpu0)
+                        cpu1 = _proc_cpu_s(pid)
+                        rows.append(_level_row(name, lv, None if cpu0 is None or cpu1 is None else cpu1 - cpu0)
                                     | {"round": rnd})
                         report(rows[-1])
                 if a.on_instance:

@@ -41,3 +41,17 @@ def test_markdown_has_a_column_per_path_and_a_verdict_per_comparison():
     assert "| output tok/s | 20,000 | 19,800 |" in md
     assert "| CPU µs per chunk: load generator / forwarder | 20 / - | 20 / 12 |" in md
     assert md.splitlines()[-1].endswith("tok/s -1.0%: meets the target")
+
+
+def test_forwarder_cpu_is_none_where_there_is_no_proc(monkeypatch):
+    """No /proc (macOS): the forwarder's CPU is unknown, not a crash."""
+    from pathlib import Path
+
+    from harness.calibration import tunnel
+
+    def no_proc(self, *a, **k):
+        raise FileNotFoundError(str(self))
+
+    monkeypatch.setattr(Path, "read_text", no_proc)
+    assert tunnel._proc_cpu_s(1) is None
+    assert tunnel._proc_cpu_s(None) is None
