@@ -75,6 +75,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
     ap.add_argument("--markdown", action="store_true",
                     help="print Markdown tables of the medians and the comparison instead (as in the README)")
+    ap.add_argument("--render", metavar="FILE", default=None,
+                    help="measure nothing: print the Markdown of a saved --json result (docs/measurements/)")
     return ap.parse_args(argv)
 
 
@@ -171,6 +173,10 @@ def markdown(result: dict) -> str:
     by = _median_rows(result["levels"])
     paths = list(dict.fromkeys(r["path"] for r in result["levels"]))
     lines = []
+    ref = result.get("reference")
+    if ref:
+        lines += [f"Reference server: TTFT {ref['ttft_ms']:g} ms, {ref['itl_ms']:g} ms per token, "
+                  f"{ref['output_tokens']} tokens; {ref['requests_per_level']} requests per level.", ""]
     for conc in sorted({c for _, c in by}):
         cols = [p for p in paths if (p, conc) in by]
         n = by[(cols[0], conc)]["rounds"]
@@ -278,8 +284,22 @@ def _us(v: float | None) -> str:
     return "-" if v is None else f"{v:.0f}"
 
 
+def render(path: str) -> int:
+    try:
+        result = json.loads(Path(path).read_text())
+        rows = result["levels"]
+        print(markdown({"reference": result.get("reference"), "levels": rows, "tunnel_vs_direct": compare(rows)}))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        print(f"{PROG}: --render {path}: not a saved --json result ({type(exc).__name__}: {exc})",
+              file=sys.stderr)
+        return 2
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
+    if a.render:
+        return render(a.render)
     missing = [p for p in (SSHD, shutil.which("ssh-keygen")) if not p or not os.access(p, os.X_OK)]
     if missing:
         print(f"{PROG}: needs OpenSSH's {SSHD} and ssh-keygen (make sysdeps, or apt-get install "

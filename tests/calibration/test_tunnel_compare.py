@@ -55,3 +55,24 @@ def test_forwarder_cpu_is_none_where_there_is_no_proc(monkeypatch):
     monkeypatch.setattr(Path, "read_text", no_proc)
     assert tunnel._proc_cpu_s(1) is None
     assert tunnel._proc_cpu_s(None) is None
+
+
+def test_render_a_saved_result_and_refuse_anything_else(tmp_path, capsys):
+    """--render re-renders a saved --json result offline (docs/measurements/); anything else is
+    one line naming the file, exit 2."""
+    import json
+
+    from harness.calibration.tunnel import main
+
+    saved = tmp_path / "r.json"
+    saved.write_text(json.dumps({"reference": {"ttft_ms": 50, "itl_ms": 2, "output_tokens": 64,
+                                               "requests_per_level": 512}, "levels": ROWS}))
+    assert main(["--render", str(saved)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("Reference server: TTFT 50 ms, 2 ms per token, 64 tokens; 512 requests per level.")
+    assert "tok/s -1.0%: meets the target" in out
+    bad = tmp_path / "notes.md"
+    bad.write_text("# not json")
+    assert main(["--render", str(bad)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and str(bad) in err and "not a saved --json result" in err
