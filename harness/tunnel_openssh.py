@@ -71,6 +71,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from harness.hostkeys import AccessError, HostKeyMismatch, HostKeyPins
+from harness.procs import stop
 from harness.tunnel_proc import child_env, key_to_pem
 
 log = logging.getLogger(__name__)
@@ -303,15 +304,8 @@ class OpenSshForward:
     def close(self) -> None:
         self._closing.set()
         proc = self.proc
-        if proc is not None and proc.poll() is None:
-            with contextlib.suppress(OSError):
-                proc.terminate()
-            try:
-                proc.wait(5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(5)
         if proc is not None:
+            stop(proc)
             for pipe in (proc.stdin, proc.stdout, proc.stderr):
                 with contextlib.suppress(OSError):
                     if pipe is not None:

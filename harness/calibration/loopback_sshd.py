@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
+from harness.procs import stop
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -65,10 +67,5 @@ SetEnv HOME={tmp}
             time.sleep(0.05)
         yield {"port": port, "host_key": host_key, "user": user}
     finally:
-        proc.terminate()
-        try:
-            proc.wait(5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+        stop(proc)
         (proc.stderr or err).close()

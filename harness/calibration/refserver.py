@@ -38,6 +38,7 @@ from typing import Any
 from aiohttp import web, web_protocol
 
 from harness.calibration.args import Parser
+from harness.procs import stop
 
 MODEL = "ref-model"
 VOCAB = tuple(f"w{i}" for i in range(512))
@@ -255,12 +256,7 @@ class RefServerProcess:
         return self.call("GET", "/records")
 
     def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        stop(self.proc, grace=10)
 
 
 def main(argv: list[str] | None = None) -> None:

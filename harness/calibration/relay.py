@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Iterator
 
 from harness.calibration.loopback_sshd import free_port
+from harness.procs import stop
 
 
 def stream_module() -> Path | None:
@@ -73,13 +74,7 @@ def nginx_relays(target_port: int, hops: int = 2) -> Iterator[int]:
             yield target
         finally:
             for p in procs:
-                p.terminate()
-            for p in procs:
-                try:
-                    p.wait(5)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait(5)
+                stop(p)
                 if p.stderr:
                     p.stderr.close()
 
