@@ -24,6 +24,7 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--scheme", default=DEFAULT_SCHEME, choices=sorted(SCHEMES))
     r.add_argument("--source", help="Hugging Face id (default: the scheme's source)")
     r.add_argument("--revision", help="Hugging Face revision (default: main)")
+    r.add_argument("--region", help="the region PackageStack is in (default: the kit's, cdk.json context region)")
     c = sub.add_parser("check", help="check a checkpoint's ignore list (and manifest, if any) before deploying")
     c.add_argument("directory")
     z = sub.add_parser("sizes", help="bytes per tensor group of every scheme, and what vLLM holds "
@@ -95,8 +96,11 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "start":
             from harness.package.remote import start
+            from harness.regions import resolve
 
-            return start(args.scheme, args.source, args.revision)
+            region = resolve(args.region).region  # RegionError is a ValueError: one line, exit 2
+            print(f"region {region}", file=sys.stderr)
+            return start(args.scheme, args.source, args.revision, region=region)
         if args.command == "check":
             return _check(Path(args.directory))
         return _sizes(Path(args.config))

@@ -4,6 +4,11 @@
 REVISION) overridden, then the build's CloudWatch log lines as they arrive, the phase it failed in,
 and the S3 URI it published (SSM ``/inference-kit/package/<scheme>``). Exit 0 only when the build
 succeeded. The clients are injectable so tests drive it without AWS.
+
+The clients are made in the kit's region (``--region``, else cdk.json's context ``region``:
+harness/regions.py), where stacks/wiring.py puts PackageStack, never in the shell's
+``AWS_REGION``/``AWS_DEFAULT_REGION``: boto3 reads those (or the profile) when no ``region_name``
+is given, which finds no project, or no region at all, whenever the shell names another one.
 """
 from __future__ import annotations
 
@@ -22,15 +27,17 @@ def _overrides(scheme: str, source: str | None, revision: str | None) -> list[di
     return [{"name": k, "value": v, "type": "PLAINTEXT"} for k, v in values.items()]
 
 
-def start(scheme: str, source: str | None = None, revision: str | None = None, *, codebuild=None, logs=None,
-          ssm=None, log=print, poll_s: float = 10.0, sleep=time.sleep) -> int:
-    codebuild, logs = codebuild or _client("codebuild"), logs or _client("logs")
+def start(scheme: str, source: str | None = None, revision: str | None = None, *, region: str | None = None,
+          codebuild=None, logs=None, ssm=None, log=print, poll_s: float = 10.0, sleep=time.sleep) -> int:
+    codebuild, logs = codebuild or _client("codebuild", region), logs or _client("logs", region)
     try:
         build = codebuild.start_build(projectName=PROJECT_NAME,
                                       environmentVariablesOverride=_overrides(scheme, source, revision))["build"]
     except Exception as e:
-        raise PackageError(f"cannot start {PROJECT_NAME} ({type(e).__name__}: {e}); "
-                           "deploy it first: npx cdk deploy PackageStack -c g6_model=package") from None
+        where = f" in {region}" if region else ""
+        raise PackageError(f"cannot start {PROJECT_NAME}{where} ({type(e).__name__}: {e}); "
+                           "deploy it first: npx cdk deploy PackageStack -c g6_model=package "
+                           "(another region: --region)") from None
     build_id = build["id"]
     log(f"started {build_id} (scheme {scheme}); following its log")
     token = None
@@ -48,15 +55,15 @@ def start(scheme: str, source: str | None = None, revision: str | None = None, *
         phase = failed[0]["phaseType"] if failed else "?"
         log(f"build {build_id} {status} in phase {phase}; the log lines above say why")
         return 1
-    uri = (ssm or _client("ssm")).get_parameter(Name=f"{PARAMETER_PREFIX}/{scheme}")["Parameter"]["Value"]
+    uri = (ssm or _client("ssm", region)).get_parameter(Name=f"{PARAMETER_PREFIX}/{scheme}")["Parameter"]["Value"]
     log(f"build {build_id} SUCCEEDED: {uri} (in {PARAMETER_PREFIX}/{scheme})")
     return 0
 
 
-def _client(name: str):
+def _client(name: str, region: str | None):
     import boto3
 
-    return boto3.client(name)
+    return boto3.client(name, region_name=region)
 
 
 def _print_new_lines(logs, group: str, stream: str, token, log):

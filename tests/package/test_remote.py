@@ -2,6 +2,10 @@
 says where it failed, or the S3 URI it published. Fake clients stand in for AWS."""
 from __future__ import annotations
 
+import sys
+
+import pytest
+
 from harness.package.remote import start
 
 
@@ -67,3 +71,49 @@ def test_failure_names_the_phase_and_exits_non_zero():
     assert cb.started[1]["SOURCE"] == "google/gemma-4-E4B-it-qat-q4_0-unquantized"
     assert any(ln.startswith("error: model.language_model") for ln in lines)
     assert lines[-1] == "build inference-kit-package:1 FAILED in phase BUILD; the log lines above say why"
+
+
+class FakeBoto3:
+    """Records the region each client is made in; the clients fail so `start` stops at once."""
+
+    def __init__(self):
+        self.regions = {}
+
+    def client(self, name, region_name=None):
+        self.regions[name] = region_name
+
+        class Client:
+            def start_build(self, **_):
+                raise RuntimeError("stop here")
+
+        return Client()
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["--region", "eu-west-1"], "eu-west-1"),
+    ([], None),  # None: the kit's region from cdk.json, below
+])
+def test_start_uses_the_kits_region_not_the_shells(monkeypatch, capsys, argv, expected):
+    # The kit deploys PackageStack to its own region (harness/regions.py); boto3 without a
+    # region_name would use the shell's AWS_DEFAULT_REGION and find no project there.
+    from harness.package.__main__ import main
+    from harness.regions import resolve
+
+    fake = FakeBoto3()
+    monkeypatch.setitem(sys.modules, "boto3", fake)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "ap-south-1")
+    monkeypatch.setenv("AWS_REGION", "ap-south-1")
+    expected = expected or resolve(None).region
+    assert expected != "ap-south-1"
+    assert main(["start", "--scheme", "emb4", *argv]) == 2
+    assert fake.regions["codebuild"] == expected and fake.regions["logs"] == expected
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith(f"error: cannot start inference-kit-package in {expected} (RuntimeError: stop here)")
+
+
+def test_start_refuses_a_bad_region_in_one_line(capsys):
+    from harness.package.__main__ import main
+
+    assert main(["start", "--region", "mars-1"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("error: --region='mars-1'")
