@@ -20,6 +20,13 @@ from harness.package.source import PackageError
 PROJECT_NAME = "inference-kit-package"
 PARAMETER_PREFIX = "/inference-kit/package"
 DONE = {"SUCCEEDED", "FAILED", "FAULT", "TIMED_OUT", "STOPPED"}
+# The log's last lines (a failure's reason among them) can reach CloudWatch after the build has
+# ended, and GetLogEvents can answer empty while data is there: AWS's own follower
+# (aws-actions/aws-codebuild-run-build, code.js waitForBuildEndTime) keeps reading after the end
+# until two reads in a row bring nothing. Same here, DRAIN_S apart, at most DRAIN_READS reads.
+EMPTY_READS_AT_END = 2
+DRAIN_S = 3.0
+DRAIN_READS = 20
 
 
 def _overrides(scheme: str, source: str | None, revision: str | None) -> list[dict]:
@@ -44,12 +51,20 @@ def start(scheme: str, source: str | None = None, revision: str | None = None, *
     while True:
         build = codebuild.batch_get_builds(ids=[build_id])["builds"][0]
         where = build.get("logs") or {}
-        if where.get("groupName") and where.get("streamName"):
-            token = _print_new_lines(logs, where["groupName"], where["streamName"], token, log)
+        stream = (where["groupName"], where["streamName"]) if where.get("groupName") and where.get("streamName") else None
+        if stream:
+            token, _ = _print_new_lines(logs, *stream, token, log)
         status = build["buildStatus"]
         if status in DONE:
             break
         sleep(poll_s)
+    empty = 0
+    for _ in range(DRAIN_READS if stream else 0):
+        if empty >= EMPTY_READS_AT_END:
+            break
+        sleep(DRAIN_S)
+        token, printed = _print_new_lines(logs, *stream, token, log)
+        empty = 0 if printed else empty + 1
     if status != "SUCCEEDED":
         failed = [p for p in build.get("phases", []) if p.get("phaseStatus") not in (None, "SUCCEEDED")]
         phase = failed[0]["phaseType"] if failed else "?"
@@ -66,7 +81,9 @@ def _client(name: str, region: str | None):
     return boto3.client(name, region_name=region)
 
 
-def _print_new_lines(logs, group: str, stream: str, token, log):
+def _print_new_lines(logs, group: str, stream: str, token, log) -> tuple[str | None, int]:
+    """Print the stream's lines after ``token``; the token to go on from, and how many were printed."""
+    printed = 0
     while True:
         kwargs = {"logGroupName": group, "logStreamName": stream, "startFromHead": True}
         if token:
@@ -74,9 +91,10 @@ def _print_new_lines(logs, group: str, stream: str, token, log):
         try:
             page = logs.get_log_events(**kwargs)
         except logs.exceptions.ResourceNotFoundException:
-            return token  # the stream appears a few seconds after the build starts
+            return token, printed  # the stream appears a few seconds after the build starts
         for event in page.get("events", []):
             log(event["message"].rstrip("\n"))
+            printed += 1
         if page.get("nextForwardToken") in (None, token):
-            return page.get("nextForwardToken", token)
+            return page.get("nextForwardToken", token), printed
         token = page["nextForwardToken"]

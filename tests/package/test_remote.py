@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from harness.package.remote import start
+from harness.package.remote import EMPTY_READS_AT_END, start
 
 
 class FakeLogs:
@@ -117,3 +117,68 @@ def test_start_refuses_a_bad_region_in_one_line(capsys):
     assert main(["start", "--region", "mars-1"]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith("error: --region='mars-1'")
+
+
+class LaggingLogs:
+    """A stream whose lines reach CloudWatch later than the build's status says it ended: line i
+    becomes readable at read number `arrive[i]` (AWS's follower reads on for that reason,
+    aws-actions/aws-codebuild-run-build code.js)."""
+
+    class exceptions:
+        class ResourceNotFoundException(Exception):
+            pass
+
+    def __init__(self, lines):
+        self.lines = lines  # (readable from read n, text)
+        self.reads = 0
+
+    def get_log_events(self, logGroupName, logStreamName, startFromHead, nextToken=None):
+        self.reads += 1
+        start = int(nextToken or 0)
+        ready = [text for n, text in self.lines if n <= self.reads]
+        return {"events": [{"message": m + "\n"} for m in ready[start:]], "nextForwardToken": str(len(ready))}
+
+
+def test_lines_that_arrive_after_the_build_ended_are_still_printed():
+    cb = FakeCodeBuild(["IN_PROGRESS", "FAILED"], phases=[{"phaseType": "BUILD", "phaseStatus": "FAILED"}])
+    logs = LaggingLogs([(1, "packing"), (5, "error: off-grid group in embed_tokens"),
+                        (8, "Phase complete: BUILD State: FAILED")])
+    lines = []
+    assert start("emb4", codebuild=cb, logs=logs, ssm=None, log=lines.append, sleep=lambda _: None) == 1
+    assert lines[1:] == ["packing", "error: off-grid group in embed_tokens", "Phase complete: BUILD State: FAILED",
+                         "build inference-kit-package:1 FAILED in phase BUILD; the log lines above say why"]
+
+
+def test_every_call_and_field_matches_botocores_service_models():
+    # botocore's Stubber refuses a parameter or a response field its service model does not
+    # define (codebuild 2016-10-06, logs 2014-03-28, ssm 2014-11-06, as installed from constraints.txt).
+    import botocore.session
+    from botocore.stub import Stubber
+
+    session = botocore.session.get_session()
+    make = lambda name: session.create_client(name, region_name="us-east-1", aws_access_key_id="x",  # noqa: E731
+                                              aws_secret_access_key="x")
+    cb, logs, ssm = make("codebuild"), make("logs"), make("ssm")
+    group, stream = "/aws/codebuild/inference-kit-package", "0b1c2d3e"
+    build = {"id": "inference-kit-package:0b1c2d3e", "buildStatus": "SUCCEEDED", "currentPhase": "COMPLETED",
+             "phases": [{"phaseType": "BUILD", "phaseStatus": "SUCCEEDED"}, {"phaseType": "COMPLETED"}],
+             "logs": {"groupName": group, "streamName": stream}}
+    with Stubber(cb) as c, Stubber(logs) as lg, Stubber(ssm) as s:
+        c.add_response("start_build", {"build": {"id": build["id"]}}, {
+            "projectName": "inference-kit-package",
+            "environmentVariablesOverride": [{"name": "SCHEME", "value": "emb4", "type": "PLAINTEXT"},
+                                             {"name": "SOURCE", "value": "", "type": "PLAINTEXT"},
+                                             {"name": "REVISION", "value": "", "type": "PLAINTEXT"}]})
+        c.add_response("batch_get_builds", {"builds": [build]}, {"ids": [build["id"]]})
+        first = {"logGroupName": group, "logStreamName": stream, "startFromHead": True}
+        lg.add_response("get_log_events", {"events": [{"timestamp": 1, "message": "published\n"}],
+                                           "nextForwardToken": "f/1"}, first)
+        for _ in range(1 + EMPTY_READS_AT_END):
+            lg.add_response("get_log_events", {"events": [], "nextForwardToken": "f/1"}, {**first, "nextToken": "f/1"})
+        s.add_response("get_parameter", {"Parameter": {"Name": "/inference-kit/package/emb4", "Value": "s3://b/p/1"}},
+                       {"Name": "/inference-kit/package/emb4"})
+        lines = []
+        assert start("emb4", codebuild=cb, logs=logs, ssm=ssm, log=lines.append, sleep=lambda _: None) == 0
+        c.assert_no_pending_responses()
+        lg.assert_no_pending_responses()
+    assert lines[1:] == ["published", f"build {build['id']} SUCCEEDED: s3://b/p/1 (in /inference-kit/package/emb4)"]
