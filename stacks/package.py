@@ -19,8 +19,13 @@ deploy before the first build fails with CloudFormation's "parameter not found".
 Catalog facts read (harness/catalog.py): ``Backend.loads_packages``, which backends' engines can
 serve a package (the others refuse ``<id>_model=package`` in one config-error line).
 
-CodeBuild ``BUILD_GENERAL1_LARGE``: up to 16 GiB memory and 8 vCPUs (CodeBuild API reference,
-ProjectEnvironment.computeType); the largest E2B table (4.4 GiB bf16) and its packed form fit.
+CodeBuild ``BUILD_GENERAL1_LARGE`` on ``LINUX_CONTAINER``: 15 GB memory, 8 vCPUs, 128 GB disk (CodeBuild
+User Guide, "Build environment compute modes and types", on-demand environment types; the API
+reference's "up to 16 GiB" is the ARM figure). Memory: packing E2B's largest table (the per-layer
+embeddings, 4.375 GiB bf16) peaked at 1.21 GiB + 1.32 x the table = 7.0 GiB (two measured
+fractions of it, 1/16 and 1/8, ``_int4``), plus at most one 2 GiB shard being filled
+(build.SHARD_BYTES): ~9 GiB. Disk: the source in the Hugging Face cache plus the package in
+/tmp: E2B ~10 + 2.6 GB; a 31B QAT source (~62 GB bf16) + ~17 GB also fits, not tried.
 """
 from __future__ import annotations
 
@@ -46,6 +51,17 @@ from stacks.config import ConfigError
 ROOT = Path(__file__).resolve().parent.parent
 KEY_PREFIX = "package"
 BUILD_TIMEOUT = cdk.Duration.hours(3)
+COMPUTE = codebuild.ComputeType.LARGE
+COMPUTE_MEMORY_GB = 15  # LINUX_CONTAINER BUILD_GENERAL1_LARGE (module docstring)
+BUILD_IMAGE = codebuild.LinuxBuildImage.STANDARD_7_0
+# The Python the build runs, pinned: without runtime-versions CodeBuild takes the image's default,
+# which "can change when a previously default version reaches end of life" (CodeBuild User Guide,
+# "Available runtimes", which recommends pinning). standard:7.0 offers python 3.9 to 3.14 and
+# defaults to 3.11 (aws/aws-codebuild-docker-images 1590e48, ubuntu/standard/7.0/runtimes.yml and
+# Dockerfile `RUN pyenv global $PYTHON_311_VERSION`). 3.11: what the kit's tests run on, and the
+# oldest transformers 5.23 accepts (Requires-Python >=3.11.0); tests/package/test_stack.py checks.
+BUILD_PYTHON = "3.11"
+STANDARD_7_0_PYTHONS = ("3.9", "3.10", "3.11", "3.12", "3.13", "3.14")
 # What the build needs from the kit: the package builder and its pins, nothing else.
 ASSET_INCLUDE = ("harness/__init__.py", "harness/package/*.py", "requirements-package.txt", "constraints.txt")
 
@@ -131,8 +147,7 @@ def _buildspec() -> dict:
         "env": {"shell": "bash"},
         "phases": {
             "install": {
-                # The image's default Python 3 (no runtime-versions pin: which minor versions an
-                # image offers changes with the image; torch 2.13 has wheels for 3.10 to 3.13).
+                "runtime-versions": {"python": BUILD_PYTHON},
                 "commands": [
                     "python3 --version",
                     # PyPI serves torch's CUDA build on Linux x86_64; the CPU wheel is enough here.
@@ -174,7 +189,7 @@ class PackageStack(cdk.Stack):
             description="Repack Gemma 4 QAT weights into a compressed-tensors package (python -m harness.package)",
             source=codebuild.Source.s3(bucket=kit.bucket, path=kit.s3_object_key),
             environment=codebuild.BuildEnvironment(
-                build_image=codebuild.LinuxBuildImage.STANDARD_7_0, compute_type=codebuild.ComputeType.LARGE),
+                build_image=BUILD_IMAGE, compute_type=COMPUTE),
             environment_variables={
                 "SCHEME": codebuild.BuildEnvironmentVariable(value=DEFAULT_SCHEME),
                 "SOURCE": codebuild.BuildEnvironmentVariable(value=""),

@@ -4,6 +4,7 @@ and SageMaker read only their scheme's prefix."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -52,6 +53,7 @@ def test_codebuild_is_cpu_only_with_the_token_secret_and_publishes_the_uri(kit):
     assert variables["HF_TOKEN"]["Type"] == "SECRETS_MANAGER"
     assert variables["HF_TOKEN"]["Value"] == "inference-kit/hf-token"
     phases = json.loads(project["Properties"]["Source"]["BuildSpec"])["phases"]
+    assert env["Image"] == "aws/codebuild/standard:7.0" and phases["install"]["runtime-versions"] == {"python": "3.11"}
     spec = "\n".join(phases["install"]["commands"] + phases["build"]["commands"])
     assert "--index-url https://download.pytorch.org/whl/cpu torch==2.13.0" in spec  # CPU wheel
     assert "python3 -m harness.package build" in spec
@@ -154,3 +156,33 @@ def test_readme_tear_down_names_the_parameters_the_build_leaves():
     (row,) = [ln for ln in tear_down.splitlines() if ln.startswith(f"| `{PARAMETER_PREFIX}/*` parameters")]
     assert "below" in row
     assert f"for path in /imagebuilder/inference-kit/ami {PARAMETER_PREFIX}; do" in tear_down
+
+
+def test_build_python_is_offered_by_the_image_and_accepted_by_the_pins():
+    # The pinned runtime must be one standard:7.0 offers (recorded in stacks/package.py with its
+    # source) and one every pinned package with a Requires-Python accepts (their installed metadata).
+    from importlib.metadata import metadata
+
+    from packaging.specifiers import SpecifierSet
+
+    from stacks.package import BUILD_PYTHON, STANDARD_7_0_PYTHONS
+
+    assert BUILD_PYTHON in STANDARD_7_0_PYTHONS
+    for dist in ("torch", "transformers", "huggingface_hub", "safetensors", "boto3", "compressed-tensors"):
+        spec = metadata(dist).get("Requires-Python") or ""
+        assert SpecifierSet(spec).contains(f"{BUILD_PYTHON}.0"), (dist, spec)
+
+
+def test_packing_the_largest_e2b_table_fits_the_build_memory():
+    # Peak RSS of build._int4 on a per-layer-table-shaped tensor, measured at 1/16 and 1/8 of its
+    # rows (262144 x 8960 bf16): 1.574 and 1.936 GiB -> 1.21 GiB + 1.32 x the table's bytes.
+    # Add the shard being filled (at most SHARD_BYTES) and compare with the compute type's memory.
+    from harness.package.build import SHARD_BYTES
+    from harness.package.sizes import text_shapes
+    from stacks.package import COMPUTE_MEMORY_GB  # the synthesized project is BUILD_GENERAL1_LARGE (above)
+
+    config = json.loads((Path(__file__).parent / "fixtures" / "gemma-4-E2B-it.config.json").read_text())
+    largest = max(r * c for r, c in (s for s in text_shapes(config).values() if len(s) == 2)) * 2
+    assert largest == 262144 * 8960 * 2
+    peak = 1.21 * 2**30 + 1.32 * largest + SHARD_BYTES
+    assert peak < 0.75 * COMPUTE_MEMORY_GB * 1e9  # a quarter left for the rest
