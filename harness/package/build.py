@@ -167,6 +167,9 @@ def plan(src: Source, s: Scheme) -> tuple[list[tuple[str, str]], bool, list[str]
 
 def convert(src: Source, s: Scheme, work: Path, log=print) -> dict:
     """Write the package into ``work``; return the manifest."""
+    problem = src.serving_problem()  # before the packing, not after it
+    if problem:
+        raise PackageError(problem)
     pairs, tied_source, notes = plan(src, s)
     shards = Shards(work)
     tables: dict[str, Table] = {}

@@ -30,6 +30,22 @@ class Source:
     def carried_files(self) -> list[Path]:
         return sorted(p for p in self.dir.iterdir() if p.is_file() and CARRIED.match(p.name))
 
+    def serving_problem(self) -> str | None:
+        """Why vLLM could not chat with a package of this source, or None. vLLM serves a local
+        directory with the tokenizer found in it and that tokenizer's chat template (a
+        ``chat_template.jinja``/``.json`` file or ``tokenizer_config.json``'s ``chat_template``, as
+        transformers saves them); without a template every /v1/chat/completions request is
+        refused, which a deploy would find only after the package is built and published."""
+        names = {p.name for p in self.carried_files()}
+        if not names & {"tokenizer.json", "tokenizer.model"}:
+            return f"{self.id}: no tokenizer.json or tokenizer.model; vLLM could not tokenize for the package"
+        tok_cfg = self.dir / "tokenizer_config.json"
+        in_cfg = tok_cfg.is_file() and "chat_template" in json.loads(tok_cfg.read_text())
+        if not in_cfg and not names & {"chat_template.jinja", "chat_template.json"}:
+            return (f"{self.id}: no chat template (chat_template.jinja, chat_template.json or tokenizer_config.json's "
+                    "chat_template); vLLM would refuse every chat request to the package")
+        return None
+
 
 def _tensor_files(d: Path) -> dict[str, Path]:
     index = d / "model.safetensors.index.json"

@@ -103,7 +103,7 @@ def test_manifest_bytes_match_the_config_only_computation(emb4):
 def test_manifest_hashes_every_file_and_carries_tokenizer_not_processor(emb4):
     out, manifest, _ = emb4
     assert verify(out) == []
-    assert {"config.json", "tokenizer_config.json", "chat_template.jinja",
+    assert {"config.json", "tokenizer_config.json", "tokenizer.json", "chat_template.jinja",
             "model.safetensors.index.json"} <= set(manifest["files"])
     assert "processor_config.json" not in manifest["files"]
     (out / "chat_template.jinja").write_text("tampered")
@@ -173,6 +173,30 @@ def test_off_grid_group_refused_in_one_line_nothing_left(tmp_path):
     assert "Traceback" not in r.stderr
     assert not out.exists()
     assert list((tmp_path / "pkgs").iterdir()) == []  # no partial directory either
+
+
+@pytest.mark.parametrize("remove, word", [("chat_template.jinja", "no chat template"),
+                                          ("tokenizer.json", "no tokenizer.json")])
+def test_source_without_tokenizer_or_chat_template_refused_before_packing(tmp_path, remove, word):
+    src_dir = tmp_path / "src"
+    tiny.make_checkpoint(src_dir)
+    (src_dir / remove).unlink()
+    out = tmp_path / "pkgs" / "emb4"
+    r = subprocess.run([sys.executable, "-m", "harness.package", "build", "--source", str(src_dir),
+                        "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    (line,) = r.stderr.strip().splitlines()
+    assert word in line and "layers" not in r.stdout  # refused before any tensor was packed
+    assert list((tmp_path / "pkgs").iterdir()) == []
+
+
+def test_a_template_in_tokenizer_config_is_enough(tmp_path):
+    src_dir = tmp_path / "src"
+    tiny.make_checkpoint(src_dir)
+    (src_dir / "chat_template.jinja").unlink()
+    (src_dir / "tokenizer_config.json").write_text(json.dumps({"chat_template": "{{ messages }}"}))
+    build(str(src_dir), str(tmp_path / "out"), SCHEMES["text"], log=lambda _: None)
+    assert (tmp_path / "out" / "tokenizer_config.json").is_file()
 
 
 def test_existing_destination_refused(source, tmp_path):
