@@ -50,9 +50,11 @@ class Ec2BackendStack(cdk.Stack):
             **family.env,
         }
         if scheme:
-            env["KIT_MODEL_S3"] = ssm.StringParameter.value_for_string_parameter(
-                self, package.parameter_name(scheme))
-            extra_statements = (*extra_statements, *package.read_statements(scheme))
+            # The parameter's name, not its value: the instance reads the newest build's URI each time
+            # its server starts (stacks/package.py says why not the value in the user data).
+            env["KIT_MODEL_PARAM"] = package.parameter_name(scheme)
+            extra_statements = (*extra_statements, *package.read_statements(scheme),
+                                package.parameter_statement(scheme))
         engine = spec.engine_settings(backend.instance_type, package.source_model(scheme) if scheme else model_id)
         if engine.vllm_args is not None:
             env["KIT_VLLM_ARGS"] = engine.vllm_args
@@ -78,6 +80,9 @@ class Ec2BackendStack(cdk.Stack):
                                         provisioning_minutes=family.readiness_timeout_minutes)
         if scheme:
             package.acknowledge_read(self.server.role, scheme)
+            # Resolved at deploy time (no build yet: "parameter not found"), never part of the instance.
+            cdk.CfnOutput(self, "PackageUri", value=ssm.StringParameter.value_for_string_parameter(
+                self, package.parameter_name(scheme)), description="the newest package build when deployed")
         add_outputs(self, backend_id=backend.id, service="ec2", model_id=model_id,
                     instance_type=backend.instance_type, ttl_expires_at=ttl_expires_at,
                     idle_stop_minutes=config.idle_stop_minutes, variant=backend.variant,

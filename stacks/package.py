@@ -13,8 +13,14 @@ Serving a package: ``-c g6_model=package`` (emb4) or ``-c g6_model=package:<sche
 ``sagemaker_model``): g6 syncs the package from S3 through the VPC's S3 gateway endpoint and serves
 the local copy with vLLM; SageMaker loads it as uncompressed S3 model data (``S3DataType``
 S3Prefix, ``CompressionType`` None: SageMaker API reference, S3ModelDataSource). Their roles read
-only ``package/<scheme>/``. The URI is read from the SSM parameter at deploy time, so a backend
-deploy before the first build fails with CloudFormation's "parameter not found".
+only ``package/<scheme>/``. Both stacks resolve the SSM parameter at deploy time, so a backend
+deploy before the first build fails with CloudFormation's "parameter not found". SageMaker's model
+takes the URI (every CreateModel property is create-only: a new build, redeployed, is a new model).
+g6 does not put it in its user data: UserData is not create-only on AWS::EC2::Instance (registry
+schema), so a new URI there would stop and start the instance without running the user data again
+(first boot only), and the old package would go on being served; g6 reads the parameter each
+time its server starts instead (userdata/engine-vllm-gpu.sh) and shows the deploy-time value as
+the ``PackageUri`` output.
 
 Catalog facts read (harness/catalog.py): ``Backend.loads_packages``, which backends' engines can
 serve a package (the others refuse ``<id>_model=package`` in one config-error line).
@@ -132,6 +138,13 @@ def read_statements(scheme_name: str) -> list[iam.PolicyStatement]:
         iam.PolicyStatement(sid="ListPackage", actions=["s3:ListBucket"], resources=[bucket_arn],
                             conditions={"StringLike": {"s3:prefix": [f"{prefix}*"]}}),
     ]
+
+
+def parameter_statement(scheme_name: str) -> iam.PolicyStatement:
+    """Read the scheme's published URI (g6 reads it each time its server starts)."""
+    return iam.PolicyStatement(
+        sid="ReadPackageUri", actions=["ssm:GetParameter"],
+        resources=[f"arn:{cdk.Aws.PARTITION}:ssm:{cdk.Aws.REGION}:{cdk.Aws.ACCOUNT_ID}:parameter{parameter_name(scheme_name)}"])
 
 
 def acknowledge_read(scope: Construct, scheme_name: str) -> None:

@@ -30,18 +30,23 @@ engine_install() {
     "vllm==$KIT_VLLM_VERSION"
 }
 
-# A package (stacks/package.py, KIT_MODEL_S3=s3://.../package/<scheme>/<build>): copied through the
-# VPC's S3 gateway endpoint and served from disk; manifest.json is uploaded last, so its presence
-# means the copy is whole.
+# A package (stacks/package.py): KIT_MODEL_PARAM names the SSM parameter holding the newest build's
+# URI (s3://.../package/<scheme>/<build>), read at every server start, so a restart serves a newer
+# build. Copied through the VPC's S3 gateway endpoint and served from disk; --delete drops files
+# of an earlier build; manifest.json is uploaded last, so its presence means the copy is whole.
+# KIT_PACKAGE_DIR is overridable only so tests can run this against local stand-ins.
 engine_model() {
-  if [ -z "${KIT_MODEL_S3:-}" ]; then
+  if [ -z "${KIT_MODEL_PARAM:-}" ]; then
     printf '%s' "$KIT_MODEL"
     return 0
   fi
-  local dir=/opt/inference-kit/package
-  kit_log "syncing package $KIT_MODEL_S3" >&2
-  kit_retry 3 aws s3 sync --only-show-errors --region "$KIT_REGION" "$KIT_MODEL_S3/" "$dir/" >&2 || return 1
-  [ -s "$dir/manifest.json" ] || { kit_log "package has no manifest.json: $KIT_MODEL_S3" >&2; return 1; }
+  local dir=${KIT_PACKAGE_DIR:-/opt/inference-kit/package} uri
+  uri=$(aws ssm get-parameter --region "$KIT_REGION" --name "$KIT_MODEL_PARAM" \
+    --query Parameter.Value --output text) && [ -n "$uri" ] ||
+    { kit_log "cannot read $KIT_MODEL_PARAM: no package build published in $KIT_REGION?" >&2; return 1; }
+  kit_log "syncing package $uri (newest in $KIT_MODEL_PARAM)" >&2
+  kit_retry 3 aws s3 sync --only-show-errors --delete --region "$KIT_REGION" "$uri/" "$dir/" >&2 || return 1
+  [ -s "$dir/manifest.json" ] || { kit_log "package has no manifest.json: $uri" >&2; return 1; }
   printf '%s' "$dir"
 }
 

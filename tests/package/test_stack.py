@@ -65,11 +65,21 @@ def test_codebuild_is_cpu_only_with_the_token_secret_and_publishes_the_uri(kit):
 
 
 def test_g6_syncs_its_scheme_and_reads_only_that_prefix(kit):
+    from tests.stacks.test_ec2_backends import kit_env, user_data as user_data_text
+
     ref = _ssm_parameter_ref(kit, "G6Stack", "/inference-kit/package/emb4")
     _, instance = next(iter(kit.resources("G6Stack", "AWS::EC2::Instance").items()))
     user_data = json.dumps(instance["Properties"]["UserData"])
-    assert "KIT_MODEL_S3" in user_data and ref in user_data
+    assert kit_env(user_data_text(instance))["KIT_MODEL_PARAM"] == "/inference-kit/package/emb4"
     assert "package:emb4" in user_data and "--tool-call-parser gemma4" in user_data
+    # A new build moves the parameter's value. UserData is not create-only (registry schema), so a
+    # value inside it would stop/start the instance on the next deploy without re-running the user
+    # data, and the old package would be served on. The instance reads the parameter itself; the
+    # deploy-time value (which fails a deploy before the first build) goes to an output only.
+    assert ref not in json.dumps(instance)
+    assert kit.templates["G6Stack"]["Outputs"]["PackageUri"]["Value"] == {"Ref": ref}
+    (get,) = [s for s in _policies(kit, "G6Stack") if s.get("Action") == "ssm:GetParameter"]
+    assert json.dumps(get["Resource"]).endswith(':parameter/inference-kit/package/emb4"]]}')
     s3 = [s for s in _policies(kit, "G6Stack") if "s3" in json.dumps(s.get("Action"))]
     text = json.dumps(s3)
     assert {tuple(s["Action"]) if isinstance(s["Action"], list) else s["Action"] for s in s3} == {
@@ -186,3 +196,52 @@ def test_packing_the_largest_e2b_table_fits_the_build_memory():
     assert largest == 262144 * 8960 * 2
     peak = 1.21 * 2**30 + 1.32 * largest + SHARD_BYTES
     assert peak < 0.75 * COMPUTE_MEMORY_GB * 1e9  # a quarter left for the rest
+
+
+def test_userdata_is_not_create_only_so_a_value_in_it_would_not_reach_the_instance():
+    # The registry fact the test above relies on (cfn-lint's schema, as test_readiness_gate reads it).
+    from tests.stacks.test_readiness_gate import create_only
+
+    assert "UserData" not in create_only("us-east-1", "AWS::EC2::Instance")
+
+
+def _run_engine_model(tmp_path, published: str | None):
+    import os
+    import subprocess
+
+    root = Path(__file__).resolve().parents[2]
+    bin_dir, pkg = tmp_path / "bin", tmp_path / "package"
+    bin_dir.mkdir()
+    calls = tmp_path / "calls"
+    # A stand-in `aws`: ssm get-parameter prints the published URI; s3 sync writes a whole package.
+    (bin_dir / "aws").write_text(f"""#!/bin/bash
+echo "$*" >> {calls}
+case "$1 $2" in
+  "ssm get-parameter") [ -n "{published or ''}" ] && echo "{published or ''}" || {{ echo ParameterNotFound >&2; exit 254; }} ;;
+  "s3 sync") dest="${{@: -1}}"; mkdir -p "$dest"; echo '{{}}' > "$dest/manifest.json" ;;
+esac
+""")
+    (bin_dir / "aws").chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "KIT_MODEL_PARAM": "/inference-kit/package/emb4",
+           "KIT_REGION": "eu-west-1", "KIT_MODEL": "package:emb4", "KIT_PACKAGE_DIR": str(pkg),
+           "KIT_RETRY_DELAY_S": "0", "KIT_LOG_DIR": str(tmp_path), "KIT_STATE_DIR": str(tmp_path)}
+    r = subprocess.run(["bash", "-c", f"source {root}/userdata/lib.sh; source {root}/userdata/engine-vllm-gpu.sh; "
+                        "engine_model"], env=env, capture_output=True, text=True, timeout=60)
+    return r, (calls.read_text().splitlines() if calls.exists() else [])
+
+
+def test_g6_reads_the_newest_build_at_server_start_and_mirrors_it(tmp_path):
+    r, calls = _run_engine_model(tmp_path, "s3://inference-kit-packages-1-eu-west-1/package/emb4/7")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == str(tmp_path / "package")  # what vllm serve is given
+    assert calls[0] == ("ssm get-parameter --region eu-west-1 --name /inference-kit/package/emb4 "
+                        "--query Parameter.Value --output text")
+    assert calls[1] == (f"s3 sync --only-show-errors --delete --region eu-west-1 "
+                        f"s3://inference-kit-packages-1-eu-west-1/package/emb4/7/ {tmp_path / 'package'}/")
+
+
+def test_g6_without_a_published_build_fails_in_one_line(tmp_path):
+    r, calls = _run_engine_model(tmp_path, None)
+    assert r.returncode == 1 and r.stdout == ""
+    assert "cannot read /inference-kit/package/emb4" in r.stderr
+    assert not any(c.startswith("s3 ") for c in calls)

@@ -46,7 +46,8 @@ def test_variant_outputs_are_the_backend_keys_plus_variant_and_scheme(two):
     bf16, int8 = _outputs(two.templates["G6Stack-bf16"]), _outputs(two.templates["G6Stack-int8"])
     want = {*COMMON_KEYS, *KIND_KEYS["ec2"]}
     assert set(base) == want
-    assert set(bf16) == set(int8) == want | set(VARIANT_KEYS)
+    assert set(bf16) == want | set(VARIANT_KEYS)
+    assert set(int8) == want | set(VARIANT_KEYS) | {"PackageUri"}  # g6 serving a package (stacks/ec2_backend.py)
     assert (bf16["Variant"], bf16["ModelId"], bf16["Scheme"]) == ("bf16", GEMMA_E2B, "bf16")
     assert (int8["Variant"], int8["ModelId"], int8["Scheme"]) == ("int8", "package:int8", "int8")
     assert bf16["BackendId"] == int8["BackendId"] == "g6"
@@ -94,7 +95,8 @@ def test_variant_instances_serve_their_model(two):
         envs[name] = kit_env(user_data(inst))
     assert envs["G6Stack-bf16"]["KIT_MODEL"] == GEMMA_E2B
     assert envs["G6Stack-int8"]["KIT_MODEL"] == "package:int8"
-    assert "KIT_MODEL_S3" in envs["G6Stack-int8"] and "KIT_MODEL_S3" not in envs["G6Stack-bf16"]
+    assert envs["G6Stack-int8"]["KIT_MODEL_PARAM"] == "/inference-kit/package/int8"
+    assert "KIT_MODEL_PARAM" not in envs["G6Stack-bf16"]
 
 
 def test_sagemaker_variant_names_its_own_endpoint(two):
