@@ -245,3 +245,21 @@ def test_g6_without_a_published_build_fails_in_one_line(tmp_path):
     assert r.returncode == 1 and r.stdout == ""
     assert "cannot read /inference-kit/package/emb4" in r.stderr
     assert not any(c.startswith("s3 ") for c in calls)
+
+
+def test_buildspec_installs_the_pins_of_requirements_package():
+    # The CPU torch wheel is installed first, from PyTorch's index, with the version
+    # requirements-package.txt pins; the rest comes from that file under constraints.txt.
+    import re
+
+    from stacks.package import ASSET_INCLUDE, ROOT, _buildspec
+
+    install = _buildspec()["phases"]["install"]["commands"]
+    req = (ROOT / "requirements-package.txt").read_text()
+    (torch_pin,) = re.findall(r"^torch==\S+", req, re.M)
+    assert f"--index-url https://download.pytorch.org/whl/cpu {torch_pin}" in install[1]
+    assert install[2] == "python3 -m pip install -q -c constraints.txt -r requirements-package.txt"
+    assert {"requirements-package.txt", "constraints.txt"} <= set(ASSET_INCLUDE)
+    constraints = (ROOT / "constraints.txt").read_text()
+    for pin in re.findall(r"^([A-Za-z0-9_.-]+==\S+)", req, re.M):
+        assert re.search(rf"^{re.escape(pin)}$", constraints, re.M | re.I), pin
