@@ -38,3 +38,14 @@ def test_the_kit_and_vllm_agree_on_transformers_major():
     kit = _pin((ROOT / "requirements-package.txt").read_text().splitlines(), "transformers")
     as_tuple = lambda v: tuple(int(x) for x in v.split("."))  # noqa: E731
     assert as_tuple(kit) >= as_tuple(low)
+
+
+def test_the_sagemaker_containers_vllm_declares_the_same_compressed_tensors():
+    # SageMaker serves a package with the vLLM of the DLC tag the kit pins (its version is the tag's
+    # first field); that release's published metadata is recorded next to 0.30.0's.
+    from stacks.config import DEFAULTS
+
+    version = DEFAULTS["sagemaker_vllm_tag"].split("-", 1)[0]
+    recorded = json.loads((Path(__file__).parent / "fixtures" / f"vllm-{version}.requires.json").read_text())
+    assert recorded["version"] == version
+    assert _pin(recorded["requires_dist"], "compressed-tensors") == build.CT_VERSION
