@@ -189,7 +189,12 @@ class PackageStack(cdk.Stack):
             self, "Packages", bucket_name=bucket_name(),
             encryption=s3.BucketEncryption.S3_MANAGED, block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
             enforce_ssl=True, versioned=False, object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
-            removal_policy=cdk.RemovalPolicy.DESTROY, auto_delete_objects=True)
+            removal_policy=cdk.RemovalPolicy.DESTROY, auto_delete_objects=True,
+            # A failed upload leaves its multipart parts stored, invisible and billed until aborted
+            # (S3 User Guide, multipart upload); boto3 aborts on failure (s3transfer 0.19.3
+            # tasks.py CreateMultipartUploadTask), if the role may (WritePackages), else this rule does.
+            lifecycle_rules=[s3.LifecycleRule(id="AbortIncompleteUploads",
+                                              abort_incomplete_multipart_upload_after=cdk.Duration.days(1))])
         nag.acknowledge(self.bucket, "AwsSolutions-S1",
                         "Packages are rebuilt from public weights; every write is one CodeBuild build, whose "
                         "log names the objects it uploaded. Access logs would need a second bucket to clean up")
@@ -217,7 +222,7 @@ class PackageStack(cdk.Stack):
         )
         role = self.project.role
         role.add_to_principal_policy(iam.PolicyStatement(
-            sid="WritePackages", actions=["s3:PutObject", "s3:GetObject"],
+            sid="WritePackages", actions=["s3:PutObject", "s3:GetObject", "s3:AbortMultipartUpload"],
             resources=[self.bucket.arn_for_objects(f"{KEY_PREFIX}/*")]))
         role.add_to_principal_policy(iam.PolicyStatement(
             sid="ListPackages", actions=["s3:ListBucket"], resources=[self.bucket.bucket_arn],

@@ -42,6 +42,11 @@ def test_bucket_encrypted_private_tls_only(kit):
     _, policy = kit.one("PackageStack", "AWS::S3::BucketPolicy")
     deny = [s for s in policy["Properties"]["PolicyDocument"]["Statement"] if s["Effect"] == "Deny"]
     assert any(s["Condition"] == {"Bool": {"aws:SecureTransport": "false"}} and s["Action"] == "s3:*" for s in deny)
+    # A failed upload's multipart parts: aborted by boto3 (the role may), else expired by the bucket.
+    (rule,) = props["LifecycleConfiguration"]["Rules"]
+    assert rule["AbortIncompleteMultipartUpload"] == {"DaysAfterInitiation": 1} and rule["Status"] == "Enabled"
+    (write,) = [st for st in _policies(kit, "PackageStack") if st.get("Sid") == "WritePackages"]
+    assert "s3:AbortMultipartUpload" in write["Action"]
 
 
 def test_codebuild_is_cpu_only_with_the_token_secret_and_publishes_the_uri(kit):
