@@ -1,8 +1,17 @@
-"""Ending a child process the same way everywhere: SIGTERM, a grace period, then SIGKILL."""
+"""Child processes and the loopback ports they listen on: ending a child the same way everywhere
+(SIGTERM, a grace period, then SIGKILL), and picking a free port for one."""
 from __future__ import annotations
 
 import contextlib
+import socket
 import subprocess
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now (the kernel's pick)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def stop(proc: subprocess.Popen, grace: float = 5.0) -> int | None:

@@ -71,7 +71,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from harness.hostkeys import AccessError, HostKeyMismatch, HostKeyPins
-from harness.procs import stop
+from harness.procs import free_port, stop
 from harness.tunnel_proc import child_env, key_to_pem
 
 log = logging.getLogger(__name__)
@@ -84,14 +84,6 @@ TicketFn = Callable[[], dict]
 def find_ssh() -> str | None:
     """OpenSSH's client on PATH, or None (then the paramiko forwarder carries the data)."""
     return shutil.which("ssh")
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _tmp_root() -> str | None:
@@ -156,7 +148,7 @@ class OpenSshForward:
         self._dials = itertools.count()
         self.proc: subprocess.Popen | None = None
         self._tail: _Tail | None = None
-        self.local_port = _free_port()
+        self.local_port = free_port()
         try:
             self._start()
         except BaseException:

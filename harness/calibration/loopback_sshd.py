@@ -11,13 +11,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
-from harness.procs import stop
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from harness.procs import free_port, stop  # noqa: F401 - free_port re-exported for the tests
 
 
 @contextlib.contextmanager

@@ -18,8 +18,7 @@ import time
 from pathlib import Path
 from typing import Iterator
 
-from harness.calibration.loopback_sshd import free_port
-from harness.procs import stop
+from harness.procs import free_port, stop
 
 
 def stream_module() -> Path | None:
