@@ -7,6 +7,8 @@ that can be checked against the vLLM source distribution.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 # vLLM: the seed served Gemma 4 E2B with vLLM 0.30 on the g6 and built 0.27.2rc0 by hand for
 # the g5g. 0.30.0 has the Gemma 4 attention-backend selection (Gemma4Config forces TRITON_ATTN
 # when FlashAttention 4 is missing, as on Turing) and is what ami/patches/ is written against.
@@ -25,30 +27,104 @@ SM75_CUDA_HOME = "/usr/local/cuda-13.0"
 PYTHON_VERSION = "3.12"
 UV_VERSION = "0.13.9"
 
-# Neuron SDK line: 2.31.0 (2026-07-07). Why this line and not 2.28 or 2.30: docs/images.md,
-# "Choosing the Neuron SDK line". In short: the pinned Gemma 4 E2B port (NXDI_COMMIT) says it was
-# tested on SDK 2.30 (neuronx-cc 2.25), which no longer hit its text context-encoding compiler
-# error (NCC_INLA001); nothing shows that code compiling on 2.28 (neuronx-cc 2.23), whatever
-# 2.28's official inf2/trn1 support; 2.31 is NxD Inference's last release and the
-# one kept on critical fixes for Inf2/Trn1 (announce-nxdi-maintenance-support-2-31 in
-# aws-neuron/aws-neuron-sdk v2.32.0), and the PyTorch 2.9 DLAMI the image builds on
-# (stacks/images.py NEURON_DLAMI) was last published with 2.31. Versions: the 2.31.0 release content,
-# src/helperscripts/n2-manifest.json at aws-neuron/aws-neuron-sdk tag v2.31.1 (inf2 packages).
-NEURON_SDK = "2.31.0"
-NEURON_PIP = {
-    "torch-neuronx": "2.9.0.2.15.32035",
-    "neuronx-cc": "2.26.6360.0",
-    # 2.31 lists libneuronxla 2.2.17544.0 and 3.0.3854.0; the 2.2 line is the one torch-neuronx
-    # 2.9 has used since SDK 2.28 (2.2.15515.0 there), 3.0 arrived with torch-xla 2.10+.
-    "libneuronxla": "2.2.17544.0",
-    "neuronx-distributed": "0.19.28492",
-    "neuronx-distributed-inference": "0.10.18399",
+# Neuron SDK lines the kit can build (one image and one SSM parameter each, side by side):
+# NEURON_DEFAULT_LINE unless `-c neuron_sdk=<line>`. Why 2.28 is the default, and what upstream says
+# about every line: ami/neuron_facts.py (the recorded facts, each with its source; a test fails
+# if the default is a line whose NxD Inference does not support inf2 and trn1).
+# Versions: the release content, src/helperscripts/n2-manifest.json of aws-neuron/aws-neuron-sdk
+# (inf2 packages; tag v2.31.1, commit c19b2e69, lists every release from 2.28.0 to 2.31.1).
+
+
+@dataclass(frozen=True)
+class NeuronLine:
+    line: str  # "2.28": what `-c neuron_sdk=` takes
+    sdk: str  # the release whose package set is pinned
+    pip: dict[str, str]  # Neuron Python packages (Neuron pip repository)
+    apt: dict[str, str]  # Neuron runtime packages (Neuron apt repository), held
+    torch: str  # the PyTorch release torch-neuronx runs on (CPU wheel)
+    # transformers and the huggingface_hub/tokenizers that go with it: NxD Inference's own
+    # transformers==4.57.* (its setup.py at 0.8 and 0.9; 2.31 release content) on every line, so
+    # one resolver call installs the Neuron packages and the engine with no override
+    # (ami/neuron_facts.py TRANSFORMERS_CHOICE says why 4.57.6 and not 5.x).
+    engine_pip: tuple[str, ...]
+    # Where the build starts: the DLAMI released with this SDK. Either an AMI name (resolved in the
+    # deploying account at deploy time, stacks/images.py) or a public SSM parameter.
+    parent_ami_name: str | None
+    parent_parameter: str | None
+    image: str  # the image's name in stacks/image_facts.py (pipeline, stack, SSM parameter)
+    status: str  # one line for the docs, the image description and the stack description
+
+
+ENGINE_TRANSFORMERS = ("transformers==4.57.6", "huggingface_hub==0.36.2", "tokenizers==0.22.2")
+
+NEURON_LINES: dict[str, NeuronLine] = {
+    # 2.28.1 = 2.28.0 plus a driver fix for Linux 6.18 (aws-neuronx-dkms 2.26.10.0, which the DLAMI
+    # carries, not this image); every package below is the same in 2.28.0 and 2.28.1.
+    "2.28": NeuronLine(
+        line="2.28", sdk="2.28.1",
+        pip={
+            "torch-neuronx": "2.9.0.2.12.22436",
+            "neuronx-cc": "2.23.6484.0",
+            "libneuronxla": "2.2.15515.0",
+            "neuronx-distributed": "0.17.26814",
+            "neuronx-distributed-inference": "0.8.16251",
+        },
+        apt={
+            "aws-neuronx-runtime-lib": "2.30.51.0",
+            "aws-neuronx-collectives": "2.30.59.0",
+            "aws-neuronx-tools": "2.28.23.0",
+        },
+        torch="2.9.0", engine_pip=ENGINE_TRANSFORMERS,
+        # No SSM parameter names an SDK version ("Currently, SSM parameters support finding the
+        # latest DLAMI ID for each DLAMI type", aws-neuron-sdk deploy/environments/dlami.rst at
+        # v2.31.1). The name of the SDK 2.28 DLAMI, as the Gemma 4 31B port ran it:
+        # "Neuron SDK 2.28+ (DLAMI: `Deep Learning AMI Neuron (Ubuntu 24.04) 20260227`)"
+        # (aws-neuron/neuronx-distributed-inference refs/pull/106/head history, commit ac8934a,
+        # contrib/models/gemma-4-31b-it/README.md; 7593d9c: "Also works on SDK 2.28 (DLAMI 20260227)").
+        parent_ami_name="Deep Learning AMI Neuron (Ubuntu 24.04) 20260227", parent_parameter=None,
+        image="neuron",
+        status="NxD Inference 0.8: the last line upstream supports on inf2 and trn1 (default)",
+    ),
+    "2.31": NeuronLine(
+        line="2.31", sdk="2.31.0",
+        pip={
+            "torch-neuronx": "2.9.0.2.15.32035",
+            "neuronx-cc": "2.26.6360.0",
+            # 2.31 lists libneuronxla 2.2.17544.0 and 3.0.3854.0; the 2.2 line is the one
+            # torch-neuronx 2.9 has used since SDK 2.28 (2.2.15515.0 there), 3.0 arrived with torch-xla 2.10+.
+            "libneuronxla": "2.2.17544.0",
+            "neuronx-distributed": "0.19.28492",
+            "neuronx-distributed-inference": "0.10.18399",
+        },
+        apt={
+            "aws-neuronx-runtime-lib": "2.33.10.0",
+            "aws-neuronx-collectives": "2.33.10.0",
+            "aws-neuronx-tools": "2.31.13.0",
+        },
+        torch="2.9.0", engine_pip=ENGINE_TRANSFORMERS,
+        # The PyTorch 2.9 DLAMI family's parameter, whose last DLAMI is the SDK 2.31 one (SDK 2.32
+        # stopped publishing that family: Neuron DLAMI release notes 2.32.0).
+        parent_ami_name=None, parent_parameter="/aws/service/neuron/dlami/pytorch-2.9/ubuntu-24.04/latest/image_id",
+        image="neuron-sdk231",
+        status="NxD Inference 0.10: not supported upstream on inf2/trn1; for trying",
+    ),
 }
-NEURON_APT = {
-    "aws-neuronx-runtime-lib": "2.33.10.0",
-    "aws-neuronx-collectives": "2.33.10.0",
-    "aws-neuronx-tools": "2.31.13.0",
-}
+NEURON_DEFAULT_LINE = "2.28"
+
+
+def neuron_line(line: str | None = None) -> NeuronLine:
+    """The pins of one Neuron SDK line (the default one when ``line`` is None)."""
+    try:
+        return NEURON_LINES[line or NEURON_DEFAULT_LINE]
+    except KeyError:
+        raise ValueError(f"neuron_sdk={line!r} is not a Neuron SDK line the kit builds; valid: "
+                         f"{', '.join(NEURON_LINES)}") from None
+
+
+# The default line's pins under their older names (tests and docs read these).
+NEURON_SDK = neuron_line().sdk
+NEURON_PIP = neuron_line().pip
+NEURON_APT = neuron_line().apt
 # Where aws-neuronx-tools installs neuron-ls and neuron-top: not on the default PATH (systemd's
 # /usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin, which cloud-init's scripts, the
 # kit's units and the Image Builder agent get). aws-neuron/aws-neuron-sdk issue #447: "neuron-ls:
@@ -73,12 +149,14 @@ NXDI_COMMIT = "6aa61216f7f57d7107f74cc897b19cc5f14f9a1e"
 # would allow it with LICENSE and NOTICE kept).
 NXDI_REF = "refs/pull/115/head"
 # torch-neuronx 2.9.0.x runs on PyTorch 2.9 (CPU wheels from download.pytorch.org).
-NEURON_TORCH_VERSION = "2.9.0"
-def neuron_pip_specs() -> str:
+NEURON_TORCH_VERSION = neuron_line().torch
+
+
+def neuron_pip_specs(line: str | None = None) -> str:
     """Space-separated pip requirement specifiers of the Neuron SDK Python packages."""
-    return " ".join(f"{name}=={version}" for name, version in NEURON_PIP.items())
+    return " ".join(f"{name}=={version}" for name, version in neuron_line(line).pip.items())
 
 
-def neuron_apt_specs() -> str:
+def neuron_apt_specs(line: str | None = None) -> str:
     """Space-separated apt package=version-glob specifiers of the Neuron runtime."""
-    return " ".join(f"{name}={version}*" for name, version in NEURON_APT.items())
+    return " ".join(f"{name}={version}*" for name, version in neuron_line(line).apt.items())

@@ -54,6 +54,7 @@ class Target:
     parent_image: str | None = None  # neuron image builds: neuron_parent_image, if set
     image_az: str | None = None  # image builds in this backend's region: -c image_az, if set
     copies: int = 1  # the backend's own stack plus its variants (harness/variants.py), each an instance
+    neuron_sdk: str | None = None  # neuron backends: the SDK line whose image they boot (-c neuron_sdk)
 
 
 def targets_from_catalog(backends: list[str]) -> list[Target]:
@@ -87,7 +88,8 @@ def targets_from_config(context: dict[str, Any], backends: list[str] | None) -> 
                           cfg.neuron_parent_image if b.image == "neuron" else None,
                           # as stacks/wiring.py: image_az applies to the builds in the main region only
                           image_az=cfg.image_az if (bc.region or cfg.region) == cfg.region else None,
-                          copies=1 + sum(v.id == bc.id for v in cfg.variants)))
+                          copies=1 + sum(v.id == bc.id for v in cfg.variants),
+                          neuron_sdk=cfg.neuron_sdk if b.image == "neuron" else None))
     return cfg.region, out
 
 
@@ -218,8 +220,12 @@ def _check_account(session: Any, region: str, targets: list[Target], rep: Report
         family = catalog.backend(t.id).image
         if t.service != "ec2" or not family:
             continue
-        boot[t.id] = boot_family(family, t.image_choice).ssm_parameter
+        boot[t.id] = boot_family(family, t.image_choice, t.neuron_sdk).ssm_parameter
         image = FAMILY_IMAGE.get(family)
+        if family == "neuron":
+            from stacks.image_facts import neuron_image
+
+            image = neuron_image(t.neuron_sdk)
         if image and IMAGE_PARAMETERS[image] == boot[t.id]:
             wanted.setdefault(image, []).append(t.id)
         parent = parent or t.parent_image

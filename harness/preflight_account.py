@@ -119,7 +119,7 @@ def check_images(add: Add, region: str, ssm: Any, ec2: Any, quota: QuotaFn,
     ``image_az`` (``-c image_az``) when one is set."""
     from stacks.image_facts import IMAGE_PARAMETERS, PARENT_PARAMETERS
 
-    names = set(boot.values()) | {PARENT_PARAMETERS[i] for i in wanted}
+    names = set(boot.values()) | {PARENT_PARAMETERS[i] for i in wanted if i in PARENT_PARAMETERS}
     try:
         values = resolve_parameters(ssm, names)
     except Exception as exc:  # noqa: BLE001 - e.g. no ssm:GetParameters permission
@@ -146,13 +146,13 @@ def check_images(add: Add, region: str, ssm: Any, ec2: Any, quota: QuotaFn,
 def _check_build(add: Add, region: str, ec2: Any, quota: QuotaFn, image: str, backends: list[str],
                  values: dict[str, str | None], neuron_parent: str | None,
                  short: Callable[[BaseException], str], image_az: str | None = None) -> None:
-    from stacks.image_facts import BUILD_HOSTS, PARENT_PARAMETERS
+    from stacks.image_facts import BUILD_HOSTS, PARENT_AMI_NAMES, PARENT_PARAMETERS
 
     def each(status: str, check: str, detail: str) -> None:
         for bid in backends:
             add(bid, check, status, detail)
 
-    if image == "neuron" and neuron_parent:
+    if image.startswith("neuron") and neuron_parent:
         try:
             found = ec2.describe_images(ImageIds=[neuron_parent]).get("Images", [])
         except Exception as exc:  # noqa: BLE001 - InvalidAMIID.NotFound / .Malformed
@@ -164,6 +164,19 @@ def _check_build(add: Add, region: str, ec2: Any, quota: QuotaFn, image: str, ba
         else:
             each("BLOCK", f"{image} parent", f"neuron_parent_image {neuron_parent} in {region}: {why}; fix: "
                  "give an AMI id of this region (docs/images.md: describe-images for the Neuron DLAMI)")
+    elif image in PARENT_AMI_NAMES:  # found by name at deploy time (Custom::AmiByName), so here too
+        ami_name = PARENT_AMI_NAMES[image]
+        try:
+            found = ec2.describe_images(Owners=["amazon"], IncludeDeprecated=True,
+                                        Filters=[{"Name": "name", "Values": [ami_name]}]).get("Images", [])
+        except Exception as exc:  # noqa: BLE001
+            each("warn", f"{image} parent", f"could not look up {ami_name!r}: {short(exc)}")
+        else:
+            if found:
+                each("ok", f"{image} parent", f"{ami_name} = {found[0]['ImageId']}")
+            else:
+                each("BLOCK", f"{image} parent", f"no Amazon-owned AMI named {ami_name!r} in {region}: the {image} "
+                     "build cannot start there; fix: -c neuron_parent_image=ami-... (docs/images.md) or another region")
     else:
         parent = PARENT_PARAMETERS[image]
         if values.get(parent):

@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping
 
+from ami import pins
 from harness import awsdata
 from harness import regions as kit_regions
 from harness import variants as kit_variants
@@ -70,6 +71,9 @@ class KitConfig:
     # an ami-... id to build the Neuron image on instead of the Neuron DLAMI parameter.
     image_az: str | None = None
     neuron_parent_image: str | None = None
+    # The Neuron SDK line the inf2/trn1 image is built on (ami/pins.py NEURON_LINES; context
+    # ``neuron_sdk``): each line has its own image stack and SSM parameter (stacks/image_facts.py).
+    neuron_sdk: str = pins.NEURON_DEFAULT_LINE
     # SageMaker: how long cdk deploy waits for InService before failing the stack (it is billed
     # while Creating); stacks/endpoint_ready.py, at most 55 (CustomResource ServiceTimeout).
     sagemaker_ready_minutes: int = 45
@@ -163,7 +167,7 @@ def _image_choice(backend_id: str, value: Any) -> str:
 KNOWN_KEYS = {
     "region", "backends", "model", "hf_token_secret", "idle_stop_minutes",
     "ttl_hours", "max_model_len", "sagemaker_vllm_tag", "sagemaker_ami_version",
-    "tags", "azs", "image_az", "neuron_parent_image", "sagemaker_ready_minutes",
+    "tags", "azs", "image_az", "neuron_parent_image", "neuron_sdk", "sagemaker_ready_minutes",
     *(f"{b}_az" for b in BACKEND_IDS if BACKENDS[b].service == "ec2"),
     *(f"{b}_instance_type" for b in BACKEND_IDS if BACKENDS[b].instance_type),
     *(f"{b}_instance_types" for b in BACKEND_IDS if BACKENDS[b].service == "sagemaker"),
@@ -292,6 +296,11 @@ def parse(context: Mapping[str, Any]) -> KitConfig:
                                           and re.fullmatch(r"ami-[0-9a-f]{8,17}", neuron_parent)):
         raise ConfigError(f"neuron_parent_image={neuron_parent!r} is not an AMI id (e.g. ami-0123456789abcdef0)")
 
+    neuron_sdk = context.get("neuron_sdk", pins.NEURON_DEFAULT_LINE)
+    if not isinstance(neuron_sdk, str) or neuron_sdk not in pins.NEURON_LINES:
+        valid = "; ".join(f"{ln} ({pins.NEURON_LINES[ln].status})" for ln in pins.NEURON_LINES)
+        raise ConfigError(f"neuron_sdk={neuron_sdk!r} is not a Neuron SDK line the kit builds; valid: {valid}")
+
     tags = context.get("tags", {})
     if not isinstance(tags, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in tags.items()):
         raise ConfigError(f"tags={tags!r} must be an object of string keys and values")
@@ -313,6 +322,7 @@ def parse(context: Mapping[str, Any]) -> KitConfig:
         azs=azs,
         image_az=image_az,
         neuron_parent_image=neuron_parent,
+        neuron_sdk=neuron_sdk,
         sagemaker_ready_minutes=int(_number("sagemaker_ready_minutes", get("sagemaker_ready_minutes"), int, 15, 55)),
         variants=variants,
     )

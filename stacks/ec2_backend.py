@@ -37,7 +37,7 @@ class Ec2BackendStack(cdk.Stack):
         super().__init__(scope, construct_id, **kwargs)
         spec = BACKENDS[backend.id]
         assert spec.service == "ec2" and spec.image and spec.port, spec
-        family = boot_family(spec.image, backend.image_choice)
+        family = boot_family(spec.image, backend.image_choice, config.neuron_sdk)
         self.family = family
         # A package (stacks/package.py): synced from S3 at boot, served under "package:<scheme>".
         scheme = package.check_backend(backend.id, backend.model_id)

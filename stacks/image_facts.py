@@ -5,6 +5,8 @@ stacks/images.py builds the pipelines from these; stacks/image_families.py and h
 """
 from __future__ import annotations
 
+from ami import pins
+
 # Under /imagebuilder/: the pipelines have no execution role, so Image Builder distributes (writes
 # the AMI id with ssm:PutParameter) and resolves an "ssm:" parent image (ssm:GetParameter) as its
 # service-linked role, AWSServiceRoleForImageBuilder, whose policy (v25, AWS Managed Policy
@@ -14,11 +16,20 @@ from __future__ import annotations
 # step fails after the whole build. tests/stacks/test_image_parameters.py checks this.
 PARAMETER_PREFIX = "/imagebuilder/inference-kit/ami"
 
-# The SSM parameter each image publishes; the backend stacks read these (image_families.py).
+
+def neuron_image(line: str | None = None) -> str:
+    """The image name of a Neuron SDK line (ami/pins.py): "neuron" for the default line, its own
+    name for every other, so the lines' pipelines, stacks and parameters exist side by side."""
+    return pins.neuron_line(line).image
+
+
+NEURON_IMAGES: dict[str, str] = {line: neuron_image(line) for line in pins.NEURON_LINES}  # line -> image
+# The SSM parameter each image publishes; the backend stacks read these (image_families.py). Each
+# Neuron line has its own, named by its SDK line (an AMI of one line is never booted as another's).
 IMAGE_PARAMETERS: dict[str, str] = {
     "vllm-cuda": f"{PARAMETER_PREFIX}/vllm-cuda",
     "vllm-sm75": f"{PARAMETER_PREFIX}/vllm-sm75",
-    "neuron": f"{PARAMETER_PREFIX}/neuron",
+    **{image: f"{PARAMETER_PREFIX}/neuron-sdk{line.replace('.', '')}" for line, image in NEURON_IMAGES.items()},
 }
 # Backend image family (harness/catalog.py ``Backend.image``) -> the pipeline image that serves it.
 FAMILY_IMAGE: dict[str, str] = {"gpu-x86": "vllm-cuda", "gpu-arm64": "vllm-sm75", "neuron": "neuron"}
@@ -42,13 +53,22 @@ NEURON_BUILD_INSTANCE = "inf2.xlarge"
 BUILD_HOSTS: dict[str, dict[str, tuple[str, ...]]] = {
     "vllm-cuda": {"build": ("g6.xlarge",)},
     "vllm-sm75": {"build": ("c7g.8xlarge", "c7g.16xlarge"), "gpu-test": ("g5g.2xlarge",)},
-    "neuron": {"build": (NEURON_BUILD_INSTANCE,)},
+    **{image: {"build": (NEURON_BUILD_INSTANCE,)} for image in NEURON_IMAGES.values()},
 }
 # The public parameter each image's first pipeline starts from (neuron: unless neuron_parent_image).
 PARENT_PARAMETERS: dict[str, str] = {
     "vllm-cuda": GPU_DLAMI.format(arch="x86_64"),
     "vllm-sm75": GPU_DLAMI.format(arch="arm64"),
-    "neuron": NEURON_DLAMI,
+    **{image: pins.neuron_line(line).parent_parameter for line, image in NEURON_IMAGES.items()
+       if pins.neuron_line(line).parent_parameter},
 }
-IMAGE_STACKS: dict[str, str] = {"vllm-cuda": "VllmCudaImageStack", "vllm-sm75": "VllmSm75ImageStack",
-                                "neuron": "NeuronImageStack"}
+# ... or the name of the Amazon-owned AMI it starts from, found in the deploying account at deploy
+# time (stacks/images.py, Custom::AmiByName): a DLAMI of an SDK line no SSM parameter names any more.
+PARENT_AMI_NAMES: dict[str, str] = {
+    image: pins.neuron_line(line).parent_ami_name for line, image in NEURON_IMAGES.items()
+    if pins.neuron_line(line).parent_ami_name}
+IMAGE_STACKS: dict[str, str] = {
+    "vllm-cuda": "VllmCudaImageStack", "vllm-sm75": "VllmSm75ImageStack",
+    **{image: "NeuronImageStack" if line == pins.NEURON_DEFAULT_LINE else f"NeuronSdk{line.replace('.', '')}ImageStack"
+       for line, image in NEURON_IMAGES.items()},
+}

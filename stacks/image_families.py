@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import Mapping
 
 from ami import pins
-from stacks.image_facts import GPU_DLAMI, IMAGE_PARAMETERS
+from stacks.image_facts import GPU_DLAMI, IMAGE_PARAMETERS, neuron_image
 
 
 @dataclass(frozen=True)
@@ -67,11 +67,14 @@ def image_family(name: str) -> ImageFamily:
         raise ValueError(f"unknown image family {name!r}; valid: {', '.join(IMAGE_FAMILIES)}") from None
 
 
-def boot_family(name: str, choice: str | None = None) -> ImageFamily:
+def boot_family(name: str, choice: str | None = None, neuron_sdk: str | None = None) -> ImageFamily:
     """The family a backend boots: ``name`` as it is, or with the pipeline's AMI when the boot-image
     choice is "prebuilt" (CloudFormation cannot test whether a parameter exists, so this is a
-    choice, not a fallback)."""
+    choice, not a fallback). The neuron family boots the image of ``neuron_sdk``'s line (ami/pins.py;
+    None = the default line)."""
     family = image_family(name)
+    if name == "neuron":
+        family = replace(family, ssm_parameter=IMAGE_PARAMETERS[neuron_image(neuron_sdk)])
     if choice == "prebuilt":
         if family.prebuilt_parameter is None:
             raise ValueError(f"image family {name!r} has no prebuilt image")

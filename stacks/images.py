@@ -6,8 +6,10 @@
   for sm_75 with the Turing patch on a Graviton host with no GPU and publishes a *candidate*;
   ``gpu-test`` boots the candidate on a g5g, serves one completion in its test phase and only
   then publishes the image the g5g backend reads.
-- ``NeuronImageStack`` (x86_64, for inf2 and trn1): Neuron DLAMI + Neuron SDK pins (ami/pins.py) + the
-  kit's Neuron engine (ami/neuron) with its launcher, built and tested on an inf2.xlarge.
+- ``NeuronImageStack`` (x86_64, for inf2 and trn1): the SDK 2.28 Neuron DLAMI + that release's Neuron
+  pins (ami/pins.py) + the kit's Neuron engine (ami/neuron) with its launcher, built and tested on an
+  inf2.xlarge. ``-c neuron_sdk=2.31`` builds ``NeuronSdk231ImageStack`` instead (its own pipeline and
+  SSM parameter; both can exist side by side): not supported upstream on inf2/trn1, for trying.
 
 Every pipeline publishes its AMI id to an SSM parameter (``/imagebuilder/inference-kit/ami/<image>``, data type
 ``aws:ec2:image``) through Image Builder's distribution settings; the backend stacks read it at
@@ -36,6 +38,7 @@ import yaml
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_imagebuilder as imagebuilder
+from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3_assets as s3_assets
 from aws_cdk import aws_secretsmanager as secretsmanager
@@ -53,7 +56,8 @@ AMI_DIR = Path(__file__).resolve().parent.parent / "ami"
 COMPONENTS_DIR = AMI_DIR / "components"
 from stacks.image_facts import (BUILD_HOSTS, FAMILY_IMAGE, GPU_DLAMI, IMAGE_PARAMETERS,  # noqa: F401 (re-exported)
                                 IMAGE_STACKS, NEURON_BUILD_INSTANCE, NEURON_DLAMI, PARAMETER_PREFIX,
-                                SM75_CANDIDATE_PARAMETER)
+                                NEURON_IMAGES, PARENT_AMI_NAMES, SM75_CANDIDATE_PARAMETER, neuron_image)
+from stacks.lambda_code import handler_code, handler_name
 
 # Builds each pipeline keeps; older ones are deleted with their AMIs and snapshots by an Image
 # Builder lifecycle policy, except AMIs launched in the last LIFECYCLE_KEEP_LAUNCHED_DAYS days.
@@ -97,7 +101,9 @@ class PipelineSpec:
     """One Image Builder pipeline: what it builds on, from what, and where it publishes."""
 
     key: str  # e.g. "build"; names resources "<image>-<key>"
-    parent_image: str  # "ssm:/path" or an ami-… id
+    # "ssm:/path", an ami-… id, or "name:<AMI name>": an Amazon-owned AMI found by its exact name
+    # at deploy time (Custom::AmiByName), for a DLAMI no SSM parameter names any more.
+    parent_image: str
     instance_types: tuple[str, ...]
     components: tuple[ComponentUse, ...]
     publish_parameter: str
@@ -184,24 +190,23 @@ def vllm_sm75_spec(config: KitConfig) -> ImageSpec:
                      "Inference kit image pipelines: vLLM built for sm_75 (g5g)", ("patches", "scripts"), pipelines)
 
 
-# Besides requirements-engine.txt the engine imports aiohttp (server) and renders chat templates
-# with Jinja2; huggingface_hub gives the instance `hf download` for the checkpoint directory.
-ENGINE_EXTRA = ("aiohttp", "Jinja2", "huggingface_hub")
+# Besides transformers the engine imports aiohttp (server) and renders chat templates with Jinja2.
+# transformers and huggingface_hub (which gives the instance `hf download` for the checkpoint
+# directory) and tokenizers are the Neuron line's (ami/pins.py NeuronLine.engine_pip: NxD Inference's
+# transformers==4.57.*), not the dev environment's transformers 5.
+ENGINE_EXTRA = ("aiohttp", "Jinja2")
 
 
-def engine_pip_specs() -> str:
-    """Exact pins of the engine's packages: requirements-engine.txt without torch (Neuron needs
-    its own 2.9 CPU build) plus ENGINE_EXTRA, versions from constraints.txt."""
-    def specs(name: str) -> list[str]:
-        lines = (AMI_DIR.parent / name).read_text().splitlines()
-        return [ln.split("#")[0].strip() for ln in lines if ln.split("#")[0].strip()]
-
-    engine = [s for s in specs("requirements-engine.txt") if not s.startswith(("torch==", "-"))]
-    locked = {s.split("==")[0].lower(): s for s in specs("constraints.txt") if "==" in s}
+def engine_pip_specs(line: str | None = None) -> str:
+    """Exact pins of the engine's packages on the Neuron image: the line's transformers set plus
+    ENGINE_EXTRA, versions from constraints.txt."""
+    lines = (AMI_DIR.parent / "constraints.txt").read_text().splitlines()
+    specs = [ln.split("#")[0].strip() for ln in lines if ln.split("#")[0].strip()]
+    locked = {s.split("==")[0].lower(): s for s in specs if "==" in s}
     missing = [n for n in ENGINE_EXTRA if n.lower() not in locked]
     if missing:
         raise ValueError(f"constraints.txt pins none of {missing}; the Neuron image needs exact versions")
-    return " ".join(engine + [locked[n.lower()] for n in ENGINE_EXTRA])
+    return " ".join([*pins.neuron_line(line).engine_pip, *(locked[n.lower()] for n in ENGINE_EXTRA)])
 
 
 def neuron_precompile(config: KitConfig) -> dict[str, str]:
@@ -220,17 +225,23 @@ def neuron_precompile(config: KitConfig) -> dict[str, str]:
 
 
 def neuron_spec(config: KitConfig, parent_ami: str | None = None) -> ImageSpec:
+    """The Neuron image of the configured SDK line (``-c neuron_sdk``, default ami/pins.py
+    NEURON_DEFAULT_LINE): each line has its own image name, stack, pipeline and SSM parameter."""
+    line = pins.neuron_line(config.neuron_sdk)
+    image = neuron_image(line.line)
+    parent = parent_ami or (f"ssm:{line.parent_parameter}" if line.parent_parameter else f"name:{line.parent_ami_name}")
+
     def pipelines(assets: str) -> tuple[PipelineSpec, ...]:
         return (PipelineSpec(
-            key="build", parent_image=parent_ami or "ssm:" + NEURON_DLAMI,
-            instance_types=BUILD_HOSTS["neuron"]["build"], volume_gib=200, tests_enabled=True,
-            publish_parameter=IMAGE_PARAMETERS["neuron"],
-            description=f"Neuron SDK {pins.NEURON_SDK} pins and the kit's Neuron engine for inf2/trn1",
+            key="build", parent_image=parent,
+            instance_types=BUILD_HOSTS[image]["build"], volume_gib=200, tests_enabled=True,
+            publish_parameter=IMAGE_PARAMETERS[image],
+            description=f"Neuron SDK {line.sdk} pins and the kit's Neuron engine for inf2/trn1 ({line.status})",
             components=(_uv(), ComponentUse("neuron-engine.yaml", {
                 "PythonVersion": pins.PYTHON_VERSION, "AssetsS3Uri": assets,
-                "NeuronSdk": pins.NEURON_SDK, "NeuronPip": pins.neuron_pip_specs(),
-                "NeuronApt": pins.neuron_apt_specs(), "TorchVersion": pins.NEURON_TORCH_VERSION,
-                "EnginePip": engine_pip_specs(), "NxdiRepo": pins.NXDI_REPO, "NxdiCommit": pins.NXDI_COMMIT,
+                "NeuronSdk": line.sdk, "NeuronPip": pins.neuron_pip_specs(line.line),
+                "NeuronApt": pins.neuron_apt_specs(line.line), "TorchVersion": line.torch,
+                "EnginePip": engine_pip_specs(line.line), "NxdiRepo": pins.NXDI_REPO, "NxdiCommit": pins.NXDI_COMMIT,
                 "NxdiRef": pins.NXDI_REF,
                 "TorchIndexUrl": pins.TORCH_CPU_INDEX, "NeuronIndexUrl": pins.NEURON_PIP_INDEX,
                 "NeuronToolsBin": pins.NEURON_TOOLS_BIN, "HfTokenSecret": config.hf_token_secret,
@@ -238,8 +249,8 @@ def neuron_spec(config: KitConfig, parent_ami: str | None = None) -> ImageSpec:
             })),
         ),)
 
-    return ImageSpec("neuron", IMAGE_STACKS["neuron"], "x86_64",
-                     f"Inference kit image pipeline: Neuron SDK {pins.NEURON_SDK} + kit engine (inf2, trn1)",
+    return ImageSpec(image, IMAGE_STACKS[image], "x86_64",
+                     f"Inference kit image pipeline: Neuron SDK {line.sdk} + kit engine (inf2, trn1): {line.status}",
                      ("neuron", "scripts"), pipelines)
 
 
@@ -321,6 +332,35 @@ class ImagePipelineStack(cdk.Stack):
                         "Image Builder drives build and test instances through SSM Run Command; this is the "
                         "AWS-maintained minimum for the agent")
 
+    def _ami_by_name(self, key: str, ami_name: str) -> str:
+        """The id of the Amazon-owned AMI named ``ami_name`` in this region, found at deploy time
+        (stacks/lambdas/ami_by_name): a token for the recipe's parent image."""
+        log_group = logs.LogGroup(self, f"{key}ParentLookupLogs", retention=logs.RetentionDays.ONE_WEEK,
+                                  removal_policy=cdk.RemovalPolicy.DESTROY)
+        role = iam.Role(self, f"{key}ParentLookupRole", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
+                        description="Custom::AmiByName: find the parent DLAMI by its name")
+        role.add_to_policy(iam.PolicyStatement(sid="DescribeImages", actions=["ec2:DescribeImages"], resources=["*"]))
+        role.add_to_policy(iam.PolicyStatement(
+            sid="OwnLogs", actions=["logs:CreateLogStream", "logs:PutLogEvents"],
+            resources=[log_group.log_group_arn, f"{log_group.log_group_arn}:*"]))
+        nag.acknowledge(role, "AwsSolutions-IAM5[Resource::*]",
+                        "ec2:DescribeImages supports no resource-level permissions (Service Authorization "
+                        "Reference, Amazon EC2)")
+        logs_id = self.resolve(self.get_logical_id(log_group.node.default_child))
+        nag.acknowledge(role, f"AwsSolutions-IAM5[Resource::<{logs_id}.Arn>:*]",
+                        "log streams inside the function's own log group, whose stream names Lambda chooses")
+        fn = lambda_.Function(
+            self, f"{key}ParentLookup", runtime=lambda_.Runtime.PYTHON_3_14, handler=handler_name("ami_by_name"),
+            code=handler_code("ami_by_name"), role=role, log_group=log_group,
+            timeout=cdk.Duration.minutes(1), memory_size=128,
+            description="Custom::AmiByName: the parent DLAMI's id by its name (stacks/images.py)")
+        fn.node.default_child.add_deletion_override("DependsOn")  # as Custom::AzChoice: cfn-lint W3005
+        found = cdk.CustomResource(self, f"{key}Parent", service_token=fn.function_arn,
+                                   resource_type="Custom::AmiByName", service_timeout=cdk.Duration.minutes(2),
+                                   properties={"Name": ami_name})
+        found.node.add_dependency(role)
+        return found.get_att_string("ImageId")
+
     def _pipeline(self, name: str, p: PipelineSpec, profile: iam.CfnInstanceProfile) -> None:
         pname = f"{name}-{p.key}"
         wrong = [t for t in p.instance_types if instance_arch(t) != self.spec.arch]
@@ -346,6 +386,9 @@ class ImagePipelineStack(cdk.Stack):
             ))
         # A token (the assets' S3 URI) is a placeholder whose number depends on what else was
         # built: leave it out, the assets' content hash below stands for it.
+        parent_image = p.parent_image
+        if parent_image.startswith("name:"):
+            parent_image = self._ami_by_name(key, parent_image.removeprefix("name:"))
         recipe_digest = [p.parent_image, str(p.volume_gib)] + [
             f"{u.file}:{load_component(u.file)[0]}:"
             f"{sorted((k, '<token>' if cdk.Token.is_unresolved(v) else v) for k, v in u.parameters.items())}"
@@ -353,7 +396,7 @@ class ImagePipelineStack(cdk.Stack):
         recipe = imagebuilder.CfnImageRecipe(
             self, f"{key}Recipe", name=pname,
             version=semantic_version(*recipe_digest, self.assets.asset_hash),
-            parent_image=p.parent_image, description=p.description[:1024],
+            parent_image=parent_image, description=p.description[:1024],
             components=uses,
             block_device_mappings=[imagebuilder.CfnImageRecipe.InstanceBlockDeviceMappingProperty(
                 device_name="/dev/sda1",
@@ -444,4 +487,5 @@ def image_specs(config: KitConfig) -> dict[str, ImageSpec]:
     wanted = {FAMILY_IMAGE[BACKENDS[b.id].image] for b in config.backends if BACKENDS[b.id].image}
     makers = {"vllm-cuda": lambda: vllm_cuda_spec(config), "vllm-sm75": lambda: vllm_sm75_spec(config),
               "neuron": lambda: neuron_spec(config, config.neuron_parent_image)}
-    return {k: makers[k]() for k in ("vllm-cuda", "vllm-sm75", "neuron") if k in wanted}
+    # The neuron family's image is the configured SDK line's (its own name when not the default).
+    return {spec.image: spec for spec in (makers[k]() for k in ("vllm-cuda", "vllm-sm75", "neuron") if k in wanted)}

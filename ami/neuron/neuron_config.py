@@ -37,6 +37,10 @@ MAX_GATHER_BYTES = 4 * 10**9  # stay under the ~4-5 GB where the seed saw silent
 HBM_PER_CORE_BYTES = 16 * 2**30  # inf2 and trn1: 16 GiB of device memory per NeuronCore
 HBM_USABLE = 0.85  # leave room for the runtime, scratchpad and activations
 DEFAULT_CACHE_ROOT = "/var/cache/ami-neuron"
+# Logical NeuronCore config 1 ("LNC=2 is a Trainium2-only feature", the Gemma 4 31B port's inf2
+# notes); NxD Inference 0.8 reads it from NEURON_LOGICAL_NC_CONFIG first, then this kwarg
+# (models/config.py _get_lnc at cd3abf3). The launcher exports the variable too.
+LNC1_PLATFORMS = ("inf2", "trn1")
 
 
 class ConfigError(ValueError):
@@ -182,6 +186,7 @@ class NeuronEngineConfig:
     compiled_dir: str  # compiled artifacts (NEFFs, sharded weights), reused across restarts
     cache_key: str
     bytes_per_core: int | None = None  # weights share + KV cache, when the weights' size is known
+    platform: str | None = None  # the catalog's Neuron platform (inf2, trn1, ...), when given
 
     @property
     def torch_dtype(self) -> str:
@@ -206,7 +211,13 @@ class NeuronEngineConfig:
             "padding_side": "right",
             "on_device_sampling_config": None,  # logits come back; per-request sampling on host
             "save_sharded_checkpoint": True,  # sharded weights live in the cache: fast restarts
-            "attn_kernel_enabled": False,  # upstream Gemma 4 port validated without it
+            # The settings of the one Gemma 4 run upstream validated on inf2 (SDK 2.28, the 31B
+            # port; ami/neuron_facts.py INF2_SETTINGS): NxDI's attention kernel off (head dims
+            # 256/512 exceed its 128; the decomposed attention path), no fused QKV (Q/K/V shapes
+            # differ per layer type), and below, one physical NeuronCore per logical core.
+            "attn_kernel_enabled": False,
+            "fused_qkv": False,
+            **({"logical_nc_config": 1} if self.platform in LNC1_PLATFORMS else {}),
         }
 
     def marker(self) -> dict:
@@ -250,7 +261,7 @@ def plan(model_config: dict, *, neuron_cores: int, tp_degrees: Sequence[int] = (
     key = cache_key(model_config, shapes, tp_degree, dtype, sdk_version, platform)
     safe_name = "".join(c if c.isalnum() or c in "-_." else "_" for c in model_name) or "model"
     return NeuronEngineConfig(shapes, tp_degree, dtype, tp_degree, per_rank,
-                              f"{cache_root.rstrip('/')}/{safe_name}-{key}", key, per_core)
+                              f"{cache_root.rstrip('/')}/{safe_name}-{key}", key, per_core, platform)
 
 
 def parse_neuron_ls(text: str) -> int:

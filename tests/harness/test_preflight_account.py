@@ -132,14 +132,26 @@ def test_standard_quota_for_the_first_build_type_only_warns_about_the_fallback(a
 
 
 def test_public_parameter_that_does_not_resolve_blocks(aws, cdk_json, capsys):
-    """The Neuron DLAMI parameter is not published in the region: the neuron build cannot start."""
+    """The PyTorch 2.9 Neuron DLAMI parameter (the 2.31 line's parent) is not published in the
+    region: that build cannot start."""
     ssm = ssm_parameters({k: v for k, v in PUBLIC.items() if k != NEURON_DLAMI})
-    rc, out = run(["--backends", "inf2,g6", *cdk_json], capsys, sq=quotas({"L-1945791B": 8.0, "L-DB2E81BA": 8.0}),
-                  ssm=ssm, ecr=ecr_images({TAG}))
+    rc, out = run(["--backends", "inf2,g6", *cdk_json, "-c", "neuron_sdk=2.31"], capsys,
+                  sq=quotas({"L-1945791B": 8.0, "L-DB2E81BA": 8.0}), ssm=ssm, ecr=ecr_images({TAG}))
     assert rc == 1
-    assert (f"{NEURON_DLAMI} does not resolve in us-east-1: the neuron build cannot start there; "
+    assert (f"{NEURON_DLAMI} does not resolve in us-east-1: the neuron-sdk231 build cannot start there; "
             "fix: use another region (-c region=<region>)") in out
+    assert f"{IMAGE_PARAMETERS['neuron-sdk231']} missing" in out and "npx cdk deploy NeuronSdk231ImageStack" in out
     assert "g6         ready" in out
+
+
+def test_the_228_dlami_is_looked_up_by_its_name(aws, cdk_json, capsys):
+    """The default line's parent has no SSM parameter: preflight asks for the AMI by name, as the
+    deploy does (Custom::AmiByName). moto knows no Neuron DLAMI: one BLOCK line with the fix."""
+    rc, out = run(["--backends", "inf2", *cdk_json], capsys, sq=quotas({"L-1945791B": 8.0}),
+                  ssm=ssm_parameters(PUBLIC), ecr=ecr_images({TAG}))
+    assert rc == 1
+    assert ("no Amazon-owned AMI named 'Deep Learning AMI Neuron (Ubuntu 24.04) 20260227' in us-east-1: the neuron "
+            "build cannot start there; fix: -c neuron_parent_image=ami-...") in out
 
 
 def test_neuron_parent_image_that_does_not_exist_blocks(aws, cdk_json, capsys):

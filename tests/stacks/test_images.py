@@ -18,7 +18,7 @@ import yaml
 from ami import pins
 from harness.catalog import BACKENDS, instance_arch
 from stacks import images
-from tests.stacks.conftest import ROOT, synth
+from tests.stacks.conftest import ROOT, config_error, synth
 
 IMAGE_STACKS = {"vllm-cuda": "VllmCudaImageStack", "vllm-sm75": "VllmSm75ImageStack", "neuron": "NeuronImageStack"}
 COMPONENT_NAMES = {f.name: yaml.safe_load(f.read_text())["name"] for f in images.COMPONENTS_DIR.glob("*.yaml")}
@@ -54,12 +54,18 @@ def test_each_image_has_its_own_stack(kit):
      ["g6.xlarge"], "x86_64"),
     ("vllm-sm75", "ssm:/aws/service/deeplearning/ami/arm64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id",
      ["c7g.8xlarge", "c7g.16xlarge"], "arm64"),
-    ("neuron", "ssm:/aws/service/neuron/dlami/pytorch-2.9/ubuntu-24.04/latest/image_id", ["inf2.xlarge"], "x86_64"),
+    # SDK 2.28's DLAMI by its name, found in the account at deploy time (Custom::AmiByName)
+    ("neuron", "name:Deep Learning AMI Neuron (Ubuntu 24.04) 20260227", ["inf2.xlarge"], "x86_64"),
 ])
 def test_build_recipe_parent_and_build_host(kit, image, parent, build_types, arch):
     stack = IMAGE_STACKS[image]
     recipe = _by_name(kit, stack, "AWS::ImageBuilder::ImageRecipe")[f"inference-kit-{image}-build"]
-    assert recipe["ParentImage"] == parent
+    if parent.startswith("name:"):
+        (lookup_id, lookup), = kit.resources(stack, "Custom::AmiByName").items()
+        assert lookup["Properties"]["Name"] == parent.removeprefix("name:")
+        assert recipe["ParentImage"] == {"Fn::GetAtt": [lookup_id, "ImageId"]}
+    else:
+        assert recipe["ParentImage"] == parent
     infra = _by_name(kit, stack, "AWS::ImageBuilder::InfrastructureConfiguration")[f"inference-kit-{image}-build"]
     assert infra["InstanceTypes"] == build_types
     assert {instance_arch(t) for t in infra["InstanceTypes"]} == {arch}
@@ -110,10 +116,13 @@ def test_components_attached_to_each_recipe_with_the_pinned_values(kit):
 
     neuron = _by_name(kit, IMAGE_STACKS["neuron"], "AWS::ImageBuilder::ImageRecipe")["inference-kit-neuron-build"]
     n = _recipe_components(kit, IMAGE_STACKS["neuron"], neuron)[COMPONENT_NAMES["neuron-engine.yaml"]]
-    assert n["NeuronSdk"] == "2.31.0"
-    assert "torch-neuronx==2.9.0.2.15.32035" in n["NeuronPip"].split()
-    assert "neuronx-cc==2.26.6360.0" in n["NeuronPip"].split()
-    assert "aws-neuronx-runtime-lib=2.33.10.0*" in n["NeuronApt"].split()
+    # The 2.28.1 release content (aws-neuron-sdk v2.31.1, src/helperscripts/n2-manifest.json).
+    assert n["NeuronSdk"] == "2.28.1"
+    assert "torch-neuronx==2.9.0.2.12.22436" in n["NeuronPip"].split()
+    assert "neuronx-cc==2.23.6484.0" in n["NeuronPip"].split()
+    assert "neuronx-distributed-inference==0.8.16251" in n["NeuronPip"].split()
+    assert "aws-neuronx-runtime-lib=2.30.51.0*" in n["NeuronApt"].split()
+    assert "transformers==4.57.6" in n["EnginePip"].split()
     assert n["NeuronToolsBin"] == "/opt/aws/neuron/bin"
     assert all("==" in s for s in n["EnginePip"].split()) and "aiohttp==" in n["EnginePip"]
 
@@ -173,8 +182,17 @@ def test_build_role_is_least_privilege(kit, image):
     assert lifecycle["Properties"]["AssumeRolePolicyDocument"]["Statement"][0]["Principal"] == {
         "Service": "imagebuilder.amazonaws.com"}
     assert "service-role/EC2ImageBuilderLifecycleExecutionPolicy" in json.dumps(lifecycle["Properties"]["ManagedPolicyArns"])
-    # Besides these two, only the AZ chooser's (tests/stacks/test_az_choice.py).
-    assert len(roles) == 3 and sum(k.startswith("AzChoiceRole") for k in roles) == 1
+    # Besides these two, only the AZ chooser's (tests/stacks/test_az_choice.py) and, for a parent
+    # found by name, its lookup's (DescribeImages only).
+    lookups = {k: v for k, v in roles.items() if k.startswith("BuildParentLookupRole")}
+    assert len(roles) == 3 + len(lookups) and sum(k.startswith("AzChoiceRole") for k in roles) == 1
+    assert len(lookups) == (1 if image in images.PARENT_AMI_NAMES else 0)
+    for k in lookups:
+        pols = [v for v in kit.resources(stack, "AWS::IAM::Policy").values()
+                if json.dumps(v["Properties"]["Roles"]).find(k) >= 0]
+        actions = {a for pol in pols for st in pol["Properties"]["PolicyDocument"]["Statement"]
+                   for a in ([st["Action"]] if isinstance(st["Action"], str) else st["Action"])}
+        assert actions == {"ec2:DescribeImages", "logs:CreateLogStream", "logs:PutLogEvents"}
     managed = {json.dumps(m) for m in role["Properties"]["ManagedPolicyArns"]}
     assert len(managed) == 2 and all("EC2InstanceProfileForImageBuilder" in m or "AmazonSSMManagedInstanceCore" in m
                                      for m in managed)
@@ -204,8 +222,8 @@ def test_pipelines_publish_to_ssm_and_never_run_on_a_schedule(kit, image):
 
 @pytest.mark.parametrize("backend, stack, parameter", [
     ("g5g", "G5gStack", "/imagebuilder/inference-kit/ami/vllm-sm75"),
-    ("inf2", "Inf2Stack", "/imagebuilder/inference-kit/ami/neuron"),
-    ("trn1", "Trn1Stack", "/imagebuilder/inference-kit/ami/neuron"),
+    ("inf2", "Inf2Stack", "/imagebuilder/inference-kit/ami/neuron-sdk228"),
+    ("trn1", "Trn1Stack", "/imagebuilder/inference-kit/ami/neuron-sdk228"),
     ("g6", "G6Stack", "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id"),
 ])
 def test_backend_stacks_read_the_image_parameter(kit, backend, stack, parameter):
@@ -247,6 +265,45 @@ def test_g6_prebuilt_image_neuron_parent_override_and_backend_selection(tmp_path
     params = s.templates["G6Stack"]["Parameters"]
     assert [p["Default"] for p in params.values()
             if p["Type"] == "AWS::SSM::Parameter::Value<AWS::EC2::Image::Id>"] == ["/imagebuilder/inference-kit/ami/vllm-cuda"]
+
+
+def test_neuron_sdk_231_is_a_separate_image_and_parameter_and_228_stays_the_default(kit, tmp_path):
+    from aws_cdk.assertions import Match
+
+    default = kit.template("NeuronImageStack")
+    default.has_resource_properties("AWS::ImageBuilder::DistributionConfiguration", Match.object_like({
+        "Distributions": [Match.object_like({"SsmParameterConfigurations": [
+            {"ParameterName": "/imagebuilder/inference-kit/ami/neuron-sdk228", "DataType": "aws:ec2:image"}]})]}))
+    default.has_resource_properties("AWS::ImageBuilder::ImagePipeline", {"Name": "inference-kit-neuron-build"})
+    assert "NeuronSdk231ImageStack" not in kit.templates
+    s = synth(tmp_path, backends="inf2,trn1", neuron_sdk="2.31")
+    assert "NeuronImageStack" not in s.templates
+    other = s.template("NeuronSdk231ImageStack")
+    other.has_resource_properties("AWS::ImageBuilder::DistributionConfiguration", Match.object_like({
+        "Distributions": [Match.object_like({"SsmParameterConfigurations": [
+            {"ParameterName": "/imagebuilder/inference-kit/ami/neuron-sdk231", "DataType": "aws:ec2:image"}]})]}))
+    other.has_resource_properties("AWS::ImageBuilder::ImagePipeline", {"Name": "inference-kit-neuron-sdk231-build"})
+    other.has_resource_properties("AWS::ImageBuilder::ImageRecipe", Match.object_like({
+        "ParentImage": "ssm:/aws/service/neuron/dlami/pytorch-2.9/ubuntu-24.04/latest/image_id"}))
+    other.resource_count_is("Custom::AmiByName", 0)
+    for name in ("Inf2Stack", "Trn1Stack"):
+        ami = [p["Default"] for p in s.templates[name]["Parameters"].values()
+               if p["Type"] == "AWS::SSM::Parameter::Value<AWS::EC2::Image::Id>"]
+        assert ami == ["/imagebuilder/inference-kit/ami/neuron-sdk231"]
+    # The 2.31 pins reach its component; the default's stay 2.28.
+    comp = {c["Name"]: c for c in (r["Properties"] for r in s.resources("NeuronSdk231ImageStack", "AWS::ImageBuilder::ImageRecipe").values())}
+    params = {p["Name"]: p["Value"][0] for c in comp["inference-kit-neuron-sdk231-build"]["Components"]
+              for p in c.get("Parameters", [])}
+    assert params["NeuronSdk"] == "2.31.0" and "neuronx-distributed-inference==0.10.18399" in params["NeuronPip"]
+    # Both image stacks can live in one VPC: their build subnets are different blocks.
+    bases = {json.dumps(kit.resources("NeuronImageStack", "Custom::AzChoice")), json.dumps(s.resources("NeuronSdk231ImageStack", "Custom::AzChoice"))}
+    cidrs = [next(iter(json.loads(b).values()))["Properties"]["CidrBase"] for b in bases]
+    assert len(set(cidrs)) == 2
+
+
+def test_an_unknown_neuron_sdk_line_is_refused_in_one_line():
+    msg = config_error(neuron_sdk="2.30")
+    assert msg.startswith("neuron_sdk='2.30' is not a Neuron SDK line the kit builds; valid: 2.28 (") and "2.31 (" in msg
 
 
 def test_x86_instance_type_for_g5g_fails_synth_in_one_line(tmp_path):

@@ -7,8 +7,9 @@ wheels. The InstallEngine step of ami/components/neuron-engine.yaml is taken fro
 given the parameters the stack gives it (stacks/images.py neuron_spec) with the three package
 indexes pointed at the local ones, and run with the pinned uv under the environment the Image
 Builder agent gives it: systemd's default PATH, no HOME, no login profile (env -i). The root it
-installs into is a temp directory standing for /. The install the component did before (one
-resolver call for the Neuron packages and the engine's transformers 5) is kept as the negative case.
+installs into is a temp directory standing for /. The engine pins NxD Inference's own
+transformers (4.57.6, ami/pins.py); the negative case is the transformers 5 the image installed
+before, which no resolver can put next to NxD Inference's transformers==4.57.*.
 """
 from __future__ import annotations
 
@@ -35,12 +36,8 @@ PARAM_REF = re.compile(r"\{\{\s*([A-Za-z0-9_.:-]+)\s*\}\}")
 SYSTEMD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # Absolute paths the component writes to; the test maps each under a temp root.
 ROOTED = ("/opt/inference-kit", "/var/cache/inference-kit", "/etc/inference-kit", "/opt/ami")
-# The component's install before the split (kept as the negative case): the Neuron packages and
-# the engine's pins in one resolver call.
-SINGLE_CALL = '''VIRTUAL_ENV="$venv" "$uv" pip install --index-strategy unsafe-best-match \\
-  --extra-index-url "{{ NeuronIndexUrl }}" \\
-  "torch=={{ TorchVersion }}" "${neuron_pip[@]}" "${engine_pip[@]}"
-'''
+# The engine's pins the image had before (transformers 5 with its hub and tokenizers): the negative case.
+TRANSFORMERS_5 = "transformers==5.23.0 huggingface_hub==2.4.0 tokenizers==0.23.3 aiohttp==3.14.5 Jinja2==3.1.6"
 
 
 def uv_binary() -> str:
@@ -113,8 +110,8 @@ def install_root(tmp_path: Path) -> Path:
     return root
 
 
-def run_install(script: str, indexes: dict[str, Path], root: Path) -> subprocess.CompletedProcess:
-    params = {**stack_parameters(), "PythonVersion": python_312(),
+def run_install(script: str, indexes: dict[str, Path], root: Path, **override: str) -> subprocess.CompletedProcess:
+    params = {**stack_parameters(), **override, "PythonVersion": python_312(),
               "TorchIndexUrl": indexes["torch-cpu"].as_uri(), "NeuronIndexUrl": indexes["neuron"].as_uri()}
     body = render(script, params, root)
     # UV_INDEX_URL stands for PyPI, uv's default index; offline so nothing reaches a network.
@@ -161,13 +158,17 @@ def test_the_record_covers_every_pinned_package():
     assert (normalize("torch"), pins.NEURON_TORCH_VERSION) in recorded
 
 
-def test_nxd_inference_pins_transformers_4_57_and_the_engine_needs_5():
-    """The conflict the install order exists for, as recorded (NxD Inference setup.py; 2.31
-    release content 'neuronx-distributed-inference == 4.57.*')."""
-    nxdi = next(p for p in load_packages() if p["name"] == "neuronx-distributed-inference")
-    assert "transformers==4.57.*" in nxdi["requires_dist"]
-    engine_transformers = next(s for s in images.engine_pip_specs().split() if s.startswith("transformers=="))
-    assert engine_transformers.split("==")[1].startswith("5.")
+@pytest.mark.parametrize("line", list(pins.NEURON_LINES))
+def test_the_engine_pins_the_transformers_nxd_inference_declares(line):
+    """NxD Inference setup.py (0.8 at cd3abf3, 0.9 at c63afe0) and the 2.31 release content:
+    'neuronx-distributed-inference == 4.57.*'. The engine's pin satisfies it."""
+    from packaging.specifiers import SpecifierSet
+
+    version = pins.neuron_line(line).pip["neuronx-distributed-inference"]
+    nxdi = next(p for p in load_packages() if p["name"] == "neuronx-distributed-inference" and p["version"] == version)
+    (want,) = [r.removeprefix("transformers") for r in nxdi["requires_dist"] if r.startswith("transformers")]
+    engine = next(s for s in images.engine_pip_specs(line).split() if s.startswith("transformers=="))
+    assert engine.split("==")[1] in SpecifierSet(want)
 
 
 # --- the installer, run --------------------------------------------------------------------------
@@ -184,12 +185,10 @@ def test_the_component_installs_neuron_with_its_pins_then_the_transformers_overr
         name, version = spec.split("==")
         assert have.get(normalize(name)) == version, (spec, have.get(normalize(name)))
     assert have["torch"] == f"{pins.NEURON_TORCH_VERSION}+cpu"  # from the CPU index, kept
-    # The override is the one declared conflict left; nothing else.
+    # No conflict at all: every declared requirement holds (the step runs uv pip check itself too).
     check = subprocess.run([uv_binary(), "pip", "check", "--python", str(venv / "bin/python")],
                            capture_output=True, text=True, env=agent_env())
-    problems = [ln for ln in (check.stdout + check.stderr).splitlines() if ln.startswith("The package")]
-    assert problems == ["The package `neuronx-distributed-inference` requires `transformers==4.57.*`, "
-                        f"but `{have['transformers']}` is installed"], check.stdout + check.stderr
+    assert check.returncode == 0, check.stdout + check.stderr
     # The validate step's version check (its Python part; dpkg-query needs the real apt
     # packages) accepts what was installed.
     validate = step_script("validate", "CheckPins")
@@ -205,18 +204,7 @@ def test_the_component_installs_neuron_with_its_pins_then_the_transformers_overr
     assert not (root / "opt/inference-kit/cache/uv").exists()
 
 
-def test_the_old_single_resolver_call_cannot_resolve(indexes, tmp_path):
-    script = step_script("build", "InstallEngine")
-    start, end = script.index("# 2. "), script.index("# 4. ")
-    # Keep the lines up to step 2 (venv, torch) and replace steps 2-3 with the single call.
-    head = script[:script.rindex("\n", 0, start) + 1]
-    tail = script[script.rindex("\n", 0, end) + 1:]
-    single = head + "\n".join(" " * 14 + ln for ln in SINGLE_CALL.splitlines()) + "\n" + tail
-    r = run_install(single, indexes, install_root(tmp_path))
+def test_transformers_5_cannot_be_installed_next_to_nxd_inference(indexes, tmp_path):
+    r = run_install(step_script("build", "InstallEngine"), indexes, install_root(tmp_path), EnginePip=TRANSFORMERS_5)
     assert r.returncode != 0
     assert "transformers==4.57.*" in r.stderr and "unsatisfiable" in r.stderr, r.stderr[-2000:]
-
-
-def test_no_component_command_resolves_neuron_and_engine_pins_together():
-    for line in step_script("build", "InstallEngine").replace("\\\n", " ").splitlines():
-        assert not ("neuron_pip[@]" in line and "engine_pip[@]" in line and "pip install" in line), line
