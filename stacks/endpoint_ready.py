@@ -9,6 +9,8 @@ for CreateStack (``TimeoutInMinutes``), not for the change sets ``cdk deploy`` e
 ``Custom::EndpointReady`` per endpoint (handler: stacks/lambdas/endpoint_ready/index.py) runs
 beside it and fails the stack after ``sagemaker_ready_minutes``; its ``ServiceTimeout`` (at most
 3600 s, AWS::CloudFormation::CustomResource) is the backstop should the function never answer.
+An endpoint still ``Creating`` at the bound has its retained TTL schedule started at once, so its
+deletion is under way when the stack fails (issue 24 point 5; the handler's module docstring).
 
 Catalog facts read: none.
 """
@@ -21,6 +23,7 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from stacks import nag
+from stacks.guardrails import EndpointTtl
 from stacks.lambda_code import handler_code, handler_name
 
 SERVICE_TIMEOUT_MAX_S = 3600  # AWS::CloudFormation::CustomResource ServiceTimeout: 1-3600
@@ -62,12 +65,25 @@ class EndpointReady(Construct):
             description="Custom::EndpointReady: bounded wait for InService (stacks/endpoint_ready.py)")
         self.function.node.default_child.add_deletion_override("DependsOn")  # cfn-lint W3005; see az_choice.py
 
-    def wait(self, construct_id: str, endpoint_name: str, bound_minutes: int) -> cdk.CustomResource:
+    def wait(self, construct_id: str, endpoint_name: str, bound_minutes: int,
+             ttl: EndpointTtl | None = None) -> cdk.CustomResource:
+        """With ``ttl`` (the endpoint's guard), a Creating endpoint at the bound gets its TTL schedule
+        started at once (the handler's ``pull_forward``): the role may read and update that one
+        schedule and pass its role to Scheduler, which UpdateSchedule needs (the schedule's
+        Target.RoleArn)."""
         if not 1 <= bound_minutes <= MAX_READY_MINUTES:
             raise ValueError(f"bound_minutes={bound_minutes}; 1 to {MAX_READY_MINUTES}")
+        props = {"EndpointName": endpoint_name, "BoundMinutes": str(bound_minutes)}
+        if ttl is not None:
+            props["ScheduleName"] = ttl.schedule.ref
+            self.role.add_to_policy(iam.PolicyStatement(
+                sid=f"StartTtlEarly{construct_id}", actions=["scheduler:GetSchedule", "scheduler:UpdateSchedule"],
+                resources=[ttl.schedule.attr_arn]))
+            self.role.add_to_policy(iam.PolicyStatement(
+                sid=f"PassTtlRole{construct_id}", actions=["iam:PassRole"], resources=[ttl.role.role_arn],
+                conditions={"StringEquals": {"iam:PassedToService": "scheduler.amazonaws.com"}}))
         watch = cdk.CustomResource(
             self, construct_id, service_token=self.function.function_arn, resource_type="Custom::EndpointReady",
-            service_timeout=cdk.Duration.seconds(bound_minutes * 60 + MARGIN_S),
-            properties={"EndpointName": endpoint_name, "BoundMinutes": str(bound_minutes)})
+            service_timeout=cdk.Duration.seconds(bound_minutes * 60 + MARGIN_S), properties=props)
         watch.node.add_dependency(self.role)  # its policy is attached before the first poll
         return watch

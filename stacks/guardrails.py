@@ -22,7 +22,8 @@ calls after it is gone fail harmlessly (no such endpoint). SageMaker has no stop
 CloudWatch alarm cannot delete an endpoint, so the TTL is the endpoint's guardrail. The schedule
 and its role outlive a stack deletion (DeletionPolicy Retain) until Custom::EndpointTtlRelease has
 seen the endpoint gone (stacks/sagemaker.py), so a rollback that could not delete a Creating
-endpoint leaves it guarded.
+endpoint leaves it guarded. When Custom::EndpointReady gives up on an endpoint still Creating, it
+starts this schedule at once instead of at the TTL (stacks/lambdas/endpoint_ready/index.py).
 
 The TTL counts from synthesis (``cdk deploy`` synthesizes, then deploys): redeploying the
 stack moves the deadline, which is how a user extends a running backend on purpose.

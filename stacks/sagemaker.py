@@ -128,8 +128,6 @@ class SageMakerStack(cdk.Stack):
                                              endpoint_config_name=endpoint_config.attr_endpoint_config_name)
             endpoint.node.add_dependency(self.role)  # its policy (ECR pull, logs) exists before the endpoint starts
             self.endpoints[itype] = endpoint
-            # Beside the endpoint, not after it: the bound counts from when creation starts.
-            self.ready.wait(f"Ready{sid}", name, config.sagemaker_ready_minutes).node.add_dependency(endpoint_config)
             log_groups.append(f"arn:{self.partition}:logs:{region}:{self.account}:log-group:/aws/sagemaker/Endpoints/{name}")
             # SageMaker writes the endpoint's logs to /aws/sagemaker/Endpoints/<name> and would create
             # the group itself, never expiring and outside the stack; made here (before the
@@ -138,6 +136,7 @@ class SageMakerStack(cdk.Stack):
                                           retention=logs.RetentionDays.ONE_MONTH,
                                           removal_policy=cdk.RemovalPolicy.DESTROY)
             endpoint.node.add_dependency(endpoint_logs)
+            ttl = None
             if ttl_expires_at is not None:
                 # The endpoint depends on its guard (DependsOn on the schedule, its role and policy):
                 # the guard is created before the endpoint, so it exists while the endpoint is
@@ -165,6 +164,9 @@ class SageMakerStack(cdk.Stack):
                     sid=f"ReleaseTtlRole{sid}", actions=["iam:ListRolePolicies", "iam:DeleteRolePolicy",
                                                          "iam:DeleteRole"],
                     resources=[ttl.role.role_arn]))
+            # Beside the endpoint, not after it: the bound counts from when creation starts. Given the
+            # guard, a Creating endpoint at the bound has its TTL schedule started at once.
+            self.ready.wait(f"Ready{sid}", name, config.sagemaker_ready_minutes, ttl).node.add_dependency(endpoint_config)
         # IAM matches log-group actions (CreateLogGroup, DescribeLogStreams) against the group's
         # ARN with a trailing ":*" (CloudWatch Logs API reference, LogGroup.arn); the bare ARN
         # would allow only the stream actions. "<group>:*" covers the group and its streams.

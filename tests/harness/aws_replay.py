@@ -43,6 +43,8 @@ class Replay:
         return Pages()
 
     def __getattr__(self, name: str) -> Callable[..., Any]:
+        if name in ("meta", "exceptions"):  # the client's own (region, error classes), not calls
+            return getattr(self.client, name)
         method = getattr(self.client, name)
         op = self.client.meta.method_to_api_mapping.get(name)
         if op is None:  # get_paginator and the like: not replayed

@@ -142,7 +142,9 @@ def test_each_endpoint_has_a_bounded_watch_beside_it(kit):
     assert actions == {"DescribeOwnEndpoints": "sagemaker:DescribeEndpoint", "HandOverToItself": "lambda:InvokeFunction",
                        "OwnLogs": ["logs:CreateLogStream", "logs:PutLogEvents"],
                        "ReleaseTtlScheduleMlG6Xlarge": "scheduler:DeleteSchedule",
-                       "ReleaseTtlRoleMlG6Xlarge": ["iam:DeleteRole", "iam:DeleteRolePolicy", "iam:ListRolePolicies"]}
+                       "ReleaseTtlRoleMlG6Xlarge": ["iam:DeleteRole", "iam:DeleteRolePolicy", "iam:ListRolePolicies"],
+                       "StartTtlEarlyReadyMlG6Xlarge": ["scheduler:GetSchedule", "scheduler:UpdateSchedule"],
+                       "PassTtlRoleReadyMlG6Xlarge": "iam:PassRole"}
     invoke = next(s for s in pol["Properties"]["PolicyDocument"]["Statement"] if s["Sid"] == "HandOverToItself")
     assert json.dumps(invoke["Resource"]).endswith(f':function:{fn["FunctionName"]}"]]}}')
 
@@ -254,3 +256,127 @@ def test_turning_the_ttl_off_on_a_running_endpoint_removes_the_kept_guard():
     (status, reason), scheduler, iam = run_release([(0, "InService", "")])
     assert status == "SUCCESS" and scheduler.deleted == ["ttl-sched"] and ("delete_role", "ttl-role") in iam.calls
     assert "InService" in reason
+
+
+# Issue 24 point 5: a Creating endpoint at the bound bills for hours (~$8 an incident on
+# ml.g6.xlarge until the TTL), so its retained TTL schedule is started at once and the reason
+# says so. Replayed through real botocore clients (tests/harness/aws_replay.py): Stubber checks
+# every request against the SageMaker and Scheduler input shapes and every response against the
+# output shapes. The GetSchedule answer is the schedule SageMakerStack's template creates
+# (AWS::Scheduler::Schedule TtlSchedule, the synthesized properties with FIXED_NOW).
+
+from datetime import datetime, timedelta, timezone  # noqa: E402
+
+from tests.harness.aws_replay import Replay  # noqa: E402
+
+ENDPOINT = "SageMakerStack-ml-g6-xlarge"
+SCHEDULE = "TtlMlG6XlargeTtlSchedule-AbCdEf012345"
+TTL_START = datetime(2026, 3, 1, 20, 1, tzinfo=timezone.utc)
+SCHEDULE_TARGET = {
+    "Arn": "arn:aws:scheduler:::aws-sdk:sagemaker:deleteEndpoint",
+    "RoleArn": "arn:aws:iam::123456789012:role/SageMakerStack-TtlMlG6XlargeTtlSchedulerRole-AbCdEf",
+    "Input": json.dumps({"EndpointName": ENDPOINT}, separators=(",", ":")),
+    "RetryPolicy": {"MaximumEventAgeInSeconds": 900, "MaximumRetryAttempts": 2},
+}
+
+
+def described(status: str, t: datetime) -> dict:
+    return {"EndpointName": ENDPOINT, "EndpointArn": f"arn:aws:sagemaker:us-east-1:123456789012:endpoint/{ENDPOINT.lower()}",
+            "EndpointConfigName": "EndpointConfigMlG6Xlarge-AbCdEf", "EndpointStatus": status,
+            "CreationTime": t, "LastModifiedTime": t}
+
+
+def got_schedule() -> dict:
+    return {"Arn": f"arn:aws:scheduler:us-east-1:123456789012:schedule/default/{SCHEDULE}", "GroupName": "default",
+            "Name": SCHEDULE, "ScheduleExpression": "rate(15 minutes)", "ScheduleExpressionTimezone": "UTC",
+            "StartDate": TTL_START, "EndDate": TTL_START + timedelta(hours=48), "State": "ENABLED",
+            "Description": f"Delete SageMaker endpoint {ENDPOINT} from its TTL (2026-03-01T20:01:00Z), every 15 min "
+                           "until it is gone",
+            "CreationDate": TTL_START - timedelta(hours=8), "LastModificationDate": TTL_START - timedelta(hours=8),
+            "Target": SCHEDULE_TARGET, "FlexibleTimeWindow": {"Mode": "OFF"}}
+
+
+def stuck(status: str, schedule_answer=None):
+    """SageMaker says ``status`` on every poll; Scheduler answers GetSchedule/UpdateSchedule."""
+    t0 = datetime.fromtimestamp(STARTED, timezone.utc)
+    sm = Replay("sagemaker", lambda op, p: described(status, t0))
+    sched = Replay("scheduler", schedule_answer or (lambda op, p: got_schedule() if op == "get_schedule" else
+                                                    {"ScheduleArn": got_schedule()["Arn"]}))
+    return sm, sched
+
+
+def drive_real(sm, sched, props_extra: dict, bound: int = 45):
+    clock, sent, lam = Clock(), [], FakeLambda()
+    ev = event(bound=bound)
+    ev["ResourceProperties"].update(props_extra)
+    for _ in range(20):
+        index.handler(ev, Context(clock), sm=sm, lam=lam, now=clock.now, sleep=clock.sleep, scheduler=sched,
+                      send=lambda e, status, reason, data: sent.append((status, reason)))
+        if sent:
+            return sent[0], clock
+        ev = json.loads(lam.invocations[-1]["Payload"])
+    raise AssertionError("never answered")
+
+
+def test_a_creating_endpoint_at_the_bound_has_its_deletion_started_and_the_reason_says_so():
+    sm, sched = stuck("Creating")
+    (status, reason), clock = drive_real(sm, sched, {"ScheduleName": SCHEDULE})
+    assert status == "FAILED"
+    ops = [op for op, _ in sched.calls]
+    assert ops == ["get_schedule", "update_schedule"]  # once, at the bound, not on every poll
+    update = sched.calls[1][1]
+    gave_up_at = datetime.fromtimestamp(clock.t, timezone.utc)
+    # It starts now (not at the TTL, 8 h after deploy), with the same rate, target and role, and
+    # keeps a window at least as long as the one CloudFormation created.
+    assert update["StartDate"] == gave_up_at and gave_up_at < TTL_START - timedelta(hours=7)
+    assert update["EndDate"] == TTL_START + timedelta(hours=48)  # the later of the two ends
+    assert update["EndDate"] - update["StartDate"] >= timedelta(hours=48)
+    assert update["ScheduleExpression"] == "rate(15 minutes)" and update["Target"] == SCHEDULE_TARGET
+    assert update["FlexibleTimeWindow"] == {"Mode": "OFF"} and update["State"] == "ENABLED"
+    assert update["ScheduleExpressionTimezone"] == "UTC" and update["GroupName"] == "default"
+    assert "started early" in update["Description"] and len(update["Description"]) <= 512
+    # The message says what is already happening, in one line within CloudFormation's reason.
+    assert "Its deletion has started" in reason and SCHEDULE in reason and "every 15 minutes from now" in reason
+    assert "Nothing to run" in reason and "delete-endpoint" not in reason
+    assert "\n" not in reason and len(reason) <= 1000
+
+
+def test_an_updating_endpoint_is_not_deleted_at_the_bound():
+    # The rollback restores its previous configuration; deleting it would lose a working endpoint.
+    sm, sched = stuck("Updating")
+    (status, reason), _ = drive_real(sm, sched, {"ScheduleName": SCHEDULE})
+    assert status == "FAILED" and sched.calls == []
+    assert "still Updating" in reason and "Its deletion has started" not in reason
+
+
+def test_without_a_ttl_schedule_the_reason_says_what_to_run():
+    sm, sched = stuck("Creating")
+    (status, reason), _ = drive_real(sm, sched, {})
+    assert status == "FAILED" and sched.calls == []
+    assert "aws sagemaker delete-endpoint --endpoint-name SageMakerStack-ml-g6-xlarge" in reason
+
+
+def test_when_the_schedule_cannot_be_started_early_the_stack_still_fails_saying_so():
+    from tests.harness.aws_replay import Error
+
+    sm, sched = stuck("Creating", lambda op, p: Error("AccessDeniedException", "not authorized to perform: "
+                                                      "scheduler:GetSchedule"))
+    (status, reason), _ = drive_real(sm, sched, {"ScheduleName": SCHEDULE})
+    assert status == "FAILED" and "Could not start the TTL schedule" in reason and "AccessDenied" in reason
+    assert "aws sagemaker delete-endpoint" in reason and "\n" not in reason
+
+
+def test_the_watch_may_start_only_its_own_endpoints_schedule(kit):
+    t = kit.templates["SageMakerStack"]["Resources"]
+    (sched_id,) = kit.resources("SageMakerStack", "AWS::Scheduler::Schedule")
+    (_, watch), = kit.resources("SageMakerStack", "Custom::EndpointReady").items()
+    assert watch["Properties"]["ScheduleName"] == {"Ref": sched_id}
+    stmts = {s.get("Sid"): s for p in kit.resources("SageMakerStack", "AWS::IAM::Policy").values()
+             for s in p["Properties"]["PolicyDocument"]["Statement"]}
+    start = stmts["StartTtlEarlyReadyMlG6Xlarge"]
+    assert start["Action"] == ["scheduler:GetSchedule", "scheduler:UpdateSchedule"]
+    assert start["Resource"] == {"Fn::GetAtt": [sched_id, "Arn"]}
+    role_id = t[sched_id]["Properties"]["Target"]["RoleArn"]["Fn::GetAtt"][0]
+    passrole = stmts["PassTtlRoleReadyMlG6Xlarge"]
+    assert passrole["Action"] == "iam:PassRole" and passrole["Resource"] == {"Fn::GetAtt": [role_id, "Arn"]}
+    assert passrole["Condition"] == {"StringEquals": {"iam:PassedToService": "scheduler.amazonaws.com"}}

@@ -9,7 +9,14 @@ This resource runs beside the endpoint (it does not depend on it) and polls ``De
 - ``InService``: success, ``cdk deploy`` goes on;
 - ``Failed``: failure with SageMaker's ``FailureReason``;
 - still not ``InService`` after ``BoundMinutes``: failure with one line saying the endpoint is still
-  billing and what to run, so the stack fails (and rolls back) instead of waiting silently.
+  billing and what is already being done about it, so the stack fails (and rolls back) instead of
+  waiting silently. A ``Creating`` endpoint refuses DeleteEndpoint (aws/amazon-sagemaker-examples#3432),
+  so the rollback cannot delete it either; its retained TTL schedule (``ScheduleName``, stacks/guardrails.py)
+  would only start retrying DeleteEndpoint at the TTL, hours later (~$8 an incident on ml.g6.xlarge).
+  So, before answering, this pulls that schedule forward (``pull_forward``): it starts now, with the
+  same retry rate and window, and deletes the endpoint at the first try after it leaves ``Creating``.
+  Not for ``Updating``: the rollback restores the endpoint's previous configuration, which must not
+  be deleted. Without a TTL (``ttl_hours=0``) there is no schedule, and the line says what to run.
 
 A Lambda invocation lasts 15 minutes at most: before its time runs out the function invokes
 itself asynchronously with the same event and the time it started (``KitStartedAt``), and only
@@ -31,6 +38,7 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import datetime, timezone
 from typing import Any, Callable, Mapping
 
 from .. import cfn_response
@@ -47,6 +55,43 @@ def billing_line(name: str, region: str, status: str, minutes: float, bound: int
             f"{status} (the TTL schedule, if it exists, retries that every 15 min)")
 
 
+def deleting_line(name: str, region: str, minutes: float, bound: int, schedule: str, every: str,
+                  until: datetime) -> str:
+    """The failure reason once the TTL schedule has been pulled forward: what is already happening."""
+    return (f"SageMaker endpoint {name} is still Creating after {minutes:.0f} min (bound {bound} min, "
+            f"sagemaker_ready_minutes) and billed while it is. Its deletion has started: the TTL schedule "
+            f"{schedule} now calls DeleteEndpoint {every} from now until {until:%Y-%m-%dT%H:%MZ} (a Creating "
+            f"endpoint refuses deletion; the first call after it leaves Creating deletes it). The stack rolls "
+            f"back. Nothing to run; to watch: aws sagemaker describe-endpoint --endpoint-name {name} "
+            f"--region {region}")
+
+
+def pull_forward(scheduler: Any, schedule: str, now: float) -> tuple[str, datetime]:
+    """Start the endpoint's TTL schedule now, keeping its rate and the length of its window:
+    (its expression, its new end). UpdateSchedule replaces every field ("if you do not set an
+    optional field in your request, that field will be set to its system-default value": Scheduler
+    API reference, UpdateSchedule, which recommends GetSchedule first), so what GetSchedule
+    returned is sent back; Scheduler refuses a StartDate "earlier than 5 minutes ago" (getmoto/moto#8172
+    quotes the service's message), and ``now`` is not."""
+    s = scheduler.get_schedule(Name=schedule)
+    start = datetime.fromtimestamp(now, timezone.utc)
+    old_start, old_end = s.get("StartDate"), s.get("EndDate")
+    end = start + (old_end - old_start) if old_start and old_end else start
+    end = max(end, old_end) if old_end else end
+    keep = {k: s[k] for k in ("GroupName", "ScheduleExpressionTimezone", "KmsKeyArn", "ActionAfterCompletion")
+            if s.get(k)}
+    note = f"; started early at {start:%Y-%m-%dT%H:%MZ}: the endpoint was still Creating at the ready bound"
+    scheduler.update_schedule(Name=schedule, ScheduleExpression=s["ScheduleExpression"], StartDate=start,
+                              EndDate=end, Description=(s.get("Description", "") + note)[-512:], State="ENABLED",
+                              FlexibleTimeWindow=s["FlexibleTimeWindow"], Target=s["Target"], **keep)
+    return s["ScheduleExpression"], end
+
+
+def _every(expression: str) -> str:
+    """'rate(15 minutes)' -> 'every 15 minutes'."""
+    return "every " + expression[5:-1] if expression.startswith("rate(") else f"on {expression}"
+
+
 def status_of(sm: Any, name: str) -> tuple[str, str]:
     """(EndpointStatus, FailureReason); ("NotFound", "") before the endpoint exists."""
     try:
@@ -59,8 +104,10 @@ def status_of(sm: Any, name: str) -> tuple[str, str]:
 
 
 def step(event: Mapping[str, Any], sm: Any, region: str, now: Callable[[], float],
-         remaining_ms: Callable[[], int], sleep: Callable[[float], None]) -> tuple[str, str, dict] | None:
-    """Poll until an answer is due: (status, reason, data), or None when time ran out (hand over)."""
+         remaining_ms: Callable[[], int], sleep: Callable[[float], None],
+         scheduler: Callable[[], Any] = lambda: None) -> tuple[str, str, dict] | None:
+    """Poll until an answer is due: (status, reason, data), or None when time ran out (hand over).
+    ``scheduler`` makes the Scheduler client, asked for only when the bound is reached."""
     props = event["ResourceProperties"]
     name, bound = props["EndpointName"], int(props["BoundMinutes"])
     started = float(event.get("KitStartedAt") or now())
@@ -72,10 +119,25 @@ def step(event: Mapping[str, Any], sm: Any, region: str, now: Callable[[], float
         if status == "Failed":
             return "FAILED", f"SageMaker endpoint {name} failed: {why or 'no FailureReason given'}", {}
         if minutes >= bound:
-            return "FAILED", billing_line(name, region, status, minutes, bound), {}
+            return "FAILED", give_up(props, status, region, minutes, bound, scheduler, now()), {}
         if remaining_ms() < RESERVE_MS:
             return None
         sleep(POLL_S)
+
+
+def give_up(props: Mapping[str, Any], status: str, region: str, minutes: float, bound: int,
+            scheduler: Callable[[], Any], now: float) -> str:
+    """The failure reason at the bound; for a Creating endpoint with a TTL schedule, after pulling
+    the schedule forward (when that fails, the reason says so and what to run)."""
+    name, schedule = props["EndpointName"], props.get("ScheduleName", "")
+    line = billing_line(name, region, status, minutes, bound)
+    if status != "Creating" or not schedule:
+        return line
+    try:
+        expression, until = pull_forward(scheduler(), schedule, now)
+    except Exception as e:  # noqa: BLE001 - the stack must still fail, with what to do by hand
+        return f"{line}. Could not start the TTL schedule {schedule} early ({type(e).__name__}: {e})"
+    return deleting_line(name, region, minutes, bound, schedule, _every(expression), until)
 
 
 def respond(event: Mapping[str, Any], status: str, reason: str, data: Mapping[str, str]) -> None:
@@ -142,7 +204,8 @@ def handler(event: dict, context: Any, sm: Any = None, lam: Any = None, send=res
         import boto3
 
         sm = sm or boto3.client("sagemaker")
-        answer = step(event, sm, sm.meta.region_name, now, context.get_remaining_time_in_millis, sleep)
+        answer = step(event, sm, sm.meta.region_name, now, context.get_remaining_time_in_millis, sleep,
+                      lambda: scheduler or boto3.client("scheduler"))
     except Exception as e:  # noqa: BLE001 - any error still answers CloudFormation, with its reason
         return send(event, "FAILED", f"{type(e).__name__}: {e}", {})
     if answer is None:  # out of time: a fresh invocation carries on with the same clock
