@@ -32,7 +32,13 @@ Used by every EC2 backend (g6, g5g, inf2, trn1; see stacks/ec2_backend.py). What
      digest creates a new pair. A replacement the digest cannot see (AMI value, AZ, both known
      only at deploy time) is gated by (1) alone; its failure reason is then the short one.
   The wait condition does not depend on the instance: both gates run while the instance boots,
-  and the first failure fails the stack.
+  and the first failure fails the stack. It depends on everything the instance depends on (its
+  subnet and AZ choice, role, instance profile, security group): a wait condition's timeout runs
+  from its own creation ("creates a wait condition just like any other resource ... waits until it
+  receives the requisite number of success signals or the wait condition's timeout period has
+  expired", CloudFormation User Guide, "Create wait conditions in a CloudFormation template"), and
+  without those dependencies that is the stack's start, minutes before the instance launches, so it
+  could time out before the instance's own failure signal (the log tail) arrived (issue 24 point 7).
   The handle's presigned URL expires a day after the stack created it (X-Amz-Expires=86399, not
   configurable: aws-cloudformation/cloudformation-coverage-roadmap#1842), so an instance that
   replaces the first one later finds it refused; kit_signal (userdata/lib.sh) then still sends
@@ -190,8 +196,9 @@ class InferenceInstance(Construct):
         # The logical ids are fixed from a digest of everything but the handle URL (a token).
         base_env = {**env, "KIT_REGION": stack.region, "KIT_STACK": stack.stack_name,
                     "KIT_HF_SECRET": hf_token_secret_name, "KIT_PORT": str(port),
-                    # The wait condition's clock starts once the instance runs, the script's after
-                    # boot: give up 5 minutes early so the failure signal (with its reason) wins.
+                    # The wait condition's clock starts when the instance's creation does (it waits
+                    # for what the instance waits for), the script's after boot: give up 5 minutes
+                    # early so the failure signal (with its reason) wins.
                     "KIT_READY_TIMEOUT_S": str(int(readiness_timeout.to_seconds()) - 300)}
         digest = hashlib.sha256(
             (render_user_data(engine_script, base_env) + image_parameter + instance_type).encode()
@@ -251,6 +258,10 @@ class InferenceInstance(Construct):
         self.ready = cdk.CfnWaitCondition(self, "Ready", handle=self.ready_handle.ref, count=1,
                                           timeout=str(int(readiness_timeout.to_seconds())))
         self.ready.override_logical_id(f"{construct_id}Ready{digest}")
+        # Its clock starts with the instance's creation, not with the stack (module docstring).
+        profile = next(c for c in self.instance.node.children if isinstance(c, iam.CfnInstanceProfile))
+        for prerequisite in (self.placement, self.role, profile, self.security_group):
+            self.ready.node.add_dependency(prerequisite)
 
         nag.acknowledge(self.role, nag.SSM_CORE,
                         "AmazonSSMManagedInstanceCore is the AWS-maintained minimum for Session Manager and "

@@ -140,3 +140,47 @@ def test_the_instance_signals_its_own_creation_policy(kit, backend, stack):
     assert timeout.startswith("PT") and timeout.endswith("M")
     # The script gives up (and signals failure with its reason) before CloudFormation times out.
     assert int(env["KIT_READY_TIMEOUT_S"]) < int(timeout[2:-1]) * 60
+
+
+def depends_on(template: dict, lid: str) -> set[str]:
+    """Resources ``lid`` waits for before CloudFormation starts creating it: DependsOn, Ref and
+    GetAtt of other resources, transitively."""
+    res = template["Resources"]
+    seen: set[str] = set()
+    todo = [lid]
+    while todo:
+        r = res[todo.pop()]
+        direct = set(r.get("DependsOn", []) if isinstance(r.get("DependsOn"), list) else [r["DependsOn"]]
+                     if r.get("DependsOn") else [])
+        direct |= {x.split(".", 1)[0] for x in references(r.get("Properties", {}))}
+        for d in direct & set(res):
+            if d not in seen:
+                seen.add(d)
+                todo.append(d)
+    return seen
+
+
+@pytest.mark.parametrize("backend,stack", STACKS)
+def test_the_wait_conditions_clock_starts_when_the_instances_creation_does(kit, backend, stack):
+    """Issue 24 point 7: a wait condition's timeout runs from its own creation (CloudFormation User
+    Guide, "Create wait conditions in a CloudFormation template"). One that waits for nothing but
+    its handle starts with the stack, minutes before the AZ choice, subnet, role and instance
+    profile let the instance launch, and times out before the boot script's failure signal (the
+    log tail, KIT_READY_TIMEOUT_S = timeout - 300 s after boot) arrives. So it waits for everything
+    the instance waits for, and not for the instance (both gates run while it boots)."""
+    t = kit.templates[stack]
+    lid, _ = kit.one(stack, "AWS::EC2::Instance")
+    wait_id, wait = kit.one(stack, "AWS::CloudFormation::WaitCondition")
+    before_instance = depends_on(t, lid)
+    before_wait = depends_on(t, wait_id)
+    assert before_instance - before_wait == set()
+    assert lid not in before_wait
+    assert any(t["Resources"][d]["Type"] == "Custom::AzChoice" for d in before_wait)
+
+
+def test_the_clock_check_fails_for_a_wait_condition_that_waits_for_its_handle_only(kit):
+    t = copy.deepcopy(kit.templates["G6Stack"])
+    lid, _ = next((k, v) for k, v in t["Resources"].items() if v["Type"] == "AWS::EC2::Instance")
+    wait_id, wait = next((k, v) for k, v in t["Resources"].items() if v["Type"] == "AWS::CloudFormation::WaitCondition")
+    wait.pop("DependsOn")
+    assert depends_on(t, lid) - depends_on(t, wait_id)
