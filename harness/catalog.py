@@ -36,18 +36,69 @@ class Chip:
     precision: Mapping[str, PrecisionSupport]
     # Slowdown per matmul call of int4 against bf16 where int4 is widened (seed: 27x on NeuronCore-v2).
     int4_slowdown: float | None = None
+    memory_type: str = ""
+    # Per device (one GPU, or one Neuron chip): decimal GB and GB/s as the datasheet gives them.
+    device_memory_gb: float | None = None
+    device_bandwidth_gb_s: float | None = None
+    source: str = ""
 
 
-L4 = Chip("NVIDIA L4", {"bf16": "native", "fp16": "native", "fp8": "native", "int8": "native", "int4": "widened16"})
-A10G = Chip("NVIDIA A10G", {"bf16": "native", "fp16": "native", "fp8": "unsupported", "int8": "native", "int4": "widened16"})
-L40S = Chip("NVIDIA L40S", {"bf16": "native", "fp16": "native", "fp8": "native", "int8": "native", "int4": "widened16"})
-BLACKWELL = Chip("NVIDIA RTX PRO 6000 Blackwell", {"bf16": "native", "fp16": "native", "fp8": "native", "int8": "native", "int4": "native"})
-T4G = Chip("NVIDIA T4G", {"bf16": "emulated", "fp16": "native", "fp8": "unsupported", "int8": "native", "int4": "widened16"})
+L4 = Chip("NVIDIA L4", {"bf16": "native", "fp16": "native", "fp8": "native", "int8": "native", "int4": "widened16"},
+          memory_type="GDDR6", device_memory_gb=24, device_bandwidth_gb_s=300,
+          source="NVIDIA L4 datasheet via docs/BRIEF.md (24 GB, 300 GB/s); GpuInfo SizeInMiB 22888")
+A10G = Chip("NVIDIA A10G", {"bf16": "native", "fp16": "native", "fp8": "unsupported", "int8": "native",
+                            "int4": "widened16"},
+            memory_type="GDDR6", device_memory_gb=24, device_bandwidth_gb_s=600,
+            source="docs/BRIEF.md: 'G5 = A10G (24 GB GDDR6, 600 GB/s)'")
+L40S = Chip("NVIDIA L40S", {"bf16": "native", "fp16": "native", "fp8": "native", "int8": "native", "int4": "widened16"},
+            memory_type="GDDR6", device_memory_gb=48, device_bandwidth_gb_s=864,
+            source="NVIDIA L40S datasheet via docs/BRIEF.md (48 GB, 864 GB/s); GpuInfo SizeInMiB 45776")
+BLACKWELL = Chip("NVIDIA RTX PRO 6000 Blackwell Server Edition",
+                 {"bf16": "native", "fp16": "native", "fp8": "native", "int8": "native", "int4": "native"},
+                 memory_type="GDDR7", device_memory_gb=96, device_bandwidth_gb_s=1597,
+                 source="NVIDIA RTX PRO 6000 Blackwell Server Edition datasheet (Dec 2025): '96 GB', "
+                        "'1597 GB/s', GDDR7")
+T4G = Chip("NVIDIA T4G", {"bf16": "emulated", "fp16": "native", "fp8": "unsupported", "int8": "native",
+                          "int4": "widened16"},
+           memory_type="GDDR6", device_memory_gb=16, device_bandwidth_gb_s=320,
+           source="seed 000: T4G 16 GB, 320 GB/s (277 measured)")
 NEURON_V2 = Chip(
     "NeuronCore-v2",
     {"bf16": "native", "fp16": "native", "fp8": "hw_only", "int8": "native", "int4": "widened16"},
-    int4_slowdown=27.0,
-)
+    int4_slowdown=27.0, memory_type="HBM",
+    source="seed 000 / BRIEF: 2 NeuronCores x 16 GiB per chip (sized per instance row, in GiB)")
+
+CHIPS: tuple[Chip, ...] = (A10G, L4, L40S, BLACKWELL, T4G, NEURON_V2)
+
+
+# Instance types the kit knows by heart: the one table of instance facts (GPU or Neuron device
+# count, accelerator memory, peak bandwidth, vCPUs for the quota checks). Others may still be used
+# (see ``instance_arch``) but the roofline, the planner and the quota checks need an entry here.
+# ml.* types are the same hardware as their EC2 twins. Sources, per figure:
+#
+# - Chip memory and bandwidth: the vendors' datasheets, as the project brief
+#   (docs/BRIEF.md, "GPU families") records them: A10G 24 GB GDDR6 600 GB/s, L4 24 GB 300 GB/s,
+#   L40S 48 GB 864 GB/s. RTX PRO 6000 Blackwell Server Edition: NVIDIA's datasheet (December 2025,
+#   nvidia.com/en-us/data-center/rtx-pro-6000-blackwell-server-edition) "96 GB ... 1597 GB/s",
+#   GDDR7, as AWS's G7e launch notes repeat it ("GPU あたり 96 GB の GDDR7 メモリ、1597 GB/s の
+#   メモリ帯域幅"). The Workstation Edition's 1792 GB/s is another SKU. Seed 001's "HBM3e 8.0 TB/s"
+#   for G7 is wrong for this GPU; the catalog carried it as ml.g7e.12xlarge at 8,000 GB/s.
+# - GPU memory as the EC2 API reports it (DescribeInstanceTypes ``GpuInfo``), recorded in
+#   skypilot-org/skypilot-catalog catalogs/v7/aws/vms.csv @27f67dd4: L4 "SizeInMiB: 22888"
+#   (gr6.4xlarge), L40S "SizeInMiB: 45776" (g6e.*). The planner budgets with the datasheet GB
+#   (22888 MiB is 24.0 GB) times vLLM's memory fraction.
+# - GPUs and vCPUs per size: G6e from the same vms.csv (g6e.xlarge "4.0 vCPUs ... Count: 1",
+#   g6e.24xlarge "96.0 ... Count: 4", g6e.48xlarge "192.0 ... Count: 8"); G7e from AWS's table as
+#   kubernetes/autoscaler#9854 quotes it ("g7e.2xlarge | 8 | 64 | 1 | 96", "g7e.12xlarge | 48 | 512
+#   | 2 | 192", "g7e.24xlarge | 96 | 1024 | 4 | 384", "g7e.48xlarge | 192 | 2048 | 8 | 768") and
+#   aws/sagemaker-hyperpod-cli#390 ("ml.g7e.2xlarge": {"cpu": 8, "gpu": 1}); so ml.g7e.12xlarge has
+#   2 GPUs and 192 GB, not the 4 and 384 the catalog had. G5 and G6 sizes as the catalog had them
+#   (AWS EC2 G5/G6 pages: g5.12xlarge and g6.12xlarge 48 vCPUs, 4 GPUs; the 48xlarge 8 GPUs).
+# - Inferentia2: 32 GiB HBM per chip, 2 NeuronCore-v2 per chip (16 GiB each), ~820 GB/s per
+#   chip; Trainium: 32 GiB per chip, 2 NeuronCores (seed 000; BRIEF "Neuron limits").
+# - Precision support per chip: reference/seed_figures.json ``precision_support`` for L4, T4G and
+#   NeuronCore-v2; A10G (Ampere, sm_86) has no FP8 tensor cores; L40S (Ada, sm_89) has FP8 like the
+#   L4; Blackwell adds FP4 (seed 001, NVIDIA's datasheet "FP4").
 
 
 @dataclass(frozen=True)
@@ -59,47 +110,85 @@ class InstanceSpec:
     vcpus: int
     chip: Chip
     accelerators: int  # GPUs, or Neuron devices
-    accel_memory_gib: float  # total accelerator memory on the instance
+    accel_memory_gib: float  # total accelerator memory on the instance (datasheet GB for GPUs, GiB for Neuron)
     bandwidth_gb_s: float  # total peak memory bandwidth across its accelerators
     neuron_cores: int = 0
     measured_bandwidth_gb_s: float | None = None
+    source: str = ""
+
+    @property
+    def family(self) -> str:
+        """'ml.g6e.12xlarge' -> 'g6e'."""
+        return self.name.removeprefix("ml.").split(".")[0]
+
+    @property
+    def memory_bytes_per_device(self) -> float:
+        """Bytes of one GPU, or of one NeuronCore (the unit a Neuron shard lives on)."""
+        if self.neuron_cores:
+            return self.accel_memory_gib * 2**30 / self.neuron_cores
+        return self.accel_memory_gib * 1e9 / self.accelerators
+
+    @property
+    def bandwidth_per_device_gb_s(self) -> float:
+        """Peak bandwidth of one GPU, or one NeuronCore's share of its chip's."""
+        return self.bandwidth_gb_s / (self.neuron_cores or self.accelerators)
+
+    @property
+    def devices(self) -> int:
+        """The units tensor parallelism spreads over: GPUs, or NeuronCores."""
+        return self.neuron_cores or self.accelerators
 
 
-def _i(name, arch, vcpus, chip, n, mem, bw, cores=0, measured=None) -> InstanceSpec:
-    return InstanceSpec(name, arch, vcpus, chip, n, mem, bw, cores, measured)
+def _gpu(name: str, vcpus: int, chip: Chip, n: int, source: str, arch: Arch = "x86_64",
+         measured: float | None = None) -> InstanceSpec:
+    return InstanceSpec(name, arch, vcpus, chip, n, chip.device_memory_gb * n, chip.device_bandwidth_gb_s * n,
+                        measured_bandwidth_gb_s=measured, source=source)
 
 
-# Instance types the kit knows by heart. Others may still be used (see ``instance_arch``) but the
-# roofline and quota checks need an entry here. ml.* types mirror their EC2 twins.
+_G5 = "AWS EC2 G5 sizes (catalog); A10G per BRIEF"
+_G6 = "AWS EC2 G6 sizes (catalog); L4 datasheet"
+_G6E = "skypilot-catalog vms.csv @27f67dd4 (DescribeInstanceTypes GpuInfo)"
+_G7E = "kubernetes/autoscaler#9854 (AWS G7e table); sagemaker-hyperpod-cli#390"
+_GPU_ROWS = [
+    _gpu("g5.xlarge", 4, A10G, 1, _G5), _gpu("g5.2xlarge", 8, A10G, 1, _G5),
+    _gpu("g5.12xlarge", 48, A10G, 4, _G5), _gpu("g5.48xlarge", 192, A10G, 8, _G5),
+    _gpu("g6.xlarge", 4, L4, 1, _G6), _gpu("g6.2xlarge", 8, L4, 1, _G6),
+    _gpu("g6.12xlarge", 48, L4, 4, _G6), _gpu("g6.48xlarge", 192, L4, 8, _G6),
+    _gpu("g6e.xlarge", 4, L40S, 1, _G6E), _gpu("g6e.2xlarge", 8, L40S, 1, _G6E),
+    _gpu("g6e.12xlarge", 48, L40S, 4, _G6E), _gpu("g6e.48xlarge", 192, L40S, 8, _G6E),
+    _gpu("g7e.2xlarge", 8, BLACKWELL, 1, _G7E), _gpu("g7e.12xlarge", 48, BLACKWELL, 2, _G7E),
+    _gpu("g7e.24xlarge", 96, BLACKWELL, 4, _G7E), _gpu("g7e.48xlarge", 192, BLACKWELL, 8, _G7E),
+]
+# GPU families a SageMaker endpoint runs on, twins of the EC2 rows above (same hardware).
+SAGEMAKER_FAMILIES = ("g5", "g6", "g6e", "g7e")
+
+
+def _neuron(name: str, vcpus: int, chips: int, cores: int, gb_s_per_chip: float) -> InstanceSpec:
+    return InstanceSpec(name, "x86_64", vcpus, NEURON_V2, chips, 32 * chips, gb_s_per_chip * chips,
+                        neuron_cores=cores, source="seed 000 / BRIEF (32 GiB, 2 NeuronCores per chip)")
+
+
 INSTANCES: dict[str, InstanceSpec] = {
     s.name: s
     for s in [
-        _i("g6.xlarge", "x86_64", 4, L4, 1, 24, 300),
-        _i("g6.2xlarge", "x86_64", 8, L4, 1, 24, 300),
-        _i("g6.12xlarge", "x86_64", 48, L4, 4, 96, 1200),
-        _i("g5.xlarge", "x86_64", 4, A10G, 1, 24, 600),
-        _i("g5.12xlarge", "x86_64", 48, A10G, 4, 96, 2400),
-        _i("g6e.xlarge", "x86_64", 4, L40S, 1, 48, 864),
-        _i("g6e.12xlarge", "x86_64", 48, L40S, 4, 192, 3456),
-        _i("g5g.xlarge", "arm64", 4, T4G, 1, 16, 320, measured=277),
-        _i("g5g.2xlarge", "arm64", 8, T4G, 1, 16, 320, measured=277),
-        _i("g5g.4xlarge", "arm64", 16, T4G, 1, 16, 320, measured=277),
+        *_GPU_ROWS,
+        _gpu("g5g.xlarge", 4, T4G, 1, "seed 000", arch="arm64", measured=277),
+        _gpu("g5g.2xlarge", 8, T4G, 1, "seed 000", arch="arm64", measured=277),
+        _gpu("g5g.4xlarge", 16, T4G, 1, "seed 000", arch="arm64", measured=277),
         # Inferentia2: 32 GiB HBM and ~820 GB/s per chip, 2 NeuronCore-v2 per chip.
-        _i("inf2.xlarge", "x86_64", 4, NEURON_V2, 1, 32, 817, cores=2),
-        _i("inf2.8xlarge", "x86_64", 32, NEURON_V2, 1, 32, 817, cores=2),
-        _i("inf2.24xlarge", "x86_64", 96, NEURON_V2, 6, 192, 4902, cores=12),
-        _i("inf2.48xlarge", "x86_64", 192, NEURON_V2, 12, 384, 9804, cores=24),
+        _neuron("inf2.xlarge", 4, 1, 2, 817), _neuron("inf2.8xlarge", 32, 1, 2, 817),
+        _neuron("inf2.24xlarge", 96, 6, 12, 817), _neuron("inf2.48xlarge", 192, 12, 24, 817),
         # Trainium1: 32 GiB HBM per chip, 2 NeuronCore-v2 per chip (seed: ~613 GB/s measured class).
-        _i("trn1.2xlarge", "x86_64", 8, NEURON_V2, 1, 32, 613, cores=2),
-        _i("trn1.32xlarge", "x86_64", 128, NEURON_V2, 16, 512, 9808, cores=32),
-        _i("trn1n.32xlarge", "x86_64", 128, NEURON_V2, 16, 512, 9808, cores=32),  # trn1.32xlarge + 2x network
+        _neuron("trn1.2xlarge", 8, 1, 2, 613), _neuron("trn1.32xlarge", 128, 16, 32, 613),
+        _neuron("trn1n.32xlarge", 128, 16, 32, 613),  # trn1.32xlarge + 2x network
     ]
 }
-for _name in ["g6.xlarge", "g6.2xlarge", "g6.12xlarge", "g5.xlarge", "g5.12xlarge", "g6e.xlarge", "g6e.12xlarge"]:
-    _s = INSTANCES[_name]
-    INSTANCES["ml." + _name] = InstanceSpec("ml." + _name, _s.arch, _s.vcpus, _s.chip, _s.accelerators,
-                                            _s.accel_memory_gib, _s.bandwidth_gb_s)
-INSTANCES["ml.g7e.12xlarge"] = _i("ml.g7e.12xlarge", "x86_64", 48, BLACKWELL, 4, 384, 8000)
+for _s in _GPU_ROWS:
+    if _s.family in SAGEMAKER_FAMILIES:
+        INSTANCES["ml." + _s.name] = InstanceSpec("ml." + _s.name, _s.arch, _s.vcpus, _s.chip, _s.accelerators,
+                                                  _s.accel_memory_gib, _s.bandwidth_gb_s,
+                                                  source=_s.source + "; SageMaker twin of " + _s.name)
+
 
 _FAMILY = re.compile(r"^(?:ml\.)?([a-z]+)(\d+)([a-z-]*)\.([a-z0-9]+)$")
 

@@ -107,7 +107,8 @@ def test_gpu_family_sweep_is_a_config_change(tmp_path):
               sagemaker_model="Qwen/Qwen3-Coder-30B-A3B-Instruct", sagemaker_ami_version="")
     models = s.resources("SageMakerStack", "AWS::SageMaker::Model")
     tp = {k: m["Properties"]["PrimaryContainer"]["Environment"]["SM_VLLM_TENSOR_PARALLEL_SIZE"] for k, m in models.items()}
-    assert tp == {"ModelMlG6Xlarge": "1", "ModelMlG6E12Xlarge": "4", "ModelMlG7E12Xlarge": "4"}
+    # ml.g7e.12xlarge carries 2 RTX PRO 6000 GPUs (the catalog's sources), not 4
+    assert tp == {"ModelMlG6Xlarge": "1", "ModelMlG6E12Xlarge": "4", "ModelMlG7E12Xlarge": "2"}
     env = models["ModelMlG6Xlarge"]["Properties"]["PrimaryContainer"]["Environment"]
     assert env["SM_VLLM_MODEL"] == "Qwen/Qwen3-Coder-30B-A3B-Instruct" and env["SM_VLLM_TOOL_CALL_PARSER"] == "qwen3_coder"
     t = s.template("SageMakerStack")
@@ -124,8 +125,8 @@ def test_model_without_a_known_parser_gets_no_tool_flags(tmp_path):
 
 
 def test_instance_type_without_gpu_count_is_a_config_error(tmp_path):
-    with pytest.raises(ConfigError, match="ml.g5.48xlarge.*known: ml.g6.xlarge"):
-        synth(tmp_path, backends="sagemaker", sagemaker_instance_types="ml.g5.48xlarge")
+    with pytest.raises(ConfigError, match="ml.p4d.24xlarge.*known: ml.g5.xlarge"):
+        synth(tmp_path, backends="sagemaker", sagemaker_instance_types="ml.p4d.24xlarge")
 
 
 @pytest.mark.parametrize("region,account,domain", [
