@@ -69,7 +69,7 @@ synth: setup
 	npx cdk synth -q -o cdk.out
 
 lint: synth
-	$(PY) -m harness.regions lint cdk.out  # --regions = each template's own region, not the shell's
+	$(PY) -m kit.regions lint cdk.out  # --regions = each template's own region, not the shell's
 	$(VENV)/bin/shellcheck $$(git ls-files '*.sh' 2>/dev/null || find . -name '*.sh' -not -path './node_modules/*' -not -path './.venv/*')
 
 pytest: setup

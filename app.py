@@ -6,7 +6,7 @@ import sys
 
 import aws_cdk as cdk
 
-from stacks.config import ConfigError, parse
+from kit.config import ConfigError, parse
 
 
 def main() -> None:

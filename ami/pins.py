@@ -51,7 +51,7 @@ class NeuronLine:
     # deploying account at deploy time, stacks/images.py) or a public SSM parameter.
     parent_ami_name: str | None
     parent_parameter: str | None
-    image: str  # the image's name in stacks/image_facts.py (pipeline, stack, SSM parameter)
+    image: str  # the image's name in kit/image_facts.py (pipeline, stack, SSM parameter)
     status: str  # one line for the docs, the image description and the stack description
 
 

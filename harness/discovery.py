@@ -2,14 +2,14 @@
 
 Sources, combined in this order:
 
-* CloudFormation in each configured region (harness/regions.py: the kit's region and any
+* CloudFormation in each configured region (kit/regions.py: the kit's region and any
   ``<id>_region``; ``describe_stacks`` on the kit's stack names from
-  ``harness.catalog``; a stack that does not exist is simply not deployed);
+  ``kit.catalog``; a stack that does not exist is simply not deployed);
 * or an outputs file (``cdk deploy --outputs-file cdk-outputs.json``: ``{StackName: {Key: value}}``);
 * plus any OpenAI-compatible server given as ``--endpoint NAME=URL`` (model id from
   ``GET /v1/models`` unless given).
 
-Variant stacks (harness/variants.py: ``<StackName>-<variant>``, e.g. ``G6Stack-bf16``, with a
+Variant stacks (kit/variants.py: ``<StackName>-<variant>``, e.g. ``G6Stack-bf16``, with a
 ``Variant`` output) are found by listing the region's stacks (``list_stacks``) or in the outputs
 file, and become endpoints named ``<id>@<variant>`` (``g6@bf16``). ``backends`` filters accept a
 backend id (the backend and its variants) or one ``<id>@<variant>``.
@@ -31,7 +31,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from harness import catalog, variants
+from kit import catalog, variants
 from harness.endpoint import Endpoint
 
 READY_STATUSES = {"CREATE_COMPLETE", "UPDATE_COMPLETE", "UPDATE_ROLLBACK_COMPLETE", "IMPORT_COMPLETE"}
@@ -50,10 +50,10 @@ class Discovery:
 
 def resolve_region(arg: str | None, env: Mapping[str, str] | None = None,
                    cdk_json: Path = Path("cdk.json")) -> str | None:
-    """The kit's region (harness/regions.py: --region, else cdk.json context ``region``, else the
+    """The kit's region (kit/regions.py: --region, else cdk.json context ``region``, else the
     default); the shell's AWS_REGION / AWS_DEFAULT_REGION are not used (``env`` is ignored, kept
     for callers). None when the value is malformed."""
-    from harness.regions import RegionError, resolve
+    from kit.regions import RegionError, resolve
 
     try:
         return resolve(arg, cdk_json=cdk_json).region
@@ -300,7 +300,7 @@ def _failure_events(cfn: Any, stack_name: str) -> list[Mapping[str, Any]]:
 
 
 def from_regions(client_for: Any, kit: Any, backends: Iterable[str] | None = None) -> Discovery:
-    """``from_cloudformation`` in every region the configuration uses (harness/regions.py
+    """``from_cloudformation`` in every region the configuration uses (kit/regions.py
     ``KitRegions``), each backend looked for in its own region. ``client_for(region)`` returns a
     CloudFormation client there."""
     wanted = tuple(backends) if backends else catalog.BACKEND_IDS

@@ -35,7 +35,7 @@ class Endpoint:
     # sagemaker
     endpoint_name: str | None = None
     stack_name: str | None = None
-    # A variant stack (harness/variants.py): its name (the endpoint is then ``<id>@<variant>``),
+    # A variant stack (kit/variants.py): its name (the endpoint is then ``<id>@<variant>``),
     # and the weight scheme its model id names (package scheme, bf16, w4a16; None when unknown).
     variant: str | None = None
     scheme: str | None = None

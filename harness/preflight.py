@@ -1,12 +1,12 @@
 """Preflight before spending: ``python -m harness.preflight [--backends g6,inf2] [--region R] [-c K=V]``.
 
 What is checked is what ``cdk deploy`` would create: cdk.json context (plus ``-c`` overrides)
-parsed by ``stacks.config`` (instance-type overrides, the SageMaker type sweep, configured AZs).
+parsed by ``kit.config`` (instance-type overrides, the SageMaker type sweep, configured AZs).
 Checks, per selected backend, everything that would make ``cdk deploy`` fail or hang:
 credentials (``sts get_caller_identity``); the instance type offered in the region, and in which
 AZs (``describe_instance_type_offerings``); the on-demand vCPU quota of its family against what
 all selected stacks need together (G and VT ``L-DB2E81BA``, Inf ``L-1945791B``, Trn
-``L-2C3B7624``; vCPUs from ``harness.catalog.INSTANCES``); the SageMaker endpoint-usage quota for
+``L-2C3B7624``; vCPUs from ``kit.catalog.INSTANCES``); the SageMaker endpoint-usage quota for
 ml.* types; Bedrock model access (``get_foundation_model_availability``); the CDK bootstrap
 (SSM ``/cdk-bootstrap/hnb659fds/version`` or the ``CDKToolkit`` stack). What a fresh account trips
 on besides (harness/preflight_account.py): the AMI parameter each EC2 backend boots, and for a kit
@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from harness import catalog
+from kit import catalog
 from harness import preflight_account as account
-from harness.regions import RegionError, resolve
+from kit.regions import RegionError, resolve
 
 QUOTA_CODES = {cls: code for cls, (code, _) in account.EC2_QUOTAS.items()}
 QUOTA_NAMES = {cls: name for cls, (_, name) in account.EC2_QUOTAS.items()}
@@ -53,12 +53,12 @@ class Target:
     container_tag: str | None = None  # SageMaker: the vLLM DLC tag (sagemaker_vllm_tag)
     parent_image: str | None = None  # neuron image builds: neuron_parent_image, if set
     image_az: str | None = None  # image builds in this backend's region: -c image_az, if set
-    copies: int = 1  # the backend's own stack plus its variants (harness/variants.py), each an instance
+    copies: int = 1  # the backend's own stack plus its variants (kit/variants.py), each an instance
     neuron_sdk: str | None = None  # neuron backends: the SDK line whose image they boot (-c neuron_sdk)
 
 
 def targets_from_catalog(backends: list[str]) -> list[Target]:
-    from stacks.config import DEFAULTS
+    from kit.config import DEFAULTS
 
     out = []
     for bid in backends:
@@ -71,8 +71,8 @@ def targets_from_catalog(backends: list[str]) -> list[Target]:
 
 def targets_from_config(context: dict[str, Any], backends: list[str] | None) -> tuple[str, list[Target]]:
     """Region and targets from cdk.json context, parsed by the same code the CDK app uses
-    (``stacks.config``: plain Python, no aws-cdk-lib), so preflight checks what would deploy."""
-    from stacks.config import parse
+    (``kit.config``: plain Python, no aws-cdk-lib), so preflight checks what would deploy."""
+    from kit.config import parse
 
     ctx = dict(context)
     if backends:
@@ -210,8 +210,8 @@ def run_preflight(session: Any, region: str, targets: list[Target], *, quota: Qu
 def _check_account(session: Any, region: str, targets: list[Target], rep: Report, quota: QuotaFn,
                    ec2: Any, ssm: Any, ecr: Any) -> None:
     """Boot images (and the builds of kit images not built yet) and the SageMaker container image."""
-    from stacks.image_facts import FAMILY_IMAGE, IMAGE_PARAMETERS
-    from stacks.image_families import boot_family
+    from kit.image_facts import FAMILY_IMAGE, IMAGE_PARAMETERS
+    from kit.image_families import boot_family
 
     boot: dict[str, str] = {}
     wanted: dict[str, list[str]] = {}
@@ -223,7 +223,7 @@ def _check_account(session: Any, region: str, targets: list[Target], rep: Report
         boot[t.id] = boot_family(family, t.image_choice, t.neuron_sdk).ssm_parameter
         image = FAMILY_IMAGE.get(family)
         if family == "neuron":
-            from stacks.image_facts import neuron_image
+            from kit.image_facts import neuron_image
 
             image = neuron_image(t.neuron_sdk)
         if image and IMAGE_PARAMETERS[image] == boot[t.id]:
@@ -272,7 +272,7 @@ def _check_ec2(ec2: Any, target: Target, t: str, rep: Report, quota: QuotaFn, ne
             rep.add(bid, f"{t} offered", "BLOCK", f"{t} is not offered in {rep.region}; pick another region")
         else:
             # The AZ the deploy will pick: the same decision Custom::AzChoice makes (stacks/az_choice.py).
-            from stacks.lambdas.az_choice.index import ChoiceError, choose
+            from kit.az_choice import ChoiceError, choose
 
             try:
                 chosen, _ = choose(rep.region, azs, {t: set(azs)}, target.az or "")
@@ -384,7 +384,7 @@ def main(argv: list[str] | None = None, *, session: Any = None, **inject: Any) -
     p = _Parser(prog="python -m harness.preflight", description=__doc__.split("\n\n")[0])
     p.add_argument("--backends", help=f"comma-separated (default: cdk.json context backends): {','.join(catalog.BACKEND_IDS)}")
     p.add_argument("--region", help="the kit's region (default: cdk.json context region; the shell's "
-                                    "AWS_REGION is not used, see harness/regions.py)")
+                                    "AWS_REGION is not used, see kit/regions.py)")
     p.add_argument("--cdk-json", type=Path, default=Path("cdk.json"), help="default ./cdk.json")
     p.add_argument("-c", "--context", action="append", default=[], metavar="KEY=VALUE",
                    help="context override, as for cdk deploy -c (e.g. g5g_instance_type=g5g.4xlarge)")
@@ -392,13 +392,13 @@ def main(argv: list[str] | None = None, *, session: Any = None, **inject: Any) -
         args = p.parse_args(argv)
         backends = parse_backends(args.backends)
         ctx = _context(args.cdk_json, args.context)
-        try:  # the one region resolution the stacks deploy with (harness/regions.py)
+        try:  # the one region resolution the stacks deploy with (kit/regions.py)
             kit = resolve(args.region, context=ctx, cdk_json=args.cdk_json)
         except RegionError as e:
             raise ValueError(f"preflight: {e}") from None
         region = kit.region
         if ctx is not None:
-            from stacks.config import ConfigError
+            from kit.config import ConfigError
 
             if region:
                 ctx["region"] = region

@@ -67,7 +67,7 @@ def quota_fix(service: str, code: str, desired: float, region: str) -> str:
 
 def build_commands(image: str, region: str) -> str:
     """Deploy the image stack, then start its pipelines in order (docs/images.md)."""
-    from stacks.image_facts import BUILD_HOSTS, IMAGE_STACKS
+    from kit.image_facts import BUILD_HOSTS, IMAGE_STACKS
 
     stack = IMAGE_STACKS[image]
     starts = []
@@ -117,7 +117,7 @@ def check_images(add: Add, region: str, ssm: Any, ec2: Any, quota: QuotaFn,
     """``boot``: backend id -> the SSM parameter its instance boots; ``wanted``: kit image ->
     the backend ids that boot it. Kit images not built yet are checked as builds, in
     ``image_az`` (``-c image_az``) when one is set."""
-    from stacks.image_facts import IMAGE_PARAMETERS, PARENT_PARAMETERS
+    from kit.image_facts import IMAGE_PARAMETERS, PARENT_PARAMETERS
 
     names = set(boot.values()) | {PARENT_PARAMETERS[i] for i in wanted if i in PARENT_PARAMETERS}
     try:
@@ -146,7 +146,7 @@ def check_images(add: Add, region: str, ssm: Any, ec2: Any, quota: QuotaFn,
 def _check_build(add: Add, region: str, ec2: Any, quota: QuotaFn, image: str, backends: list[str],
                  values: dict[str, str | None], neuron_parent: str | None,
                  short: Callable[[BaseException], str], image_az: str | None = None) -> None:
-    from stacks.image_facts import BUILD_HOSTS, PARENT_AMI_NAMES, PARENT_PARAMETERS
+    from kit.image_facts import BUILD_HOSTS, PARENT_AMI_NAMES, PARENT_PARAMETERS
 
     def each(status: str, check: str, detail: str) -> None:
         for bid in backends:
@@ -194,7 +194,7 @@ def _check_build(add: Add, region: str, ec2: Any, quota: QuotaFn, image: str, ba
         return
     # One build subnet holds every build and test host of the image (stacks/images.py, the same
     # Custom::AzChoice decision as at deploy time, with image_az as its preferred AZ).
-    from stacks.lambdas.az_choice.index import ChoiceError, choose
+    from kit.az_choice import ChoiceError, choose
 
     zones = sorted({z for azs in per_type.values() for z in azs})
     try:
@@ -245,7 +245,7 @@ def _check_build(add: Add, region: str, ec2: Any, quota: QuotaFn, image: str, ba
 # must allow ecr:BatchGetImage; when it does not, the check says so and warns.
 def check_container_image(add: Add, region: str, ecr: Any, backend: str, tag: str,
                           short: Callable[[BaseException], str]) -> None:
-    from stacks.dlc import VLLM_REPOSITORY, dlc_account, image_uri
+    from kit.dlc import VLLM_REPOSITORY, dlc_account, image_uri
 
     uri = image_uri(region, tag)
     fix = ("fix: pick a vLLM DLC tag published in this region (-c sagemaker_vllm_tag=<tag>; "

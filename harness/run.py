@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from harness import catalog, variants
+from kit import catalog, variants
 from harness.endpoint import Endpoint
 from harness.results import DEFAULT_ROOT, append_jsonl, new_run_dir, writable_problem, write_json
 
@@ -47,7 +47,7 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m harness.run", description=__doc__.split("\n\n")[0])
     p.add_argument("--region", help="the kit's region (default: cdk.json context region; the shell's "
-                                    "AWS_REGION is not used, see harness/regions.py); <id>_region "
+                                    "AWS_REGION is not used, see kit/regions.py); <id>_region "
                                     "in cdk.json moves one backend")
     p.add_argument("--outputs-file", type=Path, help="cdk deploy --outputs-file JSON instead of CloudFormation")
     p.add_argument("--endpoint", action="append", default=[], metavar="NAME=URL",
@@ -111,7 +111,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if a.backends:
         a.backend_ids = [b.strip() for b in a.backends.split(",") if b.strip()]
         for b in a.backend_ids:
-            base, variant = variants.split(b)  # g6@bf16: one variant stack (harness/variants.py)
+            base, variant = variants.split(b)  # g6@bf16: one variant stack (kit/variants.py)
             if base not in catalog.BACKENDS or (variant is not None and not variants.NAME.match(variant)):
                 raise UsageError(f"harness.run: --backends: unknown backend {b!r}; valid: {', '.join(catalog.BACKEND_IDS)}"
                                  " (a backend takes its variants too; <id>@<variant> names one)")
@@ -162,10 +162,10 @@ def _parse_bench_args(a: argparse.Namespace) -> None:
 # --------------------------------------------------------------------------- the offline plan
 def offline_plan_text(kit: Any = None) -> str:
     """What would be measured and what it would cost, from the dated price snapshot, priced in
-    each backend's region (``kit``: harness/regions.py KitRegions; default: cdk.json's)."""
+    each backend's region (``kit``: kit/regions.py KitRegions; default: cdk.json's)."""
     from harness.cost.plan import format_plan, offline_plan
     from harness.cost.prices import PriceBook
-    from harness.regions import resolve
+    from kit.regions import resolve
 
     kit = kit or resolve()
     book = PriceBook.auto(offline=True)
@@ -276,9 +276,9 @@ def main(argv: list[str] | None = None, *, session: Any = None,
     logging.getLogger("strands").setLevel(logging.ERROR)
     from harness.discovery import (Discovery, DiscoveryError, from_endpoint_args, from_outputs,
                                    from_regions)
-    from harness.regions import RegionError, resolve
+    from kit.regions import RegionError, resolve
 
-    try:  # the one region resolution the stacks were deployed with (harness/regions.py)
+    try:  # the one region resolution the stacks were deployed with (kit/regions.py)
         kit = resolve(args.region)
     except RegionError as e:
         print(f"harness.run: {e}", file=sys.stderr)

@@ -34,7 +34,7 @@ CIDR_PREFIX = "10.42"  # NetworkStack's VPC is 10.42.0.0/16
 # each chooser owns a block of 8 (one /24 per AZ letter a-h, index.py MAX_LETTERS).
 BACKEND_CIDR_BASE = 64  # + 8 x the EC2 backend's index in the catalog: 64..127
 IMAGE_CIDR_BASE = 128  # + 8 x the image's index: 128..159
-# Variant stacks (harness/variants.py): + 8 x (MAX_PER_BACKEND x the EC2 backend's index + the
+# Variant stacks (kit/variants.py): + 8 x (MAX_PER_BACKEND x the EC2 backend's index + the
 # variant's position): 160..255 for four EC2 backends with three variants each.
 VARIANT_CIDR_BASE = 160
 

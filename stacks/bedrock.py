@@ -22,7 +22,7 @@ import aws_cdk as cdk
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
-from stacks.config import BackendConfig, KitConfig
+from kit.config import BackendConfig, KitConfig
 from stacks.outputs import add_outputs
 
 INVOKE_ACTIONS = ["bedrock:InvokeModel", "bedrock:InvokeModelWithResponseStream"]

@@ -1,8 +1,8 @@
 """One stack class for every EC2 backend: the catalog says which image family, engine and port,
 the config says which instance type, model and boot-image choice.
 
-Catalog facts read (harness/catalog.py): ``Backend.image`` (the image family, hence the AMI and
-the userdata/engine-*.sh script, stacks/image_families.py), ``Backend.port`` and
+Catalog facts read (kit/catalog.py): ``Backend.image`` (the image family, hence the AMI and
+the userdata/engine-*.sh script, kit/image_families.py), ``Backend.port`` and
 ``Backend.engine_settings`` for the instance type and model: vLLM's tool-call flags
 (KIT_VLLM_ARGS), the Neuron platform (KIT_NEURON_PLATFORM) and the tensor-parallel degrees the
 runtime supports on the instance (KIT_TP_DEGREES). The boot scripts receive these values as they
@@ -18,12 +18,12 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
-from harness.catalog import BACKENDS
-from harness import variants
+from kit.catalog import BACKENDS
+from kit import variants
 from stacks.az_choice import BACKEND_CIDR_BASE, variant_cidr_base
-from stacks.config import BackendConfig, KitConfig
+from kit.config import BackendConfig, KitConfig
 from stacks.guardrails import Ec2Guardrails
-from stacks.image_families import boot_family
+from kit.image_families import boot_family
 from stacks.inference_instance import InferenceInstance
 from stacks.outputs import add_outputs
 from stacks import package

@@ -13,12 +13,12 @@
 
 Every pipeline publishes its AMI id to an SSM parameter (``/imagebuilder/inference-kit/ami/<image>``, data type
 ``aws:ec2:image``) through Image Builder's distribution settings; the backend stacks read it at
-deploy time (stacks/image_families.py). Pipelines have no schedule: nothing builds, and nothing
+deploy time (kit/image_families.py). Pipelines have no schedule: nothing builds, and nothing
 is billed, until someone runs ``aws imagebuilder start-image-pipeline-execution`` (docs/images.md).
 
-Catalog facts read (harness/catalog.py): each selected backend's image family (``Backend.image``,
+Catalog facts read (kit/catalog.py): each selected backend's image family (``Backend.image``,
 which decides the pipelines built) and the model it serves (pre-pulled into the vllm-cuda image,
-served by the vllm-sm75 GPU test). Which backends boot which image is stacks/image_families.py's
+served by the vllm-sm75 GPU test). Which backends boot which image is kit/image_families.py's
 and stacks/ec2_backend.py's business, not this module's: it only builds pipelines.
 
 Component documents are the YAML files in ami/components/, uploaded as they are; values are
@@ -48,13 +48,13 @@ from constructs import Construct
 from ami import pins
 from stacks import nag
 from stacks.az_choice import IMAGE_CIDR_BASE, OfferedSubnet
-from harness.catalog import BACKENDS, instance_arch
-from stacks.config import ConfigError, KitConfig
+from kit.catalog import BACKENDS, instance_arch
+from kit.config import ConfigError, KitConfig
 from stacks.package import package_scheme
 
 AMI_DIR = Path(__file__).resolve().parent.parent / "ami"
 COMPONENTS_DIR = AMI_DIR / "components"
-from stacks.image_facts import (BUILD_HOSTS, FAMILY_IMAGE, GPU_DLAMI, IMAGE_PARAMETERS,  # noqa: F401 (re-exported)
+from kit.image_facts import (BUILD_HOSTS, FAMILY_IMAGE, GPU_DLAMI, IMAGE_PARAMETERS,  # noqa: F401 (re-exported)
                                 IMAGE_STACKS, NEURON_BUILD_INSTANCE, NEURON_DLAMI, PARAMETER_PREFIX,
                                 NEURON_IMAGES, PARENT_AMI_NAMES, SM75_CANDIDATE_PARAMETER, neuron_image)
 from stacks.lambda_code import handler_code, handler_name
@@ -164,7 +164,7 @@ def vllm_sm75_spec(config: KitConfig) -> ImageSpec:
     def pipelines(assets: str) -> tuple[PipelineSpec, ...]:
         build = PipelineSpec(
             key="build", parent_image="ssm:" + GPU_DLAMI.format(arch="arm64"),
-            # c7g: compile needs no GPU (stacks/image_facts.py BUILD_HOSTS says why these types)
+            # c7g: compile needs no GPU (kit/image_facts.py BUILD_HOSTS says why these types)
             instance_types=BUILD_HOSTS["vllm-sm75"]["build"], volume_gib=150, tests_enabled=False,
             publish_parameter=SM75_CANDIDATE_PARAMETER,
             description=f"Build: PyTorch {pins.TORCH_VERSION} + vLLM {pins.VLLM_VERSION} for sm_75 "

@@ -5,7 +5,7 @@ Keys (identical on every backend stack; docs/stacks.md documents them):
   service=ec2       InstanceId, Port, SshUser
   service=sagemaker EndpointName (first instance type), EndpointNames (type=name,...)
   service=bedrock   ModelArn (inference profile or foundation model), InvokePolicyArn, InvokeRoleArn
-  a variant stack   Variant (its name, harness/variants.py), Scheme (the model's weight scheme,
+  a variant stack   Variant (its name, kit/variants.py), Scheme (the model's weight scheme,
                     "unknown" when the model id does not name it)
 Catalog facts read: none directly; the caller passes the backend's id and ``service`` (the
 catalog's word for what bills), which picks the service-specific keys above.
@@ -18,7 +18,7 @@ from datetime import datetime
 
 import aws_cdk as cdk
 
-from harness import variants
+from kit import variants
 from stacks.guardrails import iso
 
 COMMON_KEYS = ("BackendId", "Service", "Region", "ModelId", "InstanceType", "TtlExpiresAt", "IdleStopMinutes")

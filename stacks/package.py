@@ -22,7 +22,7 @@ schema), so a new URI there would stop and start the instance without running th
 time its server starts instead (userdata/engine-vllm-gpu.sh) and shows the deploy-time value as
 the ``PackageUri`` output.
 
-Catalog facts read (harness/catalog.py): ``Backend.loads_packages``, which backends' engines can
+Catalog facts read (kit/catalog.py): ``Backend.loads_packages``, which backends' engines can
 serve a package (the others refuse ``<id>_model=package`` in one config-error line).
 
 CodeBuild ``BUILD_GENERAL1_LARGE`` on ``LINUX_CONTAINER``: 15 GB memory, 8 vCPUs, 128 GB disk (CodeBuild
@@ -48,11 +48,11 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_s3_assets as s3_assets
 from constructs import Construct
 
-from harness.catalog import BACKENDS
-from harness.package.remote import PARAMETER_PREFIX, PROJECT_NAME
-from harness.package.schemes import DEFAULT_SCHEME, MODEL_WORD, SCHEMES, scheme_of_model
+from kit.catalog import BACKENDS
+from kit.schemes import PARAMETER_PREFIX, PROJECT_NAME
+from kit.schemes import DEFAULT_SCHEME, MODEL_WORD, SCHEMES, scheme_of_model
 from stacks import nag
-from stacks.config import ConfigError
+from kit.config import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
 KEY_PREFIX = "package"
@@ -69,7 +69,8 @@ BUILD_IMAGE = codebuild.LinuxBuildImage.STANDARD_7_0
 BUILD_PYTHON = "3.11"
 STANDARD_7_0_PYTHONS = ("3.9", "3.10", "3.11", "3.12", "3.13", "3.14")
 # What the build needs from the kit: the package builder and its pins, nothing else.
-ASSET_INCLUDE = ("harness/__init__.py", "harness/package/*.py", "requirements-package.txt", "constraints.txt")
+ASSET_INCLUDE = ("harness/__init__.py", "harness/package/*.py", "kit/__init__.py", "kit/schemes.py",
+                 "requirements-package.txt", "constraints.txt")
 
 
 def stage_kit_source() -> Path:

@@ -4,7 +4,7 @@ Per instance type (``sagemaker_instance_types``; default ml.g6.xlarge): a model,
 config (startup-health and download timeouts, ``InferenceAmiVersion`` when configured) and an
 endpoint, deleted at its TTL.
 
-Catalog facts read (harness/catalog.py): the instance's GPU count (``INSTANCES[...].accelerators``,
+Catalog facts read (kit/catalog.py): the instance's GPU count (``INSTANCES[...].accelerators``,
 the tensor-parallel size) and the model's tool-call parser (``tool_call_parser``).
 
 Hugging Face token: the container reads ``HF_TOKEN`` from its environment and cannot take a
@@ -33,14 +33,14 @@ from aws_cdk import aws_sagemaker as sagemaker
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
-from harness.catalog import INSTANCES, tool_call_parser
+from kit.catalog import INSTANCES, tool_call_parser
 from stacks import nag
-from stacks.config import BackendConfig, KitConfig
+from kit.config import BackendConfig, KitConfig
 from stacks.endpoint_ready import EndpointReady
 from stacks.guardrails import EndpointTtl
 from stacks.outputs import add_outputs
 from stacks import package
-from stacks.dlc import DLC_ACCOUNT, DLC_ACCOUNT_BY_REGION, VLLM_REPOSITORY, dlc_account, image_uri  # noqa: F401
+from kit.dlc import DLC_ACCOUNT, DLC_ACCOUNT_BY_REGION, VLLM_REPOSITORY, dlc_account, image_uri  # noqa: F401
 
 # Seconds; SageMaker accepts 60-3600. The container downloads the weights from Hugging Face at
 # start-up, inside the health-check window (~9 minutes to InService in the seed).
@@ -105,7 +105,7 @@ class SageMakerStack(cdk.Stack):
                                                                  for t in backend.instance_types])
         log_groups = []
         for itype in backend.instance_types:
-            spec = INSTANCES[itype]  # stacks.config refused a type without a GPU count (the catalog's rule)
+            spec = INSTANCES[itype]  # kit.config refused a type without a GPU count (the catalog's rule)
             sid = re.sub(r"[^A-Za-z0-9]", "", itype.title())
             name = endpoint_name(self.stack_name, itype)
             model = sagemaker.CfnModel(

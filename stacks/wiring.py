@@ -4,7 +4,7 @@ Stacks carry ``env=Environment(region=...)`` and no account: synthesis makes no 
 needs no credentials. A backend stack that uses the VPC depends on NetworkStack through its
 cross-stack references (VPC subnet, Instance Connect Endpoint group), so ``cdk deploy G6Stack`` deploys NetworkStack first.
 
-Catalog facts read (harness/catalog.py): per selected backend its ``service`` (which stack class
+Catalog facts read (kit/catalog.py): per selected backend its ``service`` (which stack class
 builds it), ``stack_name`` and ``label``; stacks/images.py reads the image families.
 """
 from __future__ import annotations
@@ -14,10 +14,10 @@ from datetime import datetime, timezone
 
 import aws_cdk as cdk
 
-from harness import variants
-from harness.catalog import BACKENDS
+from kit import variants
+from kit.catalog import BACKENDS
 from stacks import nag
-from stacks.config import KitConfig
+from kit.config import KitConfig
 from stacks.ec2_backend import Ec2BackendStack
 from stacks.guardrails import ttl_expiry
 from stacks.images import ImagePipelineStack, image_specs
@@ -36,7 +36,7 @@ def _suffix(config: KitConfig, region: str) -> str:
 def build(app: cdk.App, config: KitConfig, now: datetime | None = None) -> dict[str, cdk.Stack]:
     """Create the stacks on ``app``; returns them by stack name. ``now`` fixes the TTL clock (tests).
 
-    Every region the configuration uses (harness/regions.py) gets its own NetworkStack, image
+    Every region the configuration uses (kit/regions.py) gets its own NetworkStack, image
     pipelines and package builder for the backends placed there: AMIs, SSM parameters and VPCs
     are regional, and no stack refers to another region."""
     expires = ttl_expiry(now or datetime.now(timezone.utc), config.ttl_hours)
@@ -53,7 +53,7 @@ def build(app: cdk.App, config: KitConfig, now: datetime | None = None) -> dict[
             stacks[name] = networks[region]
         return networks[region]
 
-    for bc in config.deployments:  # the selected backends, then their variants (harness/variants.py)
+    for bc in config.deployments:  # the selected backends, then their variants (kit/variants.py)
         spec = BACKENDS[bc.id]
         name = variants.stack_name(bc.id, bc.variant)
         desc = f"Inference kit: {spec.label}" + (f", variant {bc.variant} ({bc.model_id})" if bc.variant else "")

@@ -1,4 +1,7 @@
-"""No import cycle among the kit's product modules (harness, stacks, ami, app.py).
+"""No import cycle among the kit's product modules (kit, harness, stacks, ami, app.py), and the
+layers point one way: stacks/ (and app.py) and harness/ both depend on the shared core kit/, never
+on each other; kit/ depends on neither, nor on the CDK or boto3; the Neuron engine (ami/neuron)
+on nothing of the kit.
 
 The graph is read from the source with ``ast``, every import statement counted wherever it sits
 (module level or inside a function: a lazy import still ties the two modules together), except
@@ -16,7 +19,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("harness", "stacks", "ami")
+PACKAGES = ("kit", "harness", "stacks", "ami")
 
 # Cycles that still exist while other parts of issue 10 land; being removed by issue 10 (the
 # lead empties this list once they are gone). Each entry is the set of modules of one cycle.
@@ -158,8 +161,8 @@ def test_the_walker_sees_lazy_relative_and_package_imports(tmp_path):
 
 def test_the_graph_covers_the_product_modules():
     graph = import_graph()
-    assert {"app", "harness.catalog", "stacks.config", "stacks.images", "ami.neuron.neuron_config"} <= set(graph)
-    assert "stacks.config" in graph["app"] and "harness.catalog" in graph["stacks.config"]
+    assert {"app", "kit.catalog", "kit.config", "stacks.images", "ami.neuron.neuron_config"} <= set(graph)
+    assert "kit.config" in graph["app"] and "kit.catalog" in graph["kit.config"]
 
 
 def test_no_import_cycle_among_product_modules():
@@ -167,7 +170,7 @@ def test_no_import_cycle_among_product_modules():
     assert not found, "import cycles: " + "; ".join(" <-> ".join(sorted(c)) for c in found)
 
 
-@pytest.mark.parametrize("module", ["harness.catalog", "stacks.config"])
+@pytest.mark.parametrize("module", ["kit.catalog", "kit.config"])
 def test_plain_python_modules_do_not_reach_the_cdk(module):
     """The harness runs without aws-cdk-lib: the catalog and the config parser never import it."""
     graph = import_graph()
@@ -184,7 +187,7 @@ def test_plain_python_modules_do_not_reach_the_cdk(module):
 
 def test_the_neuron_engine_never_reaches_the_harness():
     """The Neuron image ships ami/neuron without the harness: the engine gets the catalog's
-    decisions (tp degrees, platform) on its command line, it never imports harness.catalog."""
+    decisions (tp degrees, platform) on its command line, it never imports kit.catalog."""
     graph = import_graph()
     seen, todo = set(), [m for m in graph if m.startswith("ami.neuron")]
     while todo:
@@ -193,3 +196,68 @@ def test_the_neuron_engine_never_reaches_the_harness():
             seen.add(m)
             todo.extend(graph.get(m, ()))
     assert not [m for m in seen if m.startswith(("harness", "stacks"))]
+
+
+# Which layer may import which (lazy imports included). ami.pins is data the image stacks and the
+# core both read; the engine (ami.neuron) stands alone because the Neuron image ships it alone.
+FORBIDDEN = {
+    "stacks": ("harness",),
+    "app": ("harness",),
+    "harness": ("stacks", "app"),
+    "kit": ("harness", "stacks", "app", "ami.neuron"),
+    "ami": ("harness", "stacks", "app", "kit"),
+}
+# Third-party packages the core must not import: the harness runs without the CDK, and the CDK app
+# must not need boto3 at synth. botocore is allowed for its bundled data (kit/awsdata.py).
+CORE_FORBIDDEN_PACKAGES = ("aws_cdk", "constructs", "cdk_nag", "boto3", "paramiko", "strands")
+
+
+def layer(module: str) -> str:
+    return module.partition(".")[0]
+
+
+def wrong_way(graph: dict[str, set[str]]) -> list[str]:
+    out = []
+    for m, targets in sorted(graph.items()):
+        for t in sorted(targets):
+            if any(t == f or t.startswith(f + ".") for f in FORBIDDEN.get(layer(m), ())):
+                out.append(f"{m} -> {t}")
+    return out
+
+
+def external_imports(path: Path) -> set[str]:
+    names = set()
+    for node in _imports(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names |= {a.name.partition(".")[0] for a in node.names}
+        elif not node.level and node.module:
+            names.add(node.module.partition(".")[0])
+    return names
+
+
+def test_the_direction_check_sees_a_lazy_import_the_wrong_way(tmp_path):
+    """The oracle for the direction rule: a stacks module that imports the harness inside a
+    function, and a harness module that imports stacks at the top, are both found."""
+    for pkg, text in {"stacks": "def f():\n    from harness import run\n", "harness": "import stacks.x\n",
+                      "kit": "import json\n"}.items():
+        (tmp_path / pkg).mkdir()
+        (tmp_path / pkg / "__init__.py").write_text("")
+        (tmp_path / pkg / "x.py").write_text(text)
+    (tmp_path / "harness" / "run.py").write_text("from kit import x\n")
+    mods = {module_name_in(tmp_path, p): p for p in tmp_path.rglob("*.py")}
+    graph = {n: edges(n, p, set(mods)) for n, p in mods.items()}
+    assert wrong_way(graph) == ["harness.x -> stacks.x", "stacks.x -> harness", "stacks.x -> harness.run"]
+
+
+def test_stacks_and_harness_meet_only_in_the_core():
+    graph = import_graph()
+    assert not wrong_way(graph), "imports the wrong way: " + "; ".join(wrong_way(graph))
+    # both sides really use the core (the rule is not met by accident of an empty layer)
+    assert any(t.startswith("kit.") for m, ts in graph.items() if layer(m) == "stacks" for t in ts)
+    assert any(t.startswith("kit.") for m, ts in graph.items() if layer(m) == "harness" for t in ts)
+
+
+def test_the_core_imports_no_cdk_and_no_boto3():
+    bad = {str(p.relative_to(ROOT)): sorted(external_imports(p) & set(CORE_FORBIDDEN_PACKAGES))
+           for p in sorted((ROOT / "kit").rglob("*.py"))}
+    assert not {k: v for k, v in bad.items() if v}

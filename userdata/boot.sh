@@ -7,7 +7,7 @@
 #   kit-boot guard      what kit-guard.timer runs every minute: TTL and idle stop
 # Safe to run again: every step checks before it acts, and the signal is sent once.
 # Catalog facts it reads: KIT_BACKEND (the backend id, for log lines only: nothing branches on it),
-# KIT_MODEL and KIT_PORT, from kit.env (stacks/ec2_backend.py, harness/catalog.py).
+# KIT_MODEL and KIT_PORT, from kit.env (stacks/ec2_backend.py, kit/catalog.py).
 set -Eeuo pipefail
 export HOME="${HOME:-/root}"  # cloud-init and systemd may start us without one
 # Paths are overridable only so tests can run the whole flow in a scratch directory.

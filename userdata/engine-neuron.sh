@@ -4,7 +4,7 @@
 # engine-vllm-gpu.sh. Safe to run again after a reboot or a stop/start: the checkpoint is
 # downloaded once and compiled graphs are reused from the persistent cache on EBS.
 #
-# Catalog facts it reads (harness/catalog.py, decided by the stack, stacks/ec2_backend.py):
+# Catalog facts it reads (kit/catalog.py, decided by the stack, stacks/ec2_backend.py):
 #   KIT_TP_DEGREES       tensor-parallel degrees the Neuron runtime supports on this instance type
 #                        (neuron_tp_degrees), e.g. 1,2 on inf2.xlarge
 #   KIT_NEURON_PLATFORM  the instance's Neuron platform (neuron_platform; trn1n runs as trn1)

@@ -5,10 +5,10 @@
 #   engine_exec     exec the server in the foreground on 127.0.0.1:$KIT_PORT, serving
 #                   $KIT_SERVED_MODEL with an OpenAI-compatible /v1/chat/completions and /health
 # Variables come from /etc/inference-kit/kit.env (written by stacks/inference_instance.py).
-# Catalog facts it reads (harness/catalog.py via stacks/ec2_backend.py): KIT_VLLM_ARGS, vLLM's
+# Catalog facts it reads (kit/catalog.py via stacks/ec2_backend.py): KIT_VLLM_ARGS, vLLM's
 # tool-call flags for the model (Backend.engine_settings: vllm_tool_flags), passed through as is;
 # KIT_MODEL / KIT_PORT (the model served, Backend.port). The pins (KIT_VLLM_VERSION...) come from
-# ami/pins.py through stacks/image_families.py.
+# ami/pins.py through kit/image_families.py.
 
 KIT_VENV=/opt/inference-kit/vllm
 

@@ -2,7 +2,7 @@
 # Functions shared by every EC2 backend (g6, g5g, inf2, trn1). Installed to
 # /usr/local/lib/inference-kit/lib.sh and sourced by kit-boot after /etc/inference-kit/kit.env.
 # Never turn on xtrace here: kit_hf_token's output is a secret.
-# Catalog facts it reads (harness/catalog.py, written to kit.env by stacks/ec2_backend.py):
+# Catalog facts it reads (kit/catalog.py, written to kit.env by stacks/ec2_backend.py):
 # KIT_PORT (Backend.port) and KIT_SERVED_MODEL (the configured model, else the catalog default).
 
 # Overridable only so tests can run these functions against local stand-ins.

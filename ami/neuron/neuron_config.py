@@ -6,7 +6,7 @@ Facts behind the rules (see README, "Why these shapes"):
 - Neuron graphs are compiled ahead of time for fixed shapes: a request longer than the largest
   prompt bucket or the total sequence length cannot run, it must be refused.
 - Tensor parallelism: which degrees the Neuron runtime supports on an instance, and the
-  instance's Neuron platform, are catalog facts (harness/catalog.py ``neuron_tp_degrees``,
+  instance's Neuron platform, are catalog facts (kit/catalog.py ``neuron_tp_degrees``,
   ``neuron_platform``). The stack decides them, userdata/engine-neuron.sh hands them over as
   ``--tp-degrees`` and ``--platform``, and this module only picks the largest of those degrees
   that fits the NeuronCores it sees and divides the model's attention heads (known once the
@@ -158,7 +158,7 @@ def choose_tp_degree(neuron_cores: int, tp_degrees: Sequence[int], num_attention
         raise ConfigError(f"no NeuronCores found (count {neuron_cores}); is the Neuron driver loaded?")
     if not tp_degrees:
         raise ConfigError("no tensor-parallel degree: pass --tp-degree N, or --tp-degrees N,N,.. (the degrees "
-                          "the Neuron runtime supports on this instance; harness/catalog.py lists them)")
+                          "the Neuron runtime supports on this instance; kit/catalog.py lists them)")
     fits = [d for d in tp_degrees if d <= neuron_cores and num_attention_heads % d == 0]
     if not fits:
         raise ConfigError(f"none of the tp degrees {list(tp_degrees)} fits the {neuron_cores} NeuronCores "

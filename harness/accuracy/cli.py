@@ -251,7 +251,7 @@ def _pct(x: float | None) -> str:
 
 def format_table(acc: dict, run: dict) -> list[str]:
     # A deployed backend's label carries its model id and scheme (g6@bf16 · google/gemma-4-E2B-it
-    # (bf16), harness/variants.py); an --endpoint server is shown by its NAME.
+    # (bf16), kit/variants.py); an --endpoint server is shown by its NAME.
     shown = {name: label if " · " in (label := str(run["backends"].get(name, {}).get("label") or "")) else name
              for name in acc["backends"]}
     w = max([12, *map(len, shown.values())])

@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 from harness.accuracy.cli import UsageError, add_options, check_options, run_accuracy
 from harness.accuracy.client import BackendDown, target_for
-from harness import variants
+from kit import variants
 from harness.endpoint import Endpoint
 
 PREFIX = "accuracy-"
@@ -31,7 +31,7 @@ def check_stage_options(a: argparse.Namespace) -> dict[str, Any]:
 
 
 def label(ep: Endpoint) -> str:
-    """Backend name, model id and scheme: a precision is a deployment (harness/variants.py),
+    """Backend name, model id and scheme: a precision is a deployment (kit/variants.py),
     told apart by its model id, e.g. ``g6@bf16 · google/gemma-4-E2B-it (bf16)``."""
     return variants.label(ep.name, ep.model_id, ep.scheme)
 

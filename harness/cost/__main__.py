@@ -76,11 +76,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--input-per-output", type=_ratio, default=5.0,
                    help="input tokens per output token for Bedrock (default 5)")
     p.add_argument("--region", type=_region, default=None,
-                   help="price this region (default: where the kit deploys each backend, harness/regions.py)")
+                   help="price this region (default: where the kit deploys each backend, kit/regions.py)")
     a = p.parse_args(argv)
-    from harness import catalog
+    from kit import catalog
     from harness.cost.plan import format_plan, offline_plan
-    from harness.regions import RegionError, resolve
+    from kit.regions import RegionError, resolve
 
     try:  # the one region resolution the stacks deploy with
         kit = resolve(a.region)

@@ -9,8 +9,8 @@ seed's whole-checkpoint sizes (6.32 GiB bf16, 2.85 GiB int4 with int4 embeddings
 """
 from __future__ import annotations
 
-from harness import catalog
-from harness.package.schemes import SCHEMES
+from kit import catalog
+from kit.schemes import SCHEMES
 # The decoder's arithmetic and the Gemma 4 facts live in kit/models.py (the stacks size
 # deployments with them too); re-exported here for the roofline and its callers.
 from kit.models import (BYTES_PER_WEIGHT, DEFAULT_GROUP_SIZE, GEMMA_4_E2B, GROUP_SCALED,  # noqa: F401

@@ -18,7 +18,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Mapping
 
-from harness import catalog
+from kit import catalog
 from harness.cost.prices import PriceBook
 from harness.cost.rows import cost_row
 
@@ -51,7 +51,7 @@ def offline_plan(input_per_output: float = 5.0, book: PriceBook | None = None,
                  backends: tuple[str, ...] = catalog.BACKEND_IDS, region: str | None = None,
                  backend_regions: Mapping[str, str] | None = None) -> dict:
     """Plan per backend id (see module doc). Without ``book``, prices come from the snapshot.
-    ``backend_regions`` (backend id -> region, harness/regions.py) prices each backend where the
+    ``backend_regions`` (backend id -> region, kit/regions.py) prices each backend where the
     kit deploys it; it wins over ``region``."""
     book = book or PriceBook.auto(offline=True)
     backend_regions = backend_regions or {}

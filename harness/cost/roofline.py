@@ -2,7 +2,7 @@
 
 One decode step reads the weights it needs (``harness.cost.architecture``) and the KV cache, so a single
 stream is bounded by ``memory bandwidth / bytes read per token``. Bandwidth and precision
-support come from ``harness.catalog`` (the one source of truth). Measured / ceiling is the
+support come from ``kit.catalog`` (the one source of truth). Measured / ceiling is the
 engine's efficiency, the third of the seed's three variables.
 
     r = roofline("g6.xlarge", "google/gemma-4-E2B-it-qat-w4a16-ct", "int4", context_tokens=512)
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from harness import catalog
+from kit import catalog
 from harness.cost import architecture
 
 DEFAULT_CONTEXT_TOKENS = 512  # the seed's Neuron graphs: 512 tokens in total

@@ -28,12 +28,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness import catalog
+from kit import catalog
 from harness.cost import formulas
 from harness.cost.architecture import arch_for
 from harness.cost.prices import PriceBook, Quote
 from harness.cost.roofline import roofline
-from harness.package.schemes import roofline_args, scheme_of_model
+from kit.schemes import roofline_args, scheme_of_model
 
 # measured key -> the suffix of the $/M key computed from it
 PER_M_OUTPUT = {"single_stream_tok_s": "single", "c16_tok_s": "c16", "best_tok_s": "best"}

@@ -11,7 +11,7 @@ import datetime as _dt
 from pathlib import Path
 from typing import Any
 
-from harness import catalog, variants
+from kit import catalog, variants
 from harness.bench.metrics import decode_tok_s
 from harness.cost import formulas
 from harness.cost.prices import PriceBook
@@ -74,7 +74,7 @@ def cost_for_run(results_dir: str | Path, book: PriceBook | None = None, input_p
     for name in sorted(set(eps) | set(bench)):
         ep, b = eps.get(name, {}), catalog.BACKENDS.get(name)
         model_id = ep.get("model_id") or (b.model_id if b else None)
-        # The scheme its model id names (harness/variants.py: a variant g6@bf16 serves bf16 where
+        # The scheme its model id names (kit/variants.py: a variant g6@bf16 serves bf16 where
         # g6's catalog default is int4); the catalog's precision only for a model it does not name.
         scheme = ep.get("scheme") or variants.scheme_of(model_id)
         row = cost_row(service=service_of(name, ep),
@@ -85,7 +85,7 @@ def cost_for_run(results_dir: str | Path, book: PriceBook | None = None, input_p
                        region=ep.get("region") or region,
                        measured=measured_throughput(bench.get(name, [])), measured_by=MEASURED_BY,
                        book=book, reference=reference, input_per_output=input_per_output)
-        if ep.get("variant"):  # a variant stack (harness/variants.py): what tells it from its backend
+        if ep.get("variant"):  # a variant stack (kit/variants.py): what tells it from its backend
             row["variant"], row["scheme"] = ep["variant"], scheme
         if name not in bench:
             row["missing"].insert(0, "bench results")

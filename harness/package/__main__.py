@@ -6,7 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-from harness.package.schemes import DEFAULT_SCHEME, SCHEMES, scheme
+from kit.schemes import DEFAULT_SCHEME, SCHEMES, scheme
 
 GIB = 2**30
 
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "start":
             from harness.package.remote import start
-            from harness.regions import resolve
+            from kit.regions import resolve
 
             region = resolve(args.region).region  # RegionError is a ValueError: one line, exit 2
             print(f"region {region}", file=sys.stderr)

@@ -22,7 +22,7 @@ from harness.package import grid, layout
 from harness.package.ignore import check_ignore
 from harness.package.manifest import write_manifest
 from harness.package.reads import bytes_read_per_token
-from harness.package.schemes import GROUPS, Scheme
+from kit.schemes import GROUPS, Scheme
 from harness.package.source import PackageError, Source, resolve
 
 GIB = 2**30

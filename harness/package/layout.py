@@ -18,7 +18,7 @@ from __future__ import annotations
 import copy
 import re
 
-from harness.package.schemes import GROUP_SIZE, Scheme
+from kit.schemes import GROUP_SIZE, Scheme
 
 MM_TEXT_PREFIX = "model.language_model."
 TOWER_PREFIXES = ("model.vision_tower.", "model.audio_tower.", "model.embed_vision.", "model.embed_audio.")

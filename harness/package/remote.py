@@ -6,7 +6,7 @@ and the S3 URI it published (SSM ``/inference-kit/package/<scheme>``). Exit 0 on
 succeeded. The clients are injectable so tests drive it without AWS.
 
 The clients are made in the kit's region (``--region``, else cdk.json's context ``region``:
-harness/regions.py), where stacks/wiring.py puts PackageStack, never in the shell's
+kit/regions.py), where stacks/wiring.py puts PackageStack, never in the shell's
 ``AWS_REGION``/``AWS_DEFAULT_REGION``: boto3 reads those (or the profile) when no ``region_name``
 is given, which finds no project, or no region at all, whenever the shell names another one.
 """
@@ -15,10 +15,8 @@ from __future__ import annotations
 import time
 
 from harness.package.source import PackageError
+from kit.schemes import PARAMETER_PREFIX, PROJECT_NAME  # the names PackageStack gives them
 
-# PackageStack (stacks/package.py) names its CodeBuild project and the parameters from these.
-PROJECT_NAME = "inference-kit-package"
-PARAMETER_PREFIX = "/inference-kit/package"
 DONE = {"SUCCEEDED", "FAILED", "FAULT", "TIMED_OUT", "STOPPED"}
 # The log's last lines (a failure's reason among them) can reach CloudWatch after the build has
 # ended, and GetLogEvents can answer empty while data is there: AWS's own follower

@@ -37,7 +37,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from harness.package.allocator import CachingAllocator, round_size
-from harness.package.schemes import GROUP_SIZE, Scheme
+from kit.schemes import GROUP_SIZE, Scheme
 
 MAX_SPLIT_SIZE = 20 << 20  # vLLM 0.30.0 gpu_worker.py: max_split_size_mb=20 around load_model
 L4_SMS = 58  # NVIDIA L4: 7,424 CUDA cores, 128 per Ada SM (NVIDIA L4 datasheet)

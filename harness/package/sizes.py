@@ -9,7 +9,7 @@ and these agree exactly for the same config.
 from __future__ import annotations
 
 from harness.package import layout
-from harness.package.schemes import GROUPS, Scheme, stored_bytes
+from kit.schemes import GROUPS, Scheme, stored_bytes
 
 
 def text_shapes(config: dict) -> dict[str, tuple[int, ...]]:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness import catalog, variants
+from kit import catalog, variants
 from harness.bench import metrics as bench_metrics
 from harness.results import endpoints_from_meta, load_bench, read_json, read_jsonl
 
@@ -71,7 +71,7 @@ class RunData:
         names |= set((self.cost or {}).get("endpoints", {}))
         names.discard(None)
         order = {b: i for i, b in enumerate(catalog.BACKEND_IDS)}
-        # a variant (g6@bf16, harness/variants.py) right after its backend
+        # a variant (g6@bf16, kit/variants.py) right after its backend
         return sorted(names, key=lambda n: (order.get(variants.split(str(n))[0], len(order)), n))
 
     def display(self, name: str) -> str:

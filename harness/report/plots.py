@@ -9,7 +9,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from harness import catalog  # noqa: E402
+from kit import catalog  # noqa: E402
 from harness.report.data import RunData, knee_index, load_label, metric, per_token, sweeps  # noqa: E402
 
 COLORS = {b.id: b.color for b in catalog.BACKENDS.values() if b.color}  # each backend's colour

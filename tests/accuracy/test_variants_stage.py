@@ -1,4 +1,4 @@
-"""Precisions are deployments (harness/variants.py): ``harness.run --only accuracy --backends g6``
+"""Precisions are deployments (kit/variants.py): ``harness.run --only accuracy --backends g6``
 over G6Stack and its variant stacks G6Stack-bf16 and G6Stack-int8 is one command; every backend is
 labelled with its model id and scheme in run.json, accuracy.json's pairs, the report and cost."""
 from __future__ import annotations

@@ -97,7 +97,7 @@ def test_snapshot_region_mismatch_is_said_and_unknown_types_are_unpriced():
 
 
 def test_snapshot_covers_the_backends_and_the_seed_sizes():
-    from harness import catalog
+    from kit import catalog
     snap = prices.load_snapshot()
     types = {r["instance_type"] for r in snap["instances"]}
     needed = {b.instance_type for b in catalog.BACKENDS.values() if b.instance_type}

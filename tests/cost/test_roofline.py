@@ -14,14 +14,14 @@ KV cache read per token at 512 tokens of context (1 KV head; K and V; 2 bytes a 
     28 sliding layers x 2 x 512 x 256 x 2 = 14,680,064
      7 full layers    x 2 x 512 x 512 x 2 =  7,340,032   -> 22,020,096 bytes
 
-Peak bandwidths (harness/catalog.py): L4 (g6.xlarge) 300 GB/s, T4G (g5g.2xlarge) 320 GB/s
+Peak bandwidths (kit/catalog.py): L4 (g6.xlarge) 300 GB/s, T4G (g5g.2xlarge) 320 GB/s
 (277 GB/s measured), Inferentia2 (inf2.xlarge) 817 GB/s.
 """
 from __future__ import annotations
 
 import pytest
 
-from harness import catalog
+from kit import catalog
 from harness.cost.plan import seed_reference
 from harness.cost.roofline import backend_roofline, roofline
 

@@ -87,7 +87,7 @@ def test_region_resolution(tmp_path):
     cdk = tmp_path / "cdk.json"
     cdk.write_text(json.dumps({"context": {"region": "eu-west-1"}}))
     assert disc.resolve_region("ap-south-1", {"AWS_REGION": "us-west-2"}, cdk) == "ap-south-1"
-    # The shell's region is not the kit's (harness/regions.py): cdk deploy follows cdk.json.
+    # The shell's region is not the kit's (kit/regions.py): cdk deploy follows cdk.json.
     assert disc.resolve_region(None, {"AWS_REGION": "us-west-2", "AWS_DEFAULT_REGION": "x"}, cdk) == "eu-west-1"
     assert disc.resolve_region(None, {}, cdk) == "eu-west-1"
     assert disc.resolve_region(None, {}, tmp_path / "missing.json") == "us-east-1"
@@ -141,7 +141,7 @@ def test_a_failed_stack_note_carries_the_capacity_hint():
         def describe_stack_events(self, StackName):
             return {"StackEvents": [{"ResourceStatus": "CREATE_FAILED", "ResourceStatusReason": CAPACITY}]}
 
-        def list_stacks(self, **_):  # variant stacks (harness/variants.py): none here
+        def list_stacks(self, **_):  # variant stacks (kit/variants.py): none here
             return {"StackSummaries": [{"StackName": "Trn1Stack"}]}
 
     d = disc.from_cloudformation(Cfn(), "us-east-1", ["trn1"])

@@ -1,4 +1,4 @@
-"""Discovery of variant stacks (harness/variants.py): ``G6Stack-bf16`` -> endpoint ``g6@bf16``,
+"""Discovery of variant stacks (kit/variants.py): ``G6Stack-bf16`` -> endpoint ``g6@bf16``,
 labelled with its model id and scheme, from describe_stacks (moto, and a recorded response shape
 driven through a client that counts its calls) and from a cdk outputs file."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ import boto3
 from moto import mock_aws
 
 from harness import discovery as disc
-from harness import regions
+from kit import regions
 from stacks.outputs import COMMON_KEYS, KIND_KEYS, VARIANT_KEYS
 from tests.harness.test_discovery import G6, _template
 

@@ -7,8 +7,8 @@ import boto3
 import pytest
 
 from harness import preflight
-from stacks.config import DEFAULTS
-from stacks.image_facts import IMAGE_PARAMETERS, PARENT_PARAMETERS
+from kit.config import DEFAULTS
+from kit.image_facts import IMAGE_PARAMETERS, PARENT_PARAMETERS
 from tests.harness.aws_replay import ecr_images, ssm_parameters
 
 # Every image parameter a deploy reads, resolved: the kit's images already built.

@@ -15,9 +15,9 @@ import boto3
 import pytest
 
 from harness import preflight, preflight_account as account
-from stacks.config import DEFAULTS
-from stacks.dlc import DLC_ACCOUNT_BY_REGION
-from stacks.image_facts import GPU_DLAMI, IMAGE_PARAMETERS, NEURON_DLAMI, PARENT_PARAMETERS
+from kit.config import DEFAULTS
+from kit.dlc import DLC_ACCOUNT_BY_REGION
+from kit.image_facts import GPU_DLAMI, IMAGE_PARAMETERS, NEURON_DLAMI, PARENT_PARAMETERS
 from tests.harness.aws_replay import Error, Replay, ecr_images, ssm_parameters
 
 TAG = DEFAULTS["sagemaker_vllm_tag"]
@@ -165,7 +165,7 @@ def test_neuron_parent_image_that_does_not_exist_blocks(aws, cdk_json, capsys):
 
 
 def test_container_image_registry_follows_the_region(aws, tmp_path, capsys):
-    """af-south-1's DLCs live in another registry account (stacks/dlc.py)."""
+    """af-south-1's DLCs live in another registry account (kit/dlc.py)."""
     p = tmp_path / "cdk.json"
     p.write_text(json.dumps({"app": "x", "context": {"region": "af-south-1"}}))
     rc, out = run(["--backends", "sagemaker", "--cdk-json", str(p)], capsys, region="af-south-1",

@@ -1,4 +1,4 @@
-"""Preflight counts a backend's variant stacks (harness/variants.py): three g6.xlarge need 12 G vCPUs."""
+"""Preflight counts a backend's variant stacks (kit/variants.py): three g6.xlarge need 12 G vCPUs."""
 from __future__ import annotations
 
 import boto3

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import catalog, protocols
+from kit import catalog
+
+from harness import protocols
 from harness.accuracy.client import BackendDown, Settings, target_for
 from harness.agent.providers import build_model
 from harness.bench.clients import make_client

@@ -1,4 +1,4 @@
-"""One region resolution (harness/regions.py) for deploy, discovery, preflight, cost and lint."""
+"""One region resolution (kit/regions.py) for deploy, discovery, preflight, cost and lint."""
 from __future__ import annotations
 
 import json
@@ -7,9 +7,9 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from harness import regions
+from kit import regions
 from harness.discovery import from_regions
-from stacks.config import ConfigError, parse
+from kit.config import ConfigError, parse
 from tests.harness.test_discovery import G6, _template
 
 SHELL = {"AWS_REGION": "us-east-2", "AWS_DEFAULT_REGION": "us-east-2"}
@@ -40,12 +40,12 @@ def test_a_shell_region_the_kit_does_not_use_is_named_in_one_line(tmp_path):
 def test_bad_region_is_one_line_naming_the_key(context, key):
     with pytest.raises(regions.RegionError, match=f"^{key}="):
         regions.resolve(context=context)
-    with pytest.raises(ConfigError, match=f"^{key}="):  # cdk synth says the same through stacks.config
+    with pytest.raises(ConfigError, match=f"^{key}="):  # cdk synth says the same through kit.config
         parse(context)
 
 
 def test_the_cdk_app_and_the_harness_resolve_the_same_regions(monkeypatch):
-    """stacks.config (what cdk deploy uses) reads the same resolution, whatever the shell says."""
+    """kit.config (what cdk deploy uses) reads the same resolution, whatever the shell says."""
     for k, v in SHELL.items():
         monkeypatch.setenv(k, v)
     ctx = json.loads((regions.CDK_JSON).read_text())["context"]

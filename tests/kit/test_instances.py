@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.catalog import BLACKWELL, INSTANCES
+from kit.catalog import BLACKWELL, INSTANCES
 
 
 def test_g7e_is_gddr7_at_the_datasheet_bandwidth():

@@ -8,7 +8,7 @@ import pytest
 from ami.neuron.boot_budget import (GIB, HOSTS, Allowances, boot_budget, check_boot_budget, graph_count,
                                     host_memory_bytes)
 from ami.neuron.neuron_config import DEFAULT_SHAPES, ConfigError, make_shapes
-from harness.catalog import INSTANCES
+from kit.catalog import INSTANCES
 
 WINDOW_S = 3300  # the inf2/trn1 readiness window the boot gets (60 min wait condition - 300 s)
 

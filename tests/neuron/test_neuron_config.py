@@ -7,9 +7,9 @@ import pytest
 
 from ami.neuron.neuron_config import (DEFAULT_SHAPES, MAX_GATHER_BYTES, ConfigError, cache_key,
                                       choose_tp_degree, embedding_tables, make_shapes, parse_neuron_ls, plan)
-from harness.catalog import BACKENDS, INSTANCES, neuron_platform, neuron_tp_degrees
+from kit.catalog import BACKENDS, INSTANCES, neuron_platform, neuron_tp_degrees
 
-# What the stack passes on a 2-NeuronCore instance (inf2.xlarge, trn1.2xlarge): harness/catalog.py.
+# What the stack passes on a 2-NeuronCore instance (inf2.xlarge, trn1.2xlarge): kit/catalog.py.
 TWO = (1, 2)
 
 # Gemma 4 E2B's text settings as its config.json nests them (also in harness/cost/architecture.py).

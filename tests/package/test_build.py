@@ -17,7 +17,7 @@ from safetensors import safe_open  # noqa: E402
 from harness.package import layout  # noqa: E402
 from harness.package.build import build  # noqa: E402
 from harness.package.manifest import verify  # noqa: E402
-from harness.package.schemes import SCHEMES  # noqa: E402
+from kit.schemes import SCHEMES  # noqa: E402
 from harness.package.sizes import sizes  # noqa: E402
 from tests.package import tiny  # noqa: E402
 

@@ -11,7 +11,7 @@ moto = pytest.importorskip("moto")
 
 from harness.package.build import build  # noqa: E402
 from harness.package.publish import parse_s3  # noqa: E402
-from harness.package.schemes import SCHEMES  # noqa: E402
+from kit.schemes import SCHEMES  # noqa: E402
 from harness.package.source import PackageError  # noqa: E402
 from tests.package import tiny  # noqa: E402
 

@@ -94,10 +94,10 @@ class FakeBoto3:
     ([], None),  # None: the kit's region from cdk.json, below
 ])
 def test_start_uses_the_kits_region_not_the_shells(monkeypatch, capsys, argv, expected):
-    # The kit deploys PackageStack to its own region (harness/regions.py); boto3 without a
+    # The kit deploys PackageStack to its own region (kit/regions.py); boto3 without a
     # region_name would use the shell's AWS_DEFAULT_REGION and find no project there.
     from harness.package.__main__ import main
-    from harness.regions import resolve
+    from kit.regions import resolve
 
     fake = FakeBoto3()
     monkeypatch.setitem(sys.modules, "boto3", fake)

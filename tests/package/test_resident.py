@@ -11,7 +11,7 @@ import pytest
 
 from harness.package.allocator import CachingAllocator
 from harness.package.resident import MAX_SPLIT_SIZE, Serving, load, rope_caches
-from harness.package.schemes import SCHEMES
+from kit.schemes import SCHEMES
 
 MIB = 2**20
 CONFIG = json.loads((Path(__file__).parent / "fixtures" / "gemma-4-E2B-it.config.json").read_text())

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from harness.cost.roofline import roofline
-from harness.package.schemes import SCHEMES, roofline_args, scheme_of_model
+from kit.schemes import SCHEMES, roofline_args, scheme_of_model
 
 
 def test_package_model_ids_name_their_scheme():

@@ -26,7 +26,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from harness.package.schemes import SCHEMES  # noqa: E402
+from kit.schemes import SCHEMES  # noqa: E402
 from harness.package.sizes import sizes, text_shapes  # noqa: E402
 
 GIB = 2**30

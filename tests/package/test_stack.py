@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("aws_cdk")
 
-from stacks.config import ConfigError  # noqa: E402
+from kit.config import ConfigError  # noqa: E402
 from tests.stacks.conftest import synth  # noqa: E402
 
 
@@ -137,7 +137,8 @@ def test_templates_pass_cfn_lint(kit):
 
 
 def test_build_source_asset_is_the_builder_alone_and_imports_on_its_own():
-    """The CodeBuild source: harness/package and its pins, nothing else of the repository, and it
+    """The CodeBuild source: harness/package, the scheme table it reads (kit/schemes.py) and its
+    pins, nothing else of the repository, and it
     imports without the rest of the kit (the build would otherwise fail after its install phase)."""
     import os
     import subprocess
@@ -148,8 +149,9 @@ def test_build_source_asset_is_the_builder_alone_and_imports_on_its_own():
     stage = stage_kit_source()
     files = sorted(str(p.relative_to(stage)) for p in stage.rglob("*") if p.is_file())
     assert "requirements-package.txt" in files and "constraints.txt" in files
-    assert all(f.startswith("harness/package/") or f in {"harness/__init__.py", "requirements-package.txt",
-                                                          "constraints.txt"} for f in files), files
+    assert all(f.startswith("harness/package/") or f in {"harness/__init__.py", "kit/__init__.py", "kit/schemes.py",
+                                                          "requirements-package.txt", "constraints.txt"}
+               for f in files), files
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     r = subprocess.run([sys.executable, "-c", "import harness.package.build, harness.package.remote, "
                         "harness.package.__main__ as m; m._parser()"], cwd=stage, env=env,

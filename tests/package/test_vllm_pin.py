@@ -43,7 +43,7 @@ def test_the_kit_and_vllm_agree_on_transformers_major():
 def test_the_sagemaker_containers_vllm_declares_the_same_compressed_tensors():
     # SageMaker serves a package with the vLLM of the DLC tag the kit pins (its version is the tag's
     # first field); that release's published metadata is recorded next to 0.30.0's.
-    from stacks.config import DEFAULTS
+    from kit.config import DEFAULTS
 
     version = DEFAULTS["sagemaker_vllm_tag"].split("-", 1)[0]
     recorded = json.loads((Path(__file__).parent / "fixtures" / f"vllm-{version}.requires.json").read_text())

@@ -1,4 +1,4 @@
-"""A run over a backend and its variants (harness/variants.py): every table of the report names
+"""A run over a backend and its variants (kit/variants.py): every table of the report names
 each deployment with its model id and scheme, variants right after their backend."""
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """One synthesis of the whole kit per test session, shared by every stack test.
 
-The app is built exactly as app.py builds it (cdk.json context, stacks.config.parse,
+The app is built exactly as app.py builds it (cdk.json context, kit.config.parse,
 stacks.wiring.build) with a fixed clock, so TTL values are predictable. cdk-nag runs as a
 validation plugin during synthesis: a finding without acknowledgment makes synth raise.
 """
@@ -27,8 +27,8 @@ EC2_STACKS = {"g6": "G6Stack", "g5g": "G5gStack", "inf2": "Inf2Stack", "trn1": "
 
 
 def config_error(**context) -> str:
-    """The message stacks.config.parse refuses ``context`` with, checked to be one line."""
-    from stacks.config import ConfigError, parse
+    """The message kit.config.parse refuses ``context`` with, checked to be one line."""
+    from kit.config import ConfigError, parse
 
     with pytest.raises(ConfigError) as e:
         parse(context)
@@ -66,7 +66,7 @@ class Synth:
 def synth(outdir: Path, **overrides: Any) -> Synth:
     import aws_cdk as cdk
 
-    from stacks.config import KNOWN_KEYS, parse
+    from kit.config import KNOWN_KEYS, parse
     from stacks.wiring import build
 
     context = {**CDK_CONTEXT, **overrides}

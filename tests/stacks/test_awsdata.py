@@ -1,13 +1,13 @@
 """Config that only looks valid (issue 12 point 8): region, instance type, AZ and model id are
-checked against the real lists the kit carries (harness/awsdata.py), each list tested against its
+checked against the real lists the kit carries (kit/awsdata.py), each list tested against its
 source: botocore's data, cfn-lint's AZ table, huggingface_hub's repo-id rules."""
 from __future__ import annotations
 
 import pytest
 
-from harness import awsdata
-from harness.catalog import BACKENDS
-from stacks.config import parse
+from kit import awsdata
+from kit.catalog import BACKENDS
+from kit.config import parse
 from tests.stacks.conftest import config_error
 
 

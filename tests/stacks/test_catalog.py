@@ -1,4 +1,4 @@
-"""The catalog's backend facts (harness/catalog.py): instance rules, engine settings, Neuron
+"""The catalog's backend facts (kit/catalog.py): instance rules, engine settings, Neuron
 platform and tensor-parallel degrees. Expected values come from the sources the catalog cites
 (NxD Inference API guide for the degrees, the EC2 instance pages for the NeuronCore counts), not
 from the catalog's own tables."""
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.catalog import BACKENDS, instance_arch, neuron_platform, neuron_tp_degrees
+from kit.catalog import BACKENDS, instance_arch, neuron_platform, neuron_tp_degrees
 
 
 @pytest.mark.parametrize("instance_type, degrees", [

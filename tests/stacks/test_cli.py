@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 import subprocess
 
-from harness.catalog import BACKEND_IDS
+from kit.catalog import BACKEND_IDS
 from tests.conftest import require_binary
 from tests.stacks.conftest import ROOT
 

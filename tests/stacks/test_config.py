@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.catalog import BACKEND_IDS
-from stacks.config import parse
+from kit.catalog import BACKEND_IDS
+from kit.config import parse
 from tests.stacks.conftest import config_error
 
 
@@ -90,7 +90,7 @@ def test_sagemaker_ami_version_must_look_like_one():
 
 def test_unknown_neuron_size_is_refused_at_parse_in_one_line():
     msg = config_error(backends="inf2", inf2_instance_type="inf2.2xlarge")
-    assert msg.startswith("inf2_instance_type='inf2.2xlarge': the catalog (harness/catalog.py) has no NeuronCore count")
+    assert msg.startswith("inf2_instance_type='inf2.2xlarge': the catalog (kit/catalog.py) has no NeuronCore count")
     assert "known: inf2.xlarge" in msg
     assert parse({"backends": "trn1", "trn1_instance_type": "trn1n.32xlarge"}).backend("trn1").instance_type \
         == "trn1n.32xlarge"

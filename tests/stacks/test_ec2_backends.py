@@ -8,9 +8,9 @@ import subprocess
 import pytest
 from aws_cdk.assertions import Match
 
-from harness.catalog import BACKENDS
+from kit.catalog import BACKENDS
 from stacks.guardrails import IDLE_TAG, TTL_TAG
-from stacks.image_families import IMAGE_FAMILIES
+from kit.image_families import IMAGE_FAMILIES
 from stacks.inference_instance import USER_DATA_LIMIT, render_user_data
 from tests.conftest import require_binary
 from tests.stacks.conftest import EC2_STACKS, ROOT, SYSTEMD_PATH, synth

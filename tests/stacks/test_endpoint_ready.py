@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from stacks.config import ConfigError, parse
+from kit.config import ConfigError, parse
 from stacks.lambdas.endpoint_ready import index
 
 STARTED = 1_000_000.0

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from ami import pins
-from harness.catalog import BACKENDS, instance_arch
+from kit.catalog import BACKENDS, instance_arch
 from stacks import images
 from tests.stacks.conftest import ROOT, config_error, synth
 
@@ -244,7 +244,7 @@ def test_backend_user_data_for_custom_silicon(kit):
     assert "--tool-call-parser gemma4" in g5g
     for stack in ("Inf2Stack", "Trn1Stack"):
         text = kit.stacks[stack].server.user_data_text
-        # inf2.xlarge and trn1.2xlarge: 2 NeuronCores, the runtime's degrees up to 2 (harness/catalog.py)
+        # inf2.xlarge and trn1.2xlarge: 2 NeuronCores, the runtime's degrees up to 2 (kit/catalog.py)
         assert "KIT_TP_DEGREES=1,2\n" in text
         assert f"KIT_NEURON_PLATFORM={stack[:4].lower()}\n" in text
 
@@ -340,7 +340,7 @@ def test_old_builds_are_deleted_by_a_lifecycle_policy(kit, image):
 
 def test_image_root_volume_fits_the_backend_root_volume(kit):
     """An instance's root volume cannot be smaller than its AMI's snapshot."""
-    from stacks.image_families import IMAGE_FAMILIES
+    from kit.image_families import IMAGE_FAMILIES
 
     for family, image in images.FAMILY_IMAGE.items():
         stack = IMAGE_STACKS[image]
@@ -355,7 +355,7 @@ def test_build_subnets_do_not_overlap_the_kit_vpc_subnets(kit):
     import ipaddress
 
     from stacks.az_choice import CIDR_PREFIX
-    from stacks.lambdas.az_choice.index import MAX_LETTERS
+    from kit.az_choice import MAX_LETTERS
 
     vpc = [ipaddress.ip_network(v["Properties"]["CidrBlock"])
            for v in kit.resources("NetworkStack", "AWS::EC2::VPC").values()]

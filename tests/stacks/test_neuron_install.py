@@ -71,9 +71,9 @@ def step_script(phase: str, step: str) -> str:
 
 def stack_parameters() -> dict[str, str]:
     """The parameters NeuronImageStack gives the component (as synthesized)."""
-    from stacks.config import parse
+    from kit.config import parse
     from tests.stacks.conftest import CDK_CONTEXT
-    from stacks.config import KNOWN_KEYS
+    from kit.config import KNOWN_KEYS
 
     config = parse({k: v for k, v in CDK_CONTEXT.items() if k in KNOWN_KEYS})
     (pipeline,) = images.neuron_spec(config).pipelines("s3://bucket/assets.zip")

@@ -45,7 +45,7 @@ def test_the_image_compiles_what_the_inf2_boot_asks_for(kit):
 
 
 def test_no_precompile_when_inf2_is_not_selected_or_on_another_type():
-    from stacks.config import KNOWN_KEYS, parse
+    from kit.config import KNOWN_KEYS, parse
     from stacks.images import neuron_precompile
     from tests.stacks.conftest import CDK_CONTEXT
 

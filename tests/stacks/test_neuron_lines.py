@@ -49,7 +49,7 @@ def test_each_built_line_pins_what_its_release_ships(line):
     (tf,) = [s for s in built.engine_pip if s.startswith("transformers==")]
     assert tf == f"transformers=={facts.TRANSFORMERS_CHOICE}"
     assert recorded.transformers == "==4.57.*" and facts.TRANSFORMERS_CHOICE.startswith("4.57.")
-    # Each line builds its own image: an SSM parameter and a stack of its own (stacks/image_facts.py).
+    # Each line builds its own image: an SSM parameter and a stack of its own (kit/image_facts.py).
     assert built.image
     assert (built.parent_ami_name is None) != (built.parent_parameter is None)
 

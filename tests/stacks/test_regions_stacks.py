@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 
-from harness import regions
+from kit import regions
 from tests.stacks.conftest import ROOT, synth
 
 SHELL = {"AWS_DEFAULT_REGION": "us-east-2", "AWS_REGION": "us-east-2"}
@@ -24,7 +24,7 @@ def test_lint_passes_with_another_region_in_the_shell(kit):
     """`make lint` under AWS_DEFAULT_REGION=us-east-2: g5g.2xlarge is not offered there (cfn-lint
     E3628), but the templates deploy to us-east-1 and are linted for it."""
     env = {**os.environ, **SHELL}
-    r = subprocess.run([sys.executable, "-m", "harness.regions", "lint", str(kit.outdir)], cwd=ROOT, env=env,
+    r = subprocess.run([sys.executable, "-m", "kit.regions", "lint", str(kit.outdir)], cwd=ROOT, env=env,
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     # The check can fail: the same G5gStack linted for the shell's region is refused.

@@ -7,7 +7,7 @@ import json
 import pytest
 from aws_cdk.assertions import Match
 
-from stacks.config import ConfigError
+from kit.config import ConfigError
 from stacks.sagemaker import image_uri
 from tests.stacks.conftest import synth
 

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from harness.catalog import BACKENDS
+from kit.catalog import BACKENDS
 from stacks.outputs import COMMON_KEYS, KIND_KEYS
 from tests.conftest import require_binary
 from tests.stacks.conftest import ROOT, synth

@@ -1,4 +1,4 @@
-"""Variants (harness/variants.py, ``-c <id>_variants``): one more stack per precision, side by side.
+"""Variants (kit/variants.py, ``-c <id>_variants``): one more stack per precision, side by side.
 
 Two g6 variants and one SageMaker variant synthesized for real (cdk-nag runs during synthesis):
 distinct stacks, names, instances and subnet blocks; the same output keys plus Variant and Scheme;
@@ -12,9 +12,9 @@ import sys
 
 import pytest
 
-from harness import variants
-from harness.catalog import GEMMA_E2B
-from stacks.config import ConfigError, parse
+from kit import variants
+from kit.catalog import GEMMA_E2B
+from kit.config import ConfigError, parse
 from stacks.outputs import COMMON_KEYS, KIND_KEYS, VARIANT_KEYS
 from tests.stacks.conftest import ROOT, synth
 

@@ -1,7 +1,7 @@
 """One region resolution for the whole kit: deploy, discovery, preflight, cost and lint.
 
 The kit's region is, in this order:
-1. an explicit value: ``cdk deploy -c region=…`` (app.py, through stacks.config) or ``--region``
+1. an explicit value: ``cdk deploy -c region=…`` (app.py, through kit.config) or ``--region``
    (harness.run, harness.preflight);
 2. cdk.json's context ``region``;
 3. ``DEFAULT_REGION``.
@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from harness import catalog
+from kit import catalog
 
 DEFAULT_REGION = "us-east-1"
 CDK_JSON = Path(__file__).resolve().parent.parent / "cdk.json"
@@ -53,7 +53,7 @@ def read_context(cdk_json: Path | None = None) -> dict[str, Any]:
 def check_region(key: str, value: Any) -> str:
     if not isinstance(value, str) or not REGION_PATTERN.match(value):
         raise RegionError(f"{key}={value!r} is not an AWS region code (e.g. us-east-1)")
-    from harness.awsdata import region_problem  # botocore's partitions.json: zz-fake-9 looks valid
+    from kit.awsdata import region_problem  # botocore's partitions.json: zz-fake-9 looks valid
 
     problem = region_problem(value)
     if problem:
@@ -141,7 +141,7 @@ def lint_commands(cdk_out: Path, cfn_lint: str = "cfn-lint") -> list[list[str]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m harness.regions`` prints the kit's regions; ``lint CDK_OUT`` runs cfn-lint per region."""
+    """``python -m kit.regions`` prints the kit's regions; ``lint CDK_OUT`` runs cfn-lint per region."""
     import os
     import subprocess
 
@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
             rc = max(rc, subprocess.run(cmd).returncode)
         return rc
     if argv:
-        print("usage: python -m harness.regions [lint CDK_OUT]", file=sys.stderr)
+        print("usage: python -m kit.regions [lint CDK_OUT]", file=sys.stderr)
         return 2
     try:
         kit = resolve()

@@ -25,6 +25,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# PackageStack (stacks/package.py) names its CodeBuild project and the SSM parameters holding each
+# scheme's newest package from these; harness.package start/list and the g6 boot read the same.
+PROJECT_NAME = "inference-kit-package"
+PARAMETER_PREFIX = "/inference-kit/package"
+
 # Tensor groups a manifest reports bytes for.
 GROUPS = ("linear", "per_layer_embeddings", "token_embeddings", "lm_head", "other")
 

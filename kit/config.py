@@ -1,6 +1,6 @@
 """cdk.json context parsed once into typed, validated config.
 
-Every backend fact comes from the catalog (harness/catalog.py): the backend ids and the context
+Every backend fact comes from the catalog (kit/catalog.py): the backend ids and the context
 keys named after them, which instance types a backend accepts (``Backend.instance_problem``:
 service, architecture, families, NeuronCore count), whether ``-c model`` applies
 (``open_weights``), which backend takes a list of SageMaker types (``service``), the boot-image
@@ -18,10 +18,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping
 
 from ami import pins
-from harness import awsdata
-from harness import regions as kit_regions
-from harness import variants as kit_variants
-from harness.catalog import BACKEND_IDS, BACKENDS
+from kit import awsdata
+from kit import regions as kit_regions
+from kit import variants as kit_variants
+from kit.catalog import BACKEND_IDS, BACKENDS
 
 
 class ConfigError(ValueError):
@@ -44,9 +44,9 @@ class BackendConfig:
     az: str | None = None
     # The boot-image choice (catalog ``Backend.image_choices``, ``-c <id>_image``); None = no choice.
     image_choice: str | None = None
-    # Its region (harness/regions.py): KitConfig.region unless ``-c <id>_region`` moves it.
+    # Its region (kit/regions.py): KitConfig.region unless ``-c <id>_region`` moves it.
     region: str = ""
-    # A variant (harness/variants.py, ``-c <id>_variants``): its name and its position in the
+    # A variant (kit/variants.py, ``-c <id>_variants``): its name and its position in the
     # backend's list (which block of subnet addresses it owns); None for the backend's own stack.
     variant: str | None = None
     slot: int = 0
@@ -72,12 +72,12 @@ class KitConfig:
     image_az: str | None = None
     neuron_parent_image: str | None = None
     # The Neuron SDK line the inf2/trn1 image is built on (ami/pins.py NEURON_LINES; context
-    # ``neuron_sdk``): each line has its own image stack and SSM parameter (stacks/image_facts.py).
+    # ``neuron_sdk``): each line has its own image stack and SSM parameter (kit/image_facts.py).
     neuron_sdk: str = pins.NEURON_DEFAULT_LINE
     # SageMaker: how long cdk deploy waits for InService before failing the stack (it is billed
     # while Creating); stacks/endpoint_ready.py, at most 55 (CustomResource ServiceTimeout).
     sagemaker_ready_minutes: int = 45
-    # One more deployment per ``<id>_variants`` item of a selected backend (harness/variants.py):
+    # One more deployment per ``<id>_variants`` item of a selected backend (kit/variants.py):
     # the backend's settings with the variant's model.
     variants: tuple[BackendConfig, ...] = ()
 
@@ -230,7 +230,7 @@ def parse(context: Mapping[str, Any]) -> KitConfig:
     azs: tuple[str, ...] = ()
     if context.get("azs"):
         azs = tuple(_str_list("azs", context["azs"]))
-        for az in azs:  # names cfn-lint's table lists for the region (harness/awsdata.py)
+        for az in azs:  # names cfn-lint's table lists for the region (kit/awsdata.py)
             problem = awsdata.az_problem(az, region)
             if problem:
                 raise ConfigError(f"azs: {az!r}{problem}")
@@ -332,7 +332,7 @@ def _variant_model(backend_id: str, key: str, value: Any) -> str:
     """A variant's model, checked as ``<id>_model`` is, and a package scheme the backend serves
     (stacks/package.py checks the backend's own model at synth; a variant is refused here)."""
     model = _model_id(backend_id, key, value)
-    from harness.package.schemes import MODEL_WORD, SCHEMES, scheme_of_model
+    from kit.schemes import MODEL_WORD, SCHEMES, scheme_of_model
 
     try:
         scheme = scheme_of_model(model)

@@ -270,7 +270,7 @@ def neuron_tp_degrees(instance_type: str) -> tuple[int, ...]:
     platform = neuron_platform(instance_type)
     if spec is None or not spec.neuron_cores or platform is None:
         known = ", ".join(n for n, s in INSTANCES.items() if s.neuron_cores)
-        raise ValueError(f"the catalog (harness/catalog.py) has no NeuronCore count for it; known: {known}")
+        raise ValueError(f"the catalog (kit/catalog.py) has no NeuronCore count for it; known: {known}")
     return tuple(d for d in NEURON_TP_DEGREES[platform] if d <= spec.neuron_cores)
 
 
@@ -302,7 +302,7 @@ class Backend:
     tool_calls: bool  # does the backend's engine turn model output into OpenAI tool_calls
     instance_type: str | None = None
     port: int | None = None  # model server port on the instance (bound to 127.0.0.1)
-    # Which image family the instance boots (gpu-x86, gpu-arm64, neuron; stacks/image_families.py)
+    # Which image family the instance boots (gpu-x86, gpu-arm64, neuron; kit/image_families.py)
     # and the instance types it accepts.
     image: str | None = None
     hardware: Hardware | None = None
@@ -328,7 +328,7 @@ class Backend:
             return f" is not an instance type (e.g. {self.instance_type})"
         if sagemaker and not (instance_type in INSTANCES and INSTANCES[instance_type].accelerators):
             known = ", ".join(k for k in INSTANCES if k.startswith("ml."))
-            return f": has no GPU count in the catalog; known: {known} (add it to harness/catalog.py)"
+            return f": has no GPU count in the catalog; known: {known} (add it to kit/catalog.py)"
         hw = self.hardware
         if hw is None:
             return None

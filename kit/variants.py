@@ -9,19 +9,19 @@ calls them ``g6@bf16`` ... and labels them with their model id and scheme.
 Grammar: ``NAME=MODEL`` items, comma-separated. NAME is 1-16 lowercase letters, digits and ``-``
 (it ends a CloudFormation stack name, whose characters are ``[A-Za-z0-9-]``: CloudFormation
 CreateStack API reference, StackName), unique per backend. MODEL is what ``<id>_model`` takes (a
-Hugging Face id, or ``package[:scheme]``) and is checked the same way (stacks/config.py). Which
+Hugging Face id, or ``package[:scheme]``) and is checked the same way (kit/config.py). Which
 backends take variants is a catalog fact (``open_weights``: a self-hosted backend whose model is
 configuration); at most ``MAX_PER_BACKEND`` per backend (each owns a block of subnet addresses,
 stacks/az_choice.py).
 
-Plain Python (no aws-cdk-lib): stacks/config.py, discovery and the report all read this.
+Plain Python (no aws-cdk-lib): kit/config.py, discovery and the report all read this.
 """
 from __future__ import annotations
 
 import re
 from typing import Any, Mapping
 
-from harness import catalog
+from kit import catalog
 
 SEP = "@"  # harness name: <backend id>@<variant>; --endpoint names cannot hold "@" (discovery._NAME)
 NAME = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,14}[a-z0-9])?$")
@@ -30,9 +30,9 @@ MAX_PER_BACKEND = 3
 # whose model's scheme is not known says so in this word.
 UNKNOWN_SCHEME = "unknown"
 
-# Schemes of the catalog's own default models (harness/catalog.py DEFAULT_MODEL: GEMMA_E2B is the
+# Schemes of the catalog's own default models (kit/catalog.py DEFAULT_MODEL: GEMMA_E2B is the
 # bf16 release, GEMMA_E2B_INT4 Google's QAT int4 weights in compressed-tensors w4a16); a package
-# id names its scheme itself (harness/package/schemes.py). Nothing is guessed from other ids.
+# id names its scheme itself (kit/schemes.py). Nothing is guessed from other ids.
 KNOWN_SCHEMES: dict[str, str] = {catalog.GEMMA_E2B: "bf16", catalog.GEMMA_E2B_INT4: "w4a16"}
 # The roofline precision (harness/cost/roofline.py) of a known scheme that is not a package
 # (precision_of).
@@ -114,7 +114,7 @@ def scheme_of(model_id: str | None) -> str | None:
     """The weight scheme a served model id names: a package's scheme, a catalog model's, else None."""
     if not model_id:
         return None
-    from harness.package.schemes import scheme_of_model
+    from kit.schemes import scheme_of_model
 
     try:
         s = scheme_of_model(model_id)
@@ -128,7 +128,7 @@ def precision_of(scheme: str | None) -> str | None:
     catalog model's (bf16, w4a16 -> int4); None when the scheme is unknown."""
     if not scheme:
         return None
-    from harness.package.schemes import SCHEMES
+    from kit.schemes import SCHEMES
 
     return SCHEME_PRECISION.get(scheme) or (SCHEMES[scheme].linear if scheme in SCHEMES else None)
 

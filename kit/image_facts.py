@@ -1,6 +1,6 @@
 """Facts about the kit's machine images that need no aws-cdk-lib: the SSM parameters they are
 built from and published to, the build hosts of each pipeline, the stacks that hold them.
-stacks/images.py builds the pipelines from these; stacks/image_families.py and harness.preflight
+stacks/images.py builds the pipelines from these; kit/image_families.py and harness.preflight
 (which must not load jsii) read them too.
 """
 from __future__ import annotations
@@ -31,7 +31,7 @@ IMAGE_PARAMETERS: dict[str, str] = {
     "vllm-sm75": f"{PARAMETER_PREFIX}/vllm-sm75",
     **{image: f"{PARAMETER_PREFIX}/neuron-sdk{line.replace('.', '')}" for line, image in NEURON_IMAGES.items()},
 }
-# Backend image family (harness/catalog.py ``Backend.image``) -> the pipeline image that serves it.
+# Backend image family (kit/catalog.py ``Backend.image``) -> the pipeline image that serves it.
 FAMILY_IMAGE: dict[str, str] = {"gpu-x86": "vllm-cuda", "gpu-arm64": "vllm-sm75", "neuron": "neuron"}
 SM75_CANDIDATE_PARAMETER = f"{PARAMETER_PREFIX}/vllm-sm75-candidate"
 

@@ -1,6 +1,6 @@
 """Which machine image and which engine script each image family boots: the one place to change.
 
-The catalog (harness/catalog.py) names a backend's family (``Backend.image``) and its boot-image
+The catalog (kit/catalog.py) names a backend's family (``Backend.image``) and its boot-image
 choices (``Backend.image_choices``); this table says where its AMI id comes from and which
 ``userdata/engine-*.sh`` starts its server. ``boot_family`` swaps in the image pipeline's
 parameter (stacks/images.py publishes it) when the choice is "prebuilt"; everything else in the
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import Mapping
 
 from ami import pins
-from stacks.image_facts import GPU_DLAMI, IMAGE_PARAMETERS, neuron_image
+from kit.image_facts import GPU_DLAMI, IMAGE_PARAMETERS, neuron_image
 
 
 @dataclass(frozen=True)
