@@ -64,9 +64,10 @@ class NeuronRunner:
 
 
 def transformers5_shim() -> None:
-    """NxD Inference (2.28 through 2.31) imports ``transformers.utils.fx.HFTracer``, which transformers 5
-    removed; Gemma 4 needs transformers 5. NxD only names the class, so an empty stand-in
-    module is enough (the upstream Gemma 4 ports document the same stub as a file in the venv)."""
+    """NxD (2.28 through 2.31) imports ``transformers.utils.fx.HFTracer``, which transformers 5
+    removed. The Neuron image pins transformers 4.57 (which has it), so this does nothing there;
+    it keeps the engine importable next to transformers 5 (the dev environment). NxD only names the
+    class, so an empty stand-in module is enough (the Gemma 4 ports document the same stub)."""
     try:
         importlib.import_module("transformers.utils.fx")
     except ImportError:
@@ -142,12 +143,14 @@ def build_model(model_dir: str, cfg: NeuronEngineConfig, model_src: str | None, 
         sys.path.insert(0, model_src)
         if os.path.exists(os.path.join(model_src, "ndxi_patch.py")):
             importlib.import_module("ndxi_patch").apply_patch()  # the port's NxDI fixes
-    from neuronx_distributed_inference.utils.hf_adapter import load_pretrained_config
+    from .nxdi_compat import load_config
 
     model_cls, config_cls = _import(model_class), _import(config_class)
     neuron_config_cls = config_cls.get_neuron_config_cls()
     neuron_config = neuron_config_cls(**cfg.neuron_config_kwargs(), torch_dtype=getattr(torch, cfg.torch_dtype))
-    config = config_cls(neuron_config, load_config=load_pretrained_config(model_dir))
+    # config.json read directly: NxD Inference's load_pretrained_config asks AutoConfig, which
+    # does not know Gemma 4 under the image's transformers 4.57 (ami/neuron/nxdi_compat.py).
+    config = config_cls(neuron_config, load_config=load_config(model_dir))
     model = model_cls(model_dir, config)
 
     marker = Path(cfg.compiled_dir) / MARKER
@@ -166,10 +169,12 @@ def make_generator(model_id: str, model_dir: str, cfg: NeuronEngineConfig, limit
                    batch_wait_s: float, model_src: str | None, model_class: str,
                    config_class: str) -> BatchedGenerator:
     from neuronx_distributed_inference.utils.hf_adapter import HuggingFaceGenerationAdapter
-    from transformers import AutoTokenizer, GenerationConfig
+    from transformers import GenerationConfig
+
+    from .nxdi_compat import load_tokenizer
 
     model = build_model(model_dir, cfg, model_src, model_class, config_class)
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    tokenizer = load_tokenizer(model_dir)  # a transformers-5 tokenizer file under 4.57 too
     try:
         eos = GenerationConfig.from_pretrained(model_dir).eos_token_id
     except OSError:

@@ -1,0 +1,3 @@
+# Copyright Amazon Web Services and its Affiliates. All Rights Reserved.
+# ==============================================================================
+from ._version import __version__  # noqa F401

@@ -1,0 +1,3 @@
+# Copyright Amazon Web Services and its Affiliates. All Rights Reserved.
+# ==============================================================================
+__version__ = "0.8.0"
