@@ -267,6 +267,9 @@ class ModelFacts:
     int4_ids: tuple[str, ...] = ()
     # Engine caveat the planner prints (None: served by the kit's engines as E2B is).
     engine_note: str | None = None
+    # The public Neuron port of this size (None: there is none, the Neuron backends cannot serve
+    # it); KIT_NEURON_PORT is the one the kit's engine loads.
+    neuron_port: str | None = None
 
     @property
     def is_moe(self) -> bool:
@@ -334,16 +337,23 @@ SOURCES: dict[str, str] = {
             "16 KV heads) and Global layers (head_dim=512, 4 KV heads)'"),
 }
 
+# Neuron ports of Gemma 4 (docs/BRIEF.md, "Neuron, corrected again"): contrib pull requests to
+# aws-neuron/neuronx-distributed-inference, E2B (#115) and 31B (#106); none for E4B, 12B or 26B A4B.
+KIT_NEURON_PORT = "contrib PR #115 (gemma-4-E2B), the class the kit's Neuron engine loads"
+NEURON_31B_PORT = ("only contrib PR #106's port serves 31B on Neuron (validated on inf2.48xlarge, TP=16, LNC=1, "
+                   "SDK 2.28: README 'Compatibility Matrix'); the kit's engine loads the E2B port's class")
+
 MODELS: dict[str, ModelFacts] = {
     "E2B": ModelFacts("E2B", "google/gemma-4-E2B-it", from_text_config("Gemma 4 E2B", _E2B, SOURCES["E2B"]),
-                      int4_ids=("google/gemma-4-E2B-it-qat-w4a16-ct",)),
+                      int4_ids=("google/gemma-4-E2B-it-qat-w4a16-ct",), neuron_port=KIT_NEURON_PORT),
     "E4B": ModelFacts("E4B", "google/gemma-4-E4B-it", from_text_config("Gemma 4 E4B", _E4B, SOURCES["E4B"])),
     "12B": ModelFacts("12B", "google/gemma-4-12B-it", from_text_config("Gemma 4 12B", _12B, SOURCES["12B"]),
                       engine_note=("Gemma4UnifiedForConditionalGeneration (encoder-free 12B): the kit has not "
                                    "checked that its pinned vLLM serves it")),
     "26B-A4B": ModelFacts("26B-A4B", "google/gemma-4-26B-A4B-it",
                           from_text_config("Gemma 4 26B A4B", _26B, SOURCES["26B-A4B"])),
-    "31B": ModelFacts("31B", "google/gemma-4-31B-it", from_text_config("Gemma 4 31B", _31B, SOURCES["31B"])),
+    "31B": ModelFacts("31B", "google/gemma-4-31B-it", from_text_config("Gemma 4 31B", _31B, SOURCES["31B"]),
+                      neuron_port=NEURON_31B_PORT),
 }
 
 GEMMA_4_E2B = MODELS["E2B"].arch

@@ -1,0 +1,154 @@
+"""python -m harness.plan --model SIZE_OR_CONFIG [--precision P] [--context N] [--concurrency C] [--json]
+
+Where a Gemma 4 size fits before anything is deployed: per backend and candidate instance, the
+bytes per accelerator against what it offers, the tensor-parallel degree, the single-stream
+bandwidth ceiling, the on-demand price and the $ per million output tokens at that ceiling, and
+which kit packages apply. Placements come from kit/plan.py (the stacks size deployments with the
+same function); prices from the Price List API when credentials exist, else the dated snapshot
+(harness/cost/price_snapshot.json), each labelled. A placement that does not fit is one line with
+its numbers.
+
+    python -m harness.plan --model 31B
+    python -m harness.plan --model google/gemma-4-E2B-it-qat-w4a16-ct --concurrency 16
+    python -m harness.plan --model path/to/config.json --json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from harness import catalog
+from harness.cost import formulas
+from harness.cost.prices import PriceBook
+from harness.package.schemes import MODEL_WORD, SCHEMES
+from kit import plan as kp
+
+
+def packages_for(backend: catalog.Backend, choice: kp.ModelChoice) -> list[str]:
+    """Kit packages (harness/package) the backend can serve for this model: they are built from
+    Gemma 4 E2B's sources, and only engines that load compressed-tensors int4 serve them."""
+    if not backend.loads_packages or not choice.facts or choice.facts.size != "E2B":
+        return []
+    return [f"{MODEL_WORD}:{name}" for name in SCHEMES]
+
+
+def price_rows(plan: dict[str, list[kp.Placement]], book: PriceBook, region: str | None) -> dict:
+    """Per backend: each placement's dict with its price, $/month and $/M output at the ceiling."""
+    out: dict[str, list[dict]] = {}
+    for bid, placements in plan.items():
+        rows = []
+        for p in placements:
+            q = book.instance(p.instance_type, region or _snapshot_region(book, p.instance_type))
+            row = p.to_dict() | {"price": q.to_dict(), "usd_per_hour": q.usd_per_hour}
+            if q.usd_per_hour is not None and p.ceiling_tok_s:
+                row["usd_per_m_output_at_ceiling"] = formulas.usd_per_m_output(q.usd_per_hour, p.ceiling_tok_s)
+            rows.append(row)
+        out[bid] = rows
+    return out
+
+
+def _snapshot_region(book: PriceBook, instance_type: str) -> str:
+    for row in book.snapshot["instances"]:
+        if row["instance_type"] == instance_type:
+            return row["region"]
+    return "us-east-1"
+
+
+def _f(v, spec: str) -> str:
+    return "—" if v is None else format(v, spec)
+
+
+def render(choice: kp.ModelChoice, context: int, concurrency: int, priced: dict, notes: list[str]) -> str:
+    a = choice.arch
+    lines = [f"Plan: {a.name} ({choice.model_id or choice.label}), {choice.precision} weights, "
+             f"context {context} x {concurrency} concurrent sequence(s)",
+             f"  {a.total_params / 1e9:.2f}B text parameters, {a.active_params / 1e9:.2f}B active per token"
+             + (f" ({a.top_k} of {a.experts} experts)" if a.experts else "")
+             + f"; {kp.checkpoint_bytes(choice) / 1e9:.1f} GB of weights; one token reads "
+             f"{a.weights_read_per_token(choice.precision, choice.embed_precision) / 1e9:.2f} GB + "
+             f"{a.kv_read_per_token(context) / 1e9:.3f} GB of K/V",
+             *([f"  figures: {a.source}"] if a.source else []),
+             f"  allowances: vLLM uses {kp.GPU_MEMORY_UTILIZATION:.0%} of each GPU, {kp.GPU_RUNTIME_GIB:g} GiB of it "
+             "for runtime; Neuron: the kit engine's own checks (85% of 16 GiB per NeuronCore, 4 GB per gather)"]
+    lines += [f"  prices: {n}" for n in notes]
+    head = ("backend", "instance", "TP", "need/device", "budget", "ceiling tok/s", "$/h", "$/M out @ceiling", "price", "packages")
+    fit_rows, misfits, notes_out = [], [], []
+    for bid, rows in priced.items():
+        b = catalog.backend(bid)
+        if not b.open_weights:
+            misfits.append(f"{bid}: managed ({b.model_id}); serves no open weights")
+            continue
+        pk = ", ".join(packages_for(b, choice)) or "—"
+        for r in rows:
+            if not r["deployable"]:
+                why = r["reason"] if not r["fits"] else "fits, but " + "; ".join(r["warnings"][-1:])
+                misfits.append(f"{bid} {r['instance_type']}: {why}")
+                continue
+            fit_rows.append((bid, r["instance_type"], str(r["tp"]), _f(_gb(r["per_device_bytes"]), ".1f") + " GB",
+                             _f(_gb(r["per_device_budget"]), ".1f") + " GB", _f(r["ceiling_tok_s"], ".0f"),
+                             _f(r["usd_per_hour"], ".4f"), _f(r.get("usd_per_m_output_at_ceiling"), ".3f"),
+                             r["price"].get("label", ""), pk))
+            notes_out += [f"{bid} {r['instance_type']}: {w}" for w in r["warnings"]]
+    if fit_rows:
+        widths = [max(len(x[i]) for x in [head, *fit_rows]) for i in range(len(head))]
+        fmt = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
+        lines += ["", "Fits (smallest first per backend):", fmt(head), fmt(["-" * w for w in widths]),
+                  *[fmt(r) for r in fit_rows]]
+    else:
+        lines += ["", "Fits nowhere in the catalog."]
+    if misfits:
+        lines += ["", "Does not fit / cannot serve:", *[f"  {m}" for m in misfits]]
+    if notes_out:
+        lines += ["", "Notes:", *[f"  {n}" for n in dict.fromkeys(notes_out)]]
+    lines += ["", "Ceiling: one stream, peak bandwidth x TP / bytes read per token (weights + K/V); measured speed "
+                  "is a fraction of it. $/M out: the hourly price at that ceiling, the best case."]
+    return "\n".join(lines)
+
+
+def _gb(b):
+    return None if b is None else b / 1e9
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m harness.plan", description=__doc__.split("\n\n")[1])
+    ap.add_argument("--model", required=True, help="E2B, E4B, 12B, 26B-A4B, 31B, a google/gemma-4-* id, or a config.json")
+    ap.add_argument("--precision", help="weights: bf16, fp16, fp8, int8, int4 (default: the id's)")
+    ap.add_argument("--context", type=int, default=kp.DEFAULT_CONTEXT, help="tokens per sequence (max_model_len)")
+    ap.add_argument("--concurrency", type=int, default=1, help="sequences held at once")
+    ap.add_argument("--backends", default=",".join(catalog.BACKEND_IDS), help="comma-separated backend ids")
+    ap.add_argument("--region", help="price in this region (default: each snapshot entry's own)")
+    ap.add_argument("--offline", action="store_true", help="snapshot prices only, no Price List API")
+    ap.add_argument("--json", action="store_true", help="machine-readable output")
+    args = ap.parse_args(argv)
+    try:
+        choice = kp.choose_model(args.model, args.precision)
+        ids = tuple(x.strip() for x in args.backends.split(",") if x.strip())
+        for bid in ids:
+            catalog.backend(bid)
+        placements = kp.plan(choice, context=args.context, concurrency=args.concurrency, backends=ids)
+    except ValueError as e:
+        print(f"plan: {e}", file=sys.stderr)
+        return 2
+    book = PriceBook.auto(offline=args.offline)
+    priced = price_rows(placements, book, args.region)
+    if args.json:
+        a = choice.arch
+        json.dump({"model": {"label": choice.label, "model_id": choice.model_id, "name": a.name,
+                             "precision": choice.precision, "total_params": a.total_params,
+                             "active_params": a.active_params, "weights_bytes": kp.checkpoint_bytes(choice),
+                             "source": a.source},
+                   "context": args.context, "concurrency": args.concurrency,
+                   "assumptions": {"gpu_memory_utilization": kp.GPU_MEMORY_UTILIZATION,
+                                   "gpu_runtime_gib": kp.GPU_RUNTIME_GIB, "kv_bytes": kp.KV_BYTES},
+                   "price_notes": book.notes,
+                   "backends": {bid: {"packages": packages_for(catalog.backend(bid), choice), "placements": rows}
+                                for bid, rows in priced.items()}}, sys.stdout, indent=1, default=str)
+        print()
+    else:
+        print(render(choice, args.context, args.concurrency, priced, book.notes))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,296 @@
+"""Where a Gemma 4 size fits, how fast one stream could go, and what the deployment needs.
+
+Per backend (the catalog's) and candidate instance (every catalog instance type the backend
+accepts): the bytes it must hold per accelerator (weights, the K/V cache for the context times
+the concurrent sequences, a runtime allowance) against what it has, the tensor-parallel degree,
+and the single-stream bandwidth ceiling (``bandwidth x degree / bytes read per token``, the
+roofline's formula over kit/models.py's reads). Used by ``python -m harness.plan`` (prices added
+there), by ``make run``'s offline plan and by the stacks, which size a deployment with it or
+refuse a type that cannot hold the model (``check_deploy``).
+
+Rules, and where each comes from:
+
+- vLLM (every GPU backend): the instance's GPUs serve one model with tensor parallelism, the
+  degree dividing the attention heads and each KV-head count dividing it or divided by it (vLLM's
+  attention layer asserts both). Weights and K/V shard across the degree; a layer with fewer KV
+  heads than the degree keeps one head per GPU. A GPU offers ``GPU_MEMORY_UTILIZATION`` of its
+  memory (vLLM's ``--gpu-memory-utilization`` default 0.9) for weights, activations and cache.
+- Neuron: the kit's engine decides (ami/neuron/neuron_config.py ``plan``, imported, not copied):
+  the largest catalog degree that fits the NeuronCores and divides the heads, the largest
+  embedding table split so no NeuronCore gathers more than 4 GB (the seed's silent zeros above
+  ~4-5 GB), weights over the degree plus the engine's K/V bound within 85% of 16 GiB per core,
+  16-bit weights only. A size with no public Neuron port is reported as such (kit/models.py).
+- The runtime allowance (``GPU_RUNTIME_GIB``) and the download/load rates behind the volume and
+  readiness figures are the kit's own allowances, printed with the numbers, not outside facts.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+from ami.neuron import neuron_config as neuron_engine
+from harness import catalog  # moves to kit/ with the other shared modules
+from kit import models as km
+
+# vLLM's --gpu-memory-utilization default: the fraction of each GPU's memory vLLM takes.
+GPU_MEMORY_UTILIZATION = 0.90
+# The kit's allowance per GPU for the CUDA context, activations and CUDA graphs (vLLM measures
+# the real figure when it starts; this keeps the plan from promising the last gigabyte).
+GPU_RUNTIME_GIB = 2.0
+KV_BYTES = 2  # bf16/fp16 K/V cache
+# Volume and readiness allowances for weights beyond E2B's (the families' defaults hold E2B): the
+# checkpoint is downloaded once and, on Neuron, kept again as a sharded copy next to the NEFFs.
+DOWNLOAD_BYTES_PER_S = 50e6  # conservative: Hugging Face to an instance, then load
+VOLUME_HEADROOM = 1.25
+DEFAULT_CONTEXT = 4096  # the kit's max_model_len default (stacks/config.py)
+NEURON_PROMPT_BUCKETS = (128, 512, 2048)  # the engine's default prompt buckets (DEFAULT_SHAPES)
+
+
+@dataclass(frozen=True)
+class ModelChoice:
+    """What is being planned: a Gemma 4 size (or a config.json), its weights' precision."""
+
+    label: str  # what the user typed
+    arch: km.DecoderArch
+    precision: str  # bf16 | fp16 | fp8 | int8 | int4 (weights of the decoder layers)
+    facts: km.ModelFacts | None  # None for a config.json the kit does not know by size
+    model_id: str | None  # the Hugging Face id to serve, when known
+
+    @property
+    def embed_precision(self) -> str:
+        return "bf16" if self.precision in km.GROUP_SCALED else self.precision
+
+
+class PlanError(ValueError):
+    """Bad input to the planner; str(e) is the one line to show."""
+
+
+def choose_model(spec: str, precision: str | None = None) -> ModelChoice:
+    """A size word (E2B, E4B, 12B, 26B-A4B, 31B), a google/gemma-4-* id, or a path to a
+    config.json; ``precision`` defaults to the id's (int4 for a w4a16 id, else bf16)."""
+    if precision is not None and precision not in km.BYTES_PER_WEIGHT:
+        raise PlanError(f"--precision {precision!r}; valid: {', '.join(km.BYTES_PER_WEIGHT)}")
+    facts = km.facts_for(spec)
+    if facts is not None:
+        model_id = spec if "/" in spec else facts.hf_id
+        return ModelChoice(spec, facts.arch, precision or km.default_precision(model_id), facts, model_id)
+    if spec.endswith(".json") or "/" in spec and not spec.startswith(("google/", "http")):
+        try:
+            arch = km.load_config(spec)
+        except ValueError as e:
+            raise PlanError(str(e)) from None
+        return ModelChoice(spec, arch, precision or "bf16", None, None)
+    raise PlanError(f"--model {spec!r} is not a Gemma 4 size, google/gemma-4-* id or config.json path; "
+                    f"valid sizes: {km.valid_words()}")
+
+
+@dataclass
+class Placement:
+    backend: str
+    instance_type: str
+    fits: bool
+    deployable: bool  # fits, and the backend's engine can serve this model
+    reason: str  # one line: why not, or what it takes
+    tp: int | None
+    devices: int  # GPUs or NeuronCores of the instance
+    weights_bytes: float  # total, before sharding
+    kv_bytes: float  # total for context x concurrency
+    per_device_bytes: float | None  # what one GPU/NeuronCore must hold
+    per_device_budget: float | None  # what it offers
+    ceiling_tok_s: float | None  # one stream, bandwidth bound
+    bytes_read_per_token: float
+    warnings: list[str] = field(default_factory=list)
+    volume_extra_gib: int = 0
+    readiness_extra_minutes: int = 0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _gpu_tp(arch: km.DecoderArch, gpus: int) -> int | None:
+    """Largest degree <= gpus that vLLM accepts for this model (heads divisible; each KV-head
+    count divisible by it or dividing it)."""
+    kv_counts = {arch.kv_heads, *(arch.layer_kv_heads(i) for i in range(arch.layers))}
+    for tp in range(gpus, 0, -1):
+        if arch.heads % tp == 0 and all(kv % tp == 0 or tp % kv == 0 for kv in kv_counts):
+            return tp
+    return None
+
+
+def _gpu_kv_per_device(arch: km.DecoderArch, tokens: int, concurrency: int, tp: int) -> float:
+    per_seq = sum(2 * arch._span(i, tokens) * max(1, arch.layer_kv_heads(i) // tp) * arch.layer_head_dim(i) * KV_BYTES
+                  for i in range(arch.layers) if not arch.is_kv_shared(i))
+    return per_seq * concurrency
+
+
+def checkpoint_bytes(choice: ModelChoice) -> float:
+    """Bytes of the text weights as stored (what is downloaded and held)."""
+    return choice.arch.weights_bytes(choice.precision, choice.embed_precision)
+
+
+def _extras(choice: ModelChoice, neuron: bool) -> tuple[int, int]:
+    """(extra volume GiB, extra readiness minutes) beyond what the image families hold for E2B."""
+    base = km.GEMMA_4_E2B.weights_bytes("bf16")
+    extra = max(0.0, checkpoint_bytes(choice) - base) * (2 if neuron else 1)
+    gib = math.ceil(extra * VOLUME_HEADROOM / 2**30) if extra else 0
+    minutes = math.ceil(extra / DOWNLOAD_BYTES_PER_S / 60) if extra else 0
+    return gib, minutes
+
+
+def plan_gpu(backend: catalog.Backend, spec: catalog.InstanceSpec, choice: ModelChoice,
+             context: int, concurrency: int) -> Placement:
+    arch = choice.arch
+    weights = checkpoint_bytes(choice)
+    read = arch.weights_read_per_token(choice.precision, choice.embed_precision) + arch.kv_read_per_token(context)
+    tp = _gpu_tp(arch, spec.accelerators)
+    kv_total = arch.kv_cache_bytes(context) * concurrency
+    warnings = _precision_warnings(spec, choice)
+    gib, minutes = _extras(choice, neuron=False)
+    if tp is None:
+        return Placement(backend.id, spec.name, False, False,
+                         f"no tensor-parallel degree <= {spec.accelerators} divides {arch.heads} heads",
+                         None, spec.accelerators, weights, kv_total, None, None, None, read, warnings, gib, minutes)
+    budget = spec.memory_bytes_per_device * GPU_MEMORY_UTILIZATION
+    need = weights / tp + _gpu_kv_per_device(arch, context, concurrency, tp) + GPU_RUNTIME_GIB * 2**30
+    fits = need <= budget
+    ceiling = spec.bandwidth_per_device_gb_s * tp * 1e9 / read
+    reason = (f"{_gb(weights)} weights / TP {tp} + {_gb(_gpu_kv_per_device(arch, context, concurrency, tp))} KV "
+              f"+ {GPU_RUNTIME_GIB:g} GiB runtime = {_gb(need)} per GPU "
+              f"{'<=' if fits else '>'} {_gb(budget)} ({GPU_MEMORY_UTILIZATION:.0%} of {_gb(spec.memory_bytes_per_device)})")
+    deployable = fits
+    if choice.facts and choice.facts.engine_note:
+        warnings.append(choice.facts.engine_note)
+    if tp < spec.accelerators:
+        warnings.append(f"uses {tp} of {spec.accelerators} GPUs (tensor parallelism must divide the heads)")
+    return Placement(backend.id, spec.name, fits, deployable, reason, tp, spec.accelerators, weights, kv_total,
+                     need, budget, ceiling, read, warnings, gib, minutes)
+
+
+def plan_neuron(backend: catalog.Backend, spec: catalog.InstanceSpec, choice: ModelChoice,
+                context: int, concurrency: int) -> Placement:
+    arch = choice.arch
+    weights = checkpoint_bytes(choice)
+    read = arch.weights_read_per_token(choice.precision, choice.embed_precision) + arch.kv_read_per_token(context)
+    warnings = _precision_warnings(spec, choice)
+    gib, minutes = _extras(choice, neuron=True)
+    text = dict(km.TEXT_CONFIGS[choice.facts.size]) if choice.facts else None
+    if text is None:
+        return Placement(backend.id, spec.name, False, False, "the Neuron engine plans known Gemma 4 sizes only",
+                         None, spec.devices, weights, 0.0, None, None, None, read, warnings, gib, minutes)
+    cfg = {"text_config": text}
+    buckets = tuple(b for b in NEURON_PROMPT_BUCKETS if b < context) or (context // 2,)
+    kv_total = float(neuron_engine.kv_cache_bytes(cfg, neuron_engine.make_shapes(buckets, context, 1), KV_BYTES))
+    try:
+        shapes = neuron_engine.make_shapes(buckets, context, concurrency)
+        kv_total = float(neuron_engine.kv_cache_bytes(cfg, shapes, KV_BYTES))
+        engine = neuron_engine.plan(cfg, neuron_cores=spec.neuron_cores, tp_degrees=catalog.neuron_tp_degrees(spec.name),
+                                    platform=catalog.neuron_platform(spec.name), shapes=shapes,
+                                    dtype=choice.precision, weight_bytes=int(weights))
+    except neuron_engine.ConfigError as e:
+        return Placement(backend.id, spec.name, False, False, f"Neuron engine: {e}", None, spec.devices, weights,
+                         kv_total, None, neuron_engine.HBM_PER_CORE_BYTES * neuron_engine.HBM_USABLE, None, read,
+                         warnings, gib, minutes)
+    tp = engine.tp_degree
+    budget = neuron_engine.HBM_PER_CORE_BYTES * neuron_engine.HBM_USABLE
+    ceiling = spec.bandwidth_per_device_gb_s * tp * 1e9 / read
+    table = max(arch.embed_params, arch.ple_table_params) * 2
+    reason = (f"{_gb(weights)} weights / TP {tp} + {_gb(kv_total)} KV (engine bound, not split) = "
+              f"{_gb(engine.bytes_per_core)} per NeuronCore <= {_gb(budget)} (85% of 16 GiB); largest table "
+              f"{_gb(table)} split {tp} ways = {_gb(engine.largest_gather_bytes)} per gather (limit 4 GB)")
+    port = choice.facts.neuron_port
+    if port is None:
+        warnings.append(f"no public Neuron port of {arch.name}: the kit's Neuron engine cannot serve it")
+    elif port != km.KIT_NEURON_PORT:
+        warnings.append(port)
+    return Placement(backend.id, spec.name, True, port == km.KIT_NEURON_PORT, reason, tp, spec.devices, weights,
+                     kv_total, float(engine.bytes_per_core), budget, ceiling, read, warnings, gib, minutes)
+
+
+def _precision_warnings(spec: catalog.InstanceSpec, choice: ModelChoice) -> list[str]:
+    support = spec.chip.precision.get(choice.precision, "unknown")
+    if support == "native":
+        return []
+    text = {"widened16": "is widened to 16-bit before every matmul (the ceiling assumes the stored bytes are read)",
+            "emulated": "is emulated: expect well below the ceiling",
+            "unsupported": "is not supported: the engine must convert the weights",
+            "hw_only": "exists in hardware, not in the compiler"}.get(support, "support unknown")
+    return [f"{choice.precision} on {spec.chip.name} {text}"]
+
+
+def _gb(b: float | None) -> str:
+    return "—" if b is None else f"{b / 1e9:.1f} GB"
+
+
+def candidates(backend: catalog.Backend) -> list[catalog.InstanceSpec]:
+    """Every catalog instance type the backend accepts, smallest first (accelerator memory,
+    then fewer devices, then vCPUs)."""
+    ok = [s for name, s in catalog.INSTANCES.items() if s.accelerators and backend.instance_problem(name) is None]
+    if backend.engine_kind == "neuron" and backend.instance_type:  # inf2 plans inf2 types, trn1 trn1 types
+        ok = [s for s in ok if catalog.neuron_platform(s.name) == catalog.neuron_platform(backend.instance_type)]
+    return sorted(ok, key=size_key)
+
+
+def size_key(s: catalog.InstanceSpec) -> tuple:
+    return (s.accel_memory_gib * (2**30 if s.neuron_cores else 1e9), s.devices, s.vcpus, s.name)
+
+
+def place(backend: catalog.Backend, spec: catalog.InstanceSpec, choice: ModelChoice, context: int,
+          concurrency: int) -> Placement:
+    if backend.engine_kind == "neuron":
+        return plan_neuron(backend, spec, choice, context, concurrency)
+    return plan_gpu(backend, spec, choice, context, concurrency)
+
+
+def check_inputs(choice: ModelChoice, context: int, concurrency: int) -> None:
+    if context < 256:
+        raise PlanError(f"--context {context} is too short; valid: 256 to {choice.arch.max_context or 131072}")
+    if choice.arch.max_context and context > choice.arch.max_context:
+        raise PlanError(f"--context {context} exceeds {choice.arch.name}'s {choice.arch.max_context} "
+                        f"(max_position_embeddings); valid: 256 to {choice.arch.max_context}")
+    if not 1 <= concurrency <= 1024:
+        raise PlanError(f"--concurrency {concurrency}; valid: 1 to 1024")
+
+
+def plan(choice: ModelChoice, *, context: int = DEFAULT_CONTEXT, concurrency: int = 1,
+         backends: tuple[str, ...] = catalog.BACKEND_IDS) -> dict[str, list[Placement]]:
+    """Placements per backend id (an empty list for a backend with no open weights)."""
+    check_inputs(choice, context, concurrency)
+    out: dict[str, list[Placement]] = {}
+    for bid in backends:
+        b = catalog.backend(bid)
+        out[bid] = [place(b, s, choice, context, concurrency) for s in candidates(b)] if b.open_weights else []
+    return out
+
+
+def smallest_fit(backend_id: str, choice: ModelChoice, context: int, concurrency: int = 1) -> Placement | None:
+    """The smallest catalog instance type where the backend can serve the model, None if none."""
+    b = catalog.backend(backend_id)
+    for s in candidates(b):
+        p = place(b, s, choice, context, concurrency)
+        if p.deployable:
+            return p
+    return None
+
+
+def check_deploy(backend_id: str, instance_type: str, model_id: str, context: int) -> Placement | None:
+    """The placement a deployment of ``model_id`` on ``instance_type`` gets (sizing for the stack),
+    None for a model the kit has no facts for (it deploys as configured), PlanError (one line
+    naming the smallest type that fits) when the type cannot serve it."""
+    facts = km.facts_for(model_id)
+    if facts is None:
+        return None
+    b = catalog.backend(backend_id)
+    spec = catalog.INSTANCES.get(instance_type)
+    if spec is None or not spec.accelerators:
+        return None  # an instance the catalog does not know: the config checks have spoken
+    choice = choose_model(model_id)
+    check_inputs(choice, context, 1)
+    p = place(b, spec, choice, context, 1)
+    if p.deployable:
+        return p
+    best = smallest_fit(backend_id, choice, context)
+    where = (f"smallest {b.id} type that fits: {best.instance_type} (TP {best.tp})" if best
+             else f"no {b.id} type in the catalog serves it")
+    why = p.reason if not p.fits else "; ".join(p.warnings)
+    raise PlanError(f"{model_id} ({choice.precision}, max_model_len {context}) does not fit {instance_type}: "
+                    f"{why}; {where}")
