@@ -46,7 +46,7 @@ def test_every_default_instance_type_is_accepted_by_its_backend(backend):
     ("inf2", "g6.xlarge", ": inf2 needs an inf2/trn1 type, e.g. inf2.xlarge"),
     ("trn1", "trn1n.32xlarge", None),
     ("sagemaker", "g6.xlarge", ": sagemaker needs an ml.* SageMaker type"),
-    ("sagemaker", "ml.g5.48xlarge", ": has no GPU count in the catalog"),
+    ("sagemaker", "ml.p5.48xlarge", ": has no GPU count in the catalog"),
     ("g6", "ml.g6.xlarge", ": g6 needs an EC2 type without ml."),
     ("g6", "nonsense", " is not an instance type"),
 ])
