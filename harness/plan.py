@@ -18,11 +18,12 @@ import argparse
 import json
 import sys
 
-from harness import catalog
+from ami.neuron import neuron_config as neuron_engine
 from harness.cost import formulas
 from harness.cost.prices import PriceBook
-from harness.package.schemes import MODEL_WORD, SCHEMES
+from kit import catalog
 from kit import plan as kp
+from kit.schemes import MODEL_WORD, SCHEMES
 
 
 def packages_for(backend: catalog.Backend, choice: kp.ModelChoice) -> list[str]:
@@ -126,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
         ids = tuple(x.strip() for x in args.backends.split(",") if x.strip())
         for bid in ids:
             catalog.backend(bid)
-        placements = kp.plan(choice, context=args.context, concurrency=args.concurrency, backends=ids)
+        placements = kp.plan(choice, context=args.context, concurrency=args.concurrency, backends=ids,
+                             neuron_engine=neuron_engine)
     except ValueError as e:
         print(f"plan: {e}", file=sys.stderr)
         return 2

@@ -15,7 +15,9 @@ Rules, and where each comes from:
   attention layer asserts both). Weights and K/V shard across the degree; a layer with fewer KV
   heads than the degree keeps one head per GPU. A GPU offers ``GPU_MEMORY_UTILIZATION`` of its
   memory (vLLM's ``--gpu-memory-utilization`` default 0.9) for weights, activations and cache.
-- Neuron: the kit's engine decides (ami/neuron/neuron_config.py ``plan``, imported, not copied):
+- Neuron: the kit's engine decides (ami/neuron/neuron_config.py ``plan``, called, not copied; the
+  caller hands the module in as ``neuron_engine``, since the core never imports the engine, which
+  the Neuron image ships alone):
   the largest catalog degree that fits the NeuronCores and divides the heads, the largest
   embedding table split so no NeuronCore gathers more than 4 GB (the seed's silent zeros above
   ~4-5 GB), weights over the degree plus the engine's K/V bound within 85% of 16 GiB per core,
@@ -28,8 +30,9 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
-from ami.neuron import neuron_config as neuron_engine
-from harness import catalog  # moves to kit/ with the other shared modules
+from types import ModuleType
+
+from kit import catalog
 from kit import models as km
 
 # vLLM's --gpu-memory-utilization default: the fraction of each GPU's memory vLLM takes.
@@ -167,13 +170,17 @@ def plan_gpu(backend: catalog.Backend, spec: catalog.InstanceSpec, choice: Model
 
 
 def plan_neuron(backend: catalog.Backend, spec: catalog.InstanceSpec, choice: ModelChoice,
-                context: int, concurrency: int) -> Placement:
+                context: int, concurrency: int, neuron_engine: ModuleType | None) -> Placement:
     arch = choice.arch
     weights = checkpoint_bytes(choice)
     read = arch.weights_read_per_token(choice.precision, choice.embed_precision) + arch.kv_read_per_token(context)
     warnings = _precision_warnings(spec, choice)
     gib, minutes = _extras(choice, neuron=True)
     text = dict(km.TEXT_CONFIGS[choice.facts.size]) if choice.facts else None
+    if neuron_engine is None:
+        return Placement(backend.id, spec.name, False, False, "not planned: the Neuron engine's rules were not "
+                         "given (pass ami.neuron.neuron_config)", None, spec.devices, weights, 0.0, None, None, None,
+                         read, warnings, gib, minutes)
     if text is None:
         return Placement(backend.id, spec.name, False, False, "the Neuron engine plans known Gemma 4 sizes only",
                          None, spec.devices, weights, 0.0, None, None, None, read, warnings, gib, minutes)
@@ -235,9 +242,9 @@ def size_key(s: catalog.InstanceSpec) -> tuple:
 
 
 def place(backend: catalog.Backend, spec: catalog.InstanceSpec, choice: ModelChoice, context: int,
-          concurrency: int) -> Placement:
+          concurrency: int, neuron_engine: ModuleType | None = None) -> Placement:
     if backend.engine_kind == "neuron":
-        return plan_neuron(backend, spec, choice, context, concurrency)
+        return plan_neuron(backend, spec, choice, context, concurrency, neuron_engine)
     return plan_gpu(backend, spec, choice, context, concurrency)
 
 
@@ -252,27 +259,31 @@ def check_inputs(choice: ModelChoice, context: int, concurrency: int) -> None:
 
 
 def plan(choice: ModelChoice, *, context: int = DEFAULT_CONTEXT, concurrency: int = 1,
-         backends: tuple[str, ...] = catalog.BACKEND_IDS) -> dict[str, list[Placement]]:
+         backends: tuple[str, ...] = catalog.BACKEND_IDS,
+         neuron_engine: ModuleType | None = None) -> dict[str, list[Placement]]:
     """Placements per backend id (an empty list for a backend with no open weights)."""
     check_inputs(choice, context, concurrency)
     out: dict[str, list[Placement]] = {}
     for bid in backends:
         b = catalog.backend(bid)
-        out[bid] = [place(b, s, choice, context, concurrency) for s in candidates(b)] if b.open_weights else []
+        out[bid] = ([place(b, s, choice, context, concurrency, neuron_engine) for s in candidates(b)]
+                    if b.open_weights else [])
     return out
 
 
-def smallest_fit(backend_id: str, choice: ModelChoice, context: int, concurrency: int = 1) -> Placement | None:
+def smallest_fit(backend_id: str, choice: ModelChoice, context: int, concurrency: int = 1,
+                 neuron_engine: ModuleType | None = None) -> Placement | None:
     """The smallest catalog instance type where the backend can serve the model, None if none."""
     b = catalog.backend(backend_id)
     for s in candidates(b):
-        p = place(b, s, choice, context, concurrency)
+        p = place(b, s, choice, context, concurrency, neuron_engine)
         if p.deployable:
             return p
     return None
 
 
-def check_deploy(backend_id: str, instance_type: str, model_id: str, context: int) -> Placement | None:
+def check_deploy(backend_id: str, instance_type: str, model_id: str, context: int,
+                 neuron_engine: ModuleType | None = None) -> Placement | None:
     """The placement a deployment of ``model_id`` on ``instance_type`` gets (sizing for the stack),
     None for a model the kit has no facts for (it deploys as configured), PlanError (one line
     naming the smallest type that fits) when the type cannot serve it."""
@@ -285,10 +296,10 @@ def check_deploy(backend_id: str, instance_type: str, model_id: str, context: in
         return None  # an instance the catalog does not know: the config checks have spoken
     choice = choose_model(model_id)
     check_inputs(choice, context, 1)
-    p = place(b, spec, choice, context, 1)
+    p = place(b, spec, choice, context, 1, neuron_engine)
     if p.deployable:
         return p
-    best = smallest_fit(backend_id, choice, context)
+    best = smallest_fit(backend_id, choice, context, 1, neuron_engine)
     where = (f"smallest {b.id} type that fits: {best.instance_type} (TP {best.tp})" if best
              else f"no {b.id} type in the catalog serves it")
     why = p.reason if not p.fits else "; ".join(p.warnings)

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness import catalog
+from ami.neuron import neuron_config as neuron_engine
+from kit import catalog
 from kit import plan as kp
 
 GIB = 2**30
@@ -60,7 +61,8 @@ def test_31b_refuses_one_l4_with_its_numbers():
 
 
 def test_e2b_on_inf2_xlarge_follows_the_neuron_engine():
-    p = kp.place(catalog.backend("inf2"), catalog.INSTANCES["inf2.xlarge"], kp.choose_model("E2B"), 4096, 1)
+    p = kp.place(catalog.backend("inf2"), catalog.INSTANCES["inf2.xlarge"], kp.choose_model("E2B"), 4096, 1,
+                 neuron_engine)
     assert p.tp == 2  # the catalog's inf2 degrees up to 2 cores that divide 8 heads
     # The engine's K/V bound: 15 owning layers x 2 x 1 KV head x 512 (widest head) x 4096 x batch 1 x 2 bytes.
     kv = 15 * 2 * 1 * 512 * 4096 * 2
@@ -72,10 +74,16 @@ def test_e2b_on_inf2_xlarge_follows_the_neuron_engine():
 
 def test_neuron_refuses_int4_and_sizes_without_a_port():
     int4 = kp.place(catalog.backend("inf2"), catalog.INSTANCES["inf2.xlarge"],
-                    kp.choose_model("google/gemma-4-E2B-it-qat-w4a16-ct"), 4096, 1)
+                    kp.choose_model("google/gemma-4-E2B-it-qat-w4a16-ct"), 4096, 1, neuron_engine)
     assert not int4.fits and "int4" in int4.reason
-    moe = kp.place(catalog.backend("inf2"), catalog.INSTANCES["inf2.48xlarge"], kp.choose_model("26B"), 4096, 1)
+    moe = kp.place(catalog.backend("inf2"), catalog.INSTANCES["inf2.48xlarge"], kp.choose_model("26B"), 4096, 1,
+                   neuron_engine)
     assert moe.fits and not moe.deployable and "no public Neuron port" in moe.warnings[-1]
+
+
+def test_neuron_needs_the_engines_rules():
+    p = kp.place(catalog.backend("inf2"), catalog.INSTANCES["inf2.xlarge"], kp.choose_model("E2B"), 4096, 1)
+    assert not p.fits and "not planned" in p.reason
 
 
 def test_moe_needs_all_experts_in_memory_but_reads_eight():
