@@ -17,10 +17,11 @@ export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export AWS_EC2_METADATA_DISABLED := true
 unexport CDK_DEFAULT_ACCOUNT
 
-.PHONY: help setup setup-run sysdeps synth lint pytest test run clean bench-fidelity bench-tunnel bench-engine patch-check demo
+.PHONY: help setup setup-run sysdeps synth lint ruff pytest test check run clean bench-fidelity bench-tunnel bench-engine patch-check demo
 
 help:
 	@echo "make test   set up (.venv, npm ci, system packages), synth every stack, lint, pytest"
+	@echo "make check  the fast tier (~2 min): ruff, then the tests not marked slow"
 	@echo "make run    lean set-up, then python -m harness.run ARGS='...'"
 	@echo "make demo   the whole flow on this machine, no AWS: tiny engine, harness.run, report"
 	@echo "make bench-fidelity | bench-tunnel | bench-engine   the kit measuring itself (harness/calibration)"
@@ -34,8 +35,10 @@ $(STAMP_RUN): | $(VENV)/bin/python
 	$(PIP) -r requirements.txt
 	rm -f $(VENV)/.stamp-run-*; touch $@
 
+# The dev set = requirements.txt + every extra + the test tools (pyproject.toml's `dev` extra).
 $(STAMP_DEV): | $(VENV)/bin/python
-	$(PIP) -r requirements-dev.txt
+	$(PIP) -r requirements.txt -r requirements-engine.txt -r requirements-package.txt \
+	  -r requirements-accuracy.txt -r requirements-dev.txt
 	rm -f $(VENV)/.stamp-dev-* $(VENV)/.stamp-run-*; touch $@ $(STAMP_RUN)
 
 node_modules/.package-lock.json: package-lock.json
@@ -68,7 +71,10 @@ synth: setup
 	rm -rf cdk.out
 	npx cdk synth -q -o cdk.out
 
-lint: synth
+ruff: $(STAMP_DEV)
+	$(VENV)/bin/ruff check .
+
+lint: synth ruff
 	$(PY) -m kit.regions lint cdk.out  # --regions = each template's own region, not the shell's
 	$(VENV)/bin/shellcheck $$(git ls-files '*.sh' 2>/dev/null || find . -name '*.sh' -not -path './node_modules/*' -not -path './.venv/*')
 
@@ -76,6 +82,11 @@ pytest: setup
 	$(PY) -m pytest -q
 
 test: lint pytest
+
+# The fast tier while editing: no synth, no slow tests (pyproject.toml's `slow` marker, set per
+# module in tests/conftest.py from measured durations). `make test` is still what CI runs.
+check: $(STAMP_DEV) sysdeps ruff
+	$(PY) -m pytest -q -m "not slow"
 
 run: setup-run
 	$(PY) -m harness.run $(ARGS)

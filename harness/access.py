@@ -48,7 +48,7 @@ import paramiko
 
 from harness.eic_proxy import FRAME_BYTES, redact
 from harness.endpoint import Endpoint
-from harness.hostkeys import AccessError, HostKeyMismatch, HostKeyPins  # noqa: F401 - public here
+from harness.hostkeys import AccessError, HostKeyMismatch, HostKeyPins
 
 log = logging.getLogger(__name__)
 
@@ -469,7 +469,7 @@ def eic_tunnel(endpoint: Endpoint, *, botocore_session: Any, region: str, pins: 
     try:
         reservations = ec2.describe_instances(InstanceIds=[endpoint.instance_id])["Reservations"]
         inst = reservations[0]["Instances"][0]
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         raise AccessError(f"{endpoint.name}: describe_instances {endpoint.instance_id}: {exc}") from exc
     state = inst.get("State", {}).get("Name")
     if state != "running":
@@ -490,7 +490,7 @@ def eic_tunnel(endpoint: Endpoint, *, botocore_session: Any, region: str, pins: 
         try:
             eic.send_ssh_public_key(InstanceId=endpoint.instance_id, InstanceOSUser=os_user,
                                     SSHPublicKey=public_key_line(key))
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise AccessError(f"{endpoint.name}: send_ssh_public_key: {exc}") from exc
         url = presign_open_tunnel(botocore_session, region, dns, eice["InstanceConnectEndpointId"],
                                   inst["PrivateIpAddress"], 22, max_tunnel_duration)

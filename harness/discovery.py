@@ -331,7 +331,7 @@ def parse_endpoint_arg(value: str) -> tuple[str, str]:
 def probe_model_id(base_url: str, timeout: float = 10.0) -> str:
     """The first model an OpenAI-compatible server lists at ``GET /v1/models``."""
     try:
-        with urllib.request.urlopen(base_url + "/models", timeout=timeout) as r:  # noqa: S310 - user URL
+        with urllib.request.urlopen(base_url + "/models", timeout=timeout) as r:
             data = json.loads(r.read())
         return str(data["data"][0]["id"])
     except (urllib.error.URLError, OSError, ValueError, KeyError, IndexError, TypeError) as e:

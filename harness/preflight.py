@@ -339,7 +339,7 @@ def _check_bedrock(session: Any, region: str, b: Target, rep: Report, client: An
     if agreement not in (None, "AVAILABLE", "NOT_AVAILABLE"):
         bad.append(f"agreement {agreement}")
     if bad:
-        fix = (f"deploy Bedrock where it is (-c bedrock_region=<region>)" if len(bad) == 1 and bad[0].startswith("not available")
+        fix = ("deploy Bedrock where it is (-c bedrock_region=<region>)" if len(bad) == 1 and bad[0].startswith("not available")
                else f"enable access to {mid} in the Bedrock console, Model access, in {region} "
                     f"(https://{region}.console.aws.amazon.com/bedrock/home?region={region}#/modelaccess)")
         rep.add(b.id, "model access", "BLOCK", f"{mid}: " + "; ".join(bad) + f"; fix: {fix}")

@@ -32,7 +32,7 @@ def run_on_transport(transport: paramiko.Transport, command: str, stdin: bytes =
     try:
         chan = transport.open_session(timeout=15)
         chan.exec_command(command)
-    except Exception as exc:  # noqa: BLE001 - one line naming the step
+    except Exception as exc:
         raise RemoteError(f"could not start the remote command: {type(exc).__name__}: {exc}") from exc
     out: list[bytes] = []
     try:

@@ -27,6 +27,7 @@ from typing import Any, Callable
 import paramiko
 
 from harness import access
+from harness.hostkeys import AccessError
 
 
 def key_from_pem(pem: str) -> paramiko.PKey:

@@ -51,13 +51,13 @@ from stacks.az_choice import IMAGE_CIDR_BASE, OfferedSubnet
 from kit.catalog import BACKENDS, instance_arch
 from kit.config import ConfigError, KitConfig
 from stacks.package import package_scheme
+from kit.image_facts import (BUILD_HOSTS, FAMILY_IMAGE, GPU_DLAMI, IMAGE_PARAMETERS,  # noqa: F401 (re-exported)
+                             IMAGE_STACKS, NEURON_BUILD_INSTANCE, NEURON_DLAMI, PARAMETER_PREFIX,
+                             NEURON_IMAGES, PARENT_AMI_NAMES, SM75_CANDIDATE_PARAMETER, neuron_image)
+from stacks.lambda_code import handler_code, handler_name
 
 AMI_DIR = Path(__file__).resolve().parent.parent / "ami"
 COMPONENTS_DIR = AMI_DIR / "components"
-from kit.image_facts import (BUILD_HOSTS, FAMILY_IMAGE, GPU_DLAMI, IMAGE_PARAMETERS,  # noqa: F401 (re-exported)
-                                IMAGE_STACKS, NEURON_BUILD_INSTANCE, NEURON_DLAMI, PARAMETER_PREFIX,
-                                NEURON_IMAGES, PARENT_AMI_NAMES, SM75_CANDIDATE_PARAMETER, neuron_image)
-from stacks.lambda_code import handler_code, handler_name
 
 # Builds each pipeline keeps; older ones are deleted with their AMIs and snapshots by an Image
 # Builder lifecycle policy, except AMIs launched in the last LIFECYCLE_KEEP_LAUNCHED_DAYS days.
@@ -477,7 +477,7 @@ class ImagePipelineStack(cdk.Stack):
             )],
         )
         cdk.CfnOutput(self, f"{key}PipelineArn", value=pipeline.attr_arn,
-                      description=f"aws imagebuilder start-image-pipeline-execution --image-pipeline-arn <this>")
+                      description="aws imagebuilder start-image-pipeline-execution --image-pipeline-arn <this>")
         cdk.CfnOutput(self, f"{key}AmiParameter", value=p.publish_parameter,
                       description="SSM parameter the built AMI id is written to")
 

@@ -133,7 +133,7 @@ def prepare(raw: bytes, gen: Generator, lim: IntakeLimits) -> Prepared:
     req = api.parse_chat_request(body, gen.model_id)
     try:
         prompt_ids = gen.chat.render(req.messages, req.tools)
-    except Exception as exc:  # the template refused the conversation (e.g. role order)
+    except Exception as exc:  # noqa: BLE001 - the template refused the conversation (e.g. role order)
         raise api.RequestError("cannot render the conversation with the chat template: "
                                f"{api.show(str(exc), 300)}", "messages") from None
     return Prepared(req, prompt_ids, gen.limits.resolve_max_tokens(len(prompt_ids), req.max_tokens))

@@ -50,11 +50,11 @@ class RateLimit(logging.Filter):
 
 
 class BoundedFormatter(logging.Formatter):
-    def formatMessage(self, record: logging.LogRecord) -> str:
+    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 - logging.Formatter hook, named by the stdlib
         text = super().formatMessage(record)
         return text if len(text) <= MAX_CHARS else text[:MAX_CHARS] + f"... ({len(text)} characters)"
 
-    def formatException(self, ei) -> str:
+    def formatException(self, ei) -> str:  # noqa: N802 - logging.Formatter hook, named by the stdlib
         lines = [line[:MAX_CHARS] for line in "".join(traceback.format_exception(*ei)).splitlines()]
         if len(lines) > MAX_TRACE_LINES:
             keep = MAX_TRACE_LINES // 2

@@ -91,7 +91,7 @@ class OpenAIAsk:
         req = urllib.request.Request(self.url, data=json.dumps(sent).encode(),
                                      headers={"Content-Type": "application/json"})
         try:
-            with urllib.request.urlopen(req, timeout=self.s.timeout) as r:  # noqa: S310 - user URL
+            with urllib.request.urlopen(req, timeout=self.s.timeout) as r:
                 data = json.loads(r.read())
         except urllib.error.HTTPError as e:
             detail = e.read()[:300].decode("utf-8", "replace")

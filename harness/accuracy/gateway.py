@@ -45,13 +45,13 @@ def openai_gateway(target: Target) -> Iterator[Target]:
     """The same target, with ``base_url`` pointing at a local gateway while the block runs."""
 
     class Handler(JsonHandler):
-        def do_GET(self) -> None:  # noqa: N802
+        def do_GET(self) -> None:
             if self.path.rstrip("/") == "/v1/models":
                 self._send(200, {"object": "list", "data": [{"id": target.model_id, "object": "model"}]})
             else:
                 self._send(404, {"error": {"message": f"{self.path} not served"}})
 
-        def do_POST(self) -> None:  # noqa: N802
+        def do_POST(self) -> None:
             if self.path.rstrip("/") != "/v1/chat/completions":
                 self._send(404, {"error": {"message": f"{self.path} not served (chat completions only)"}})
                 return

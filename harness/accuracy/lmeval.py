@@ -103,7 +103,7 @@ def serves_echo(base_url: str | None, model: str, timeout: float = 30.0) -> bool
     req = urllib.request.Request(base_url.rstrip("/") + "/completions", data=body,
                                  headers={"Content-Type": "application/json"})
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:  # noqa: S310 - user URL
+        with urllib.request.urlopen(req, timeout=timeout) as r:
             data = json.loads(r.read())
         lp = data["choices"][0]["logprobs"]["token_logprobs"]
         return isinstance(lp, list) and len(lp) >= 2
@@ -122,7 +122,7 @@ def refused_chat_fields(base_url: str, model: str, seed: int, timeout: float = 6
     req = urllib.request.Request(base_url.rstrip("/") + "/chat/completions", data=body,
                                  headers={"Content-Type": "application/json"})
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:  # noqa: S310 - user URL
+        with urllib.request.urlopen(req, timeout=timeout) as r:
             r.read()
         return None
     except urllib.error.HTTPError as e:

@@ -69,7 +69,7 @@ def load_tokenizer(path: str | Path | None) -> TokenCounter | None:
         raise BenchError(f"--tokenizer {path}: no tokenizer.json there")
     try:
         tok = Tokenizer.from_file(str(p))
-    except Exception as e:  # tokenizers raises its own Exception type for any bad file
+    except Exception as e:  # noqa: BLE001 - tokenizers raises its own Exception type for any bad file
         raise BenchError(f"--tokenizer {path}: not a tokenizer.json the 'tokenizers' package can "
                          f"load ({str(e).splitlines()[0][:160] if str(e) else type(e).__name__})") from None
 

@@ -124,7 +124,7 @@ def _endpoint(args, ap) -> Endpoint:
             from harness.bench.clients.openai import discover_model
             try:
                 model = asyncio.run(discover_model(url, api_key=os.environ.get("OPENAI_API_KEY")))
-            except Exception as e:
+            except Exception as e:  # noqa: BLE001 - any failure to discover the model is one usage line
                 ap.error(f"--model not given and {url}/models could not tell it: {e}")
         return Endpoint(name=args.name or "openai", protocol="openai", model_id=model, base_url=url)
     if args.sagemaker_endpoint:

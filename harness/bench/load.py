@@ -90,7 +90,7 @@ async def run_level(client: Any, profile: Profile, spec: LevelSpec, *, level_run
                         state["interrupted"] = True
                     rec.fail("timeout", f"no complete response within {limit:.1f} s"
                              + (" (run time limit)" if limit < request_timeout else ""))
-                except Exception as e:  # a backend bug must not end the run
+                except Exception as e:  # noqa: BLE001 - a backend bug must not end the run
                     rec.fail("client", f"{type(e).__name__}: {e}")
                 rec.finish()  # the end time is taken now; what follows is bookkeeping
                 # Let the other streams whose chunks arrived in this same loop iteration take

@@ -74,7 +74,7 @@ class RecordWriter:
                         f.write(b"".join(batch))
                         f.flush()
                         os.fsync(f.fileno())
-                except BaseException as e:  # disk full etc.: surfaced by flush()
+                except BaseException as e:  # noqa: BLE001 - disk full etc.: surfaced by flush()
                     self.error = e
                 self.written += len(batch)
             elif self._stop:

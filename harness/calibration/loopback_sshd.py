@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
-from harness.procs import free_port, stop  # noqa: F401 - free_port re-exported for the tests
+from harness.procs import free_port, stop
 
 
 @contextlib.contextmanager
@@ -48,7 +48,7 @@ SetEnv HOME={tmp}
 """ + ("LogLevel DEBUG2\n" if log else ""))
     with contextlib.suppress(OSError):  # privilege-separation directory sshd wants when root
         Path("/run/sshd").mkdir(exist_ok=True)
-    err = open(log, "wb") if log else subprocess.PIPE  # a file: a debug log would fill a pipe
+    err = open(log, "wb") if log else subprocess.PIPE  # noqa: SIM115 - a file (a debug log would fill a pipe), open while sshd runs
     proc = subprocess.Popen([sshd_bin, "-D", "-e", "-f", str(cfg)], stderr=err)
     try:
         deadline = time.time() + 10

@@ -94,8 +94,9 @@ def format_plan(plan: dict, input_per_output: float = 5.0, notes: list[str] | No
                      _fmt(sixteen, ".3f"), _fmt(r.get("break_even_tok_s"), ".0f"),
                      (r.get("price") or {}).get("label", "")))
     widths = [max(len(str(x[i])) for x in [head, *rows]) for i in range(len(head))]
-    line = lambda cells: "  ".join(str(c).ljust(w) if i < 2 or i == len(head) - 1 else str(c).rjust(w)
-                                   for i, (c, w) in enumerate(zip(cells, widths)))
+    def line(cells) -> str:
+        return "  ".join(str(c).ljust(w) if i < 2 or i == len(head) - 1 else str(c).rjust(w)
+                         for i, (c, w) in enumerate(zip(cells, widths)))
     out = [f"Prices: {n}" for n in notes or []]
     out += [line(head), line(["-" * w for w in widths]), *[line(r) for r in rows], ""]
     bed = next((r for r in plan.values() if r.get("service") == "bedrock" and r.get("usd_per_m_output")), None)

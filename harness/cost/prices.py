@@ -214,7 +214,7 @@ def has_credentials() -> bool:
         import boto3
 
         return boto3.Session().get_credentials() is not None
-    except Exception:  # a broken profile is "no usable credentials" here
+    except Exception:  # noqa: BLE001 - a broken profile is "no usable credentials" here
         return False
 
 
@@ -258,7 +258,7 @@ class PriceBook:
         try:
             usd = self.client.instance_hourly(instance_type, region)
             return Quote(instance_type, region, "live", self.today, usd_per_hour=usd)
-        except Exception as e:  # any API failure: say so and use the snapshot
+        except Exception as e:  # noqa: BLE001 - any API failure: say so and use the snapshot
             self._give_up_if_unreachable(e)
             return self._snapshot_instance(instance_type, region, f"live lookup failed ({_brief(e)}); ")
 
@@ -291,7 +291,7 @@ class PriceBook:
         try:
             usd_in, usd_out = self.client.bedrock_tokens(name, region)
             return Quote(model_id, region, "live", self.today, usd_per_m_input=usd_in, usd_per_m_output=usd_out)
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - any API failure: say so and use the snapshot
             self._give_up_if_unreachable(e)
             return self._snapshot_bedrock(model_id, region, f"live lookup failed ({_brief(e)}); ")
 
@@ -319,5 +319,5 @@ def _named(lookup, what: str, region: str):
     """A refresh is all or nothing: the first entry that cannot be priced stops it, named."""
     try:
         return lookup(what, region)
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 - any API failure is one PriceError line
         raise PriceError(f"cannot price {what} in {region} live ({_brief(e)}); the snapshot is unchanged") from None

@@ -26,7 +26,7 @@ def refuse_existing(bucket: str, prefix: str, client=None) -> None:
     c = client or _client()
     try:
         resp = c.list_objects_v2(Bucket=bucket, Prefix=f"{prefix}/", MaxKeys=1)
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 - any S3 failure is one PackageError line
         raise PackageError(f"s3://{bucket}/{prefix}: cannot list ({type(e).__name__}: {e})") from None
     if resp.get("KeyCount", 0):
         raise PackageError(f"s3://{bucket}/{prefix}/ is not empty; choose a new prefix")

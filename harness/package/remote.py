@@ -38,7 +38,7 @@ def start(scheme: str, source: str | None = None, revision: str | None = None, *
     try:
         build = codebuild.start_build(projectName=PROJECT_NAME,
                                       environmentVariablesOverride=_overrides(scheme, source, revision))["build"]
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 - any CodeBuild failure is one PackageError line
         where = f" in {region}" if region else ""
         raise PackageError(f"cannot start {PROJECT_NAME}{where} ({type(e).__name__}: {e}); "
                            "deploy it first: npx cdk deploy PackageStack -c g6_model=package "

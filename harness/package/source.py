@@ -74,7 +74,7 @@ def _download(repo_id: str, revision: str | None) -> Path:
     try:
         path = snapshot_download(repo_id=repo_id, revision=revision, token=token,
                                  allow_patterns=["*.json", "*.safetensors", "*.jinja", "tokenizer*"])
-    except Exception as e:  # the hub's errors are many; the user needs the one line
+    except Exception as e:  # noqa: BLE001 - the hub's errors are many; the user needs the one line
         raise PackageError(f"cannot download {repo_id!r} (revision {revision or 'main'}): "
                            f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''} "
                            "(gated Gemma repos need HF_TOKEN with access granted)") from None

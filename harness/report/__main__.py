@@ -6,10 +6,19 @@ import sys
 from harness.report import NotAResultsDir, render
 
 
+def _prog() -> str:
+    # "python -m harness report" when reached through the one door (harness/__main__.py)
+    return sys.argv[0] if sys.argv[0].startswith("python -m harness ") else "python -m harness.report"
+
+
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
+    usage = f"usage: {_prog()} RESULTS_DIR (a results/<run-id>/ directory)"
+    if args in (["-h"], ["--help"]):
+        print(usage)
+        return 0
     if len(args) != 1 or args[0].startswith("-"):
-        print("usage: python -m harness.report RESULTS_DIR (a results/<run-id>/ directory)", file=sys.stderr)
+        print(usage, file=sys.stderr)
         return 2
     try:
         notes: list[str] = []

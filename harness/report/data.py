@@ -241,7 +241,7 @@ def _offline_cost(path: Path) -> tuple[dict | None, str]:
     book = PriceBook.auto(offline=True)
     try:
         cost = cost_for_run(path, book, 5.0, write=False)
-    except Exception as e:  # a hostile meta.json: the report renders without cost, and says why
+    except Exception as e:  # noqa: BLE001 - a hostile meta.json: the report renders without cost, and says why
         return None, f"cost could not be computed: {type(e).__name__}: {str(e)[:160]}"
     return cost, (f"no cost.json in this run: costs computed offline from the price snapshot dated "
                   f"{book.snapshot['as_of']}")

@@ -207,7 +207,8 @@ def _md_table(t: Table) -> str:
     head, rows = t
     if not rows:
         return "_none in this run_\n"
-    esc = lambda s: str(s).replace("|", "\\|").replace("\n", " ")
+    def esc(s) -> str:
+        return str(s).replace("|", "\\|").replace("\n", " ")
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(esc(c) for c in r) + " |" for r in rows]
     return "\n".join(lines) + "\n"
@@ -270,7 +271,7 @@ def _guarded(run: RunData, title: str, fn: Callable[[RunData], Any]) -> Any:
     section is dropped, the report still renders; what the reader validates comes first)."""
     try:
         return fn(run)
-    except Exception as e:  # a file shape nobody foresaw: one section lost, not the report
+    except Exception as e:  # noqa: BLE001 - a file shape nobody foresaw: one section lost, not the report
         note = f"section {title!r} not rendered: {type(e).__name__}: {str(e)[:120]}"
         if note not in run.notes:
             run.notes.append(note)

@@ -7,10 +7,10 @@ import io
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
-from kit import catalog  # noqa: E402
-from harness.report.data import RunData, knee_index, load_label, metric, per_token, sweeps  # noqa: E402
+from kit import catalog
+from harness.report.data import RunData, knee_index, load_label, metric, per_token, sweeps
 
 COLORS = {b.id: b.color for b in catalog.BACKENDS.values() if b.color}  # each backend's colour
 _SPARE = ["#17becf", "#bcbd22", "#e377c2", "#7f7f7f"]

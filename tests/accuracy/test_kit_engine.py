@@ -11,9 +11,9 @@ import pytest
 
 pytest.importorskip("torch", reason="the engine's CPU generator needs torch (requirements-engine.txt)")
 
-from harness.accuracy.cli import main  # noqa: E402
-from tests.accuracy.test_cli import write_items  # noqa: E402
-from tests.neuron.engine_proc import tiny_engine  # noqa: E402
+from harness.accuracy.cli import main
+from tests.accuracy.test_cli import write_items
+from tests.neuron.engine_proc import tiny_engine
 
 
 @pytest.fixture(scope="module")

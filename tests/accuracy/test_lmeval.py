@@ -9,9 +9,9 @@ import pytest
 
 pytest.importorskip("lm_eval", reason="requirements-accuracy.txt not installed")
 
-from harness.accuracy.cli import main  # noqa: E402
-from tests.accuracy import oracle  # noqa: E402
-from tests.accuracy.scripted import WORDS, ScriptedServer, numbered  # noqa: E402
+from harness.accuracy.cli import main
+from tests.accuracy import oracle
+from tests.accuracy.scripted import WORDS, ScriptedServer, numbered
 
 N = 12
 A_RIGHT = set(range(10))  # 10 of 12

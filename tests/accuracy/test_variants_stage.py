@@ -12,7 +12,7 @@ import pytest
 from harness import run
 from tests.accuracy import oracle
 from tests.accuracy.scripted import ScriptedServer, numbered
-from tests.accuracy.test_cli import N, write_items
+from tests.accuracy.test_cli import write_items
 
 EC2 = {"BackendId": "g6", "Service": "ec2", "Region": "us-east-1", "InstanceType": "g6.xlarge", "Port": "8000",
        "SshUser": "ubuntu", "TtlExpiresAt": "disabled", "IdleStopMinutes": "60"}

@@ -28,7 +28,7 @@ def _count(module):
 
 
 def test_every_layer_matches_transformers(hf_model):
-    assert [G.layer_params(i) for i in range(G.layers)] == [_count(l) for l in hf_model.layers]
+    assert [G.layer_params(i) for i in range(G.layers)] == [_count(ln) for ln in hf_model.layers]
 
 
 def test_model_totals_match_transformers(hf_model):

@@ -32,9 +32,9 @@ def test_plan_without_credentials_prints_every_backend_from_the_snapshot(tmp_pat
     assert f"no AWS credentials: prices from the snapshot dated {as_of}" in p.stdout
     for bid, inst in [("g6", "g6.xlarge"), ("sagemaker", "ml.g6.xlarge"), ("g5g", "g5g.2xlarge"),
                       ("inf2", "inf2.xlarge"), ("trn1", "trn1.2xlarge"), ("bedrock", "nova-micro")]:
-        line = next(l for l in p.stdout.splitlines() if l.startswith(bid + " "))
+        line = next(ln for ln in p.stdout.splitlines() if ln.startswith(bid + " "))
         assert inst in line and f"snapshot {as_of}" in line
-    g6 = next(l for l in p.stdout.splitlines() if l.startswith("g6 "))
+    g6 = next(ln for ln in p.stdout.splitlines() if ln.startswith("g6 "))
     for figure in ("0.8048", "588", "131.9", "1.69", "0.150", "710"):
         assert figure in g6
 

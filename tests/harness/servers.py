@@ -16,7 +16,7 @@ from harness.calibration.loopback_sshd import free_port, sshd  # noqa: F401  (re
 
 
 class _Hello(http.server.BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         body = f'{{"path": "{self.path}"}}'.encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")

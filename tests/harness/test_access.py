@@ -171,7 +171,7 @@ def test_websocket_that_cannot_open_is_one_access_error():
 
 
 def _free():
-    from tests.harness.servers import get_json, free_port
+    from tests.harness.servers import free_port
     return free_port()
 
 

@@ -26,7 +26,7 @@ class FakeBedrock:
                        "entitlementAvailability": "AVAILABLE", **status}
         self.asked = []
 
-    def get_foundation_model_availability(self, modelId):  # noqa: N803
+    def get_foundation_model_availability(self, modelId):
         self.asked.append(modelId)
         return {"modelId": modelId, **self.status}
 

@@ -10,7 +10,7 @@ from harness.package.remote import EMPTY_READS_AT_END, start
 
 
 class FakeLogs:
-    class exceptions:
+    class exceptions:  # noqa: N801 - mimics the boto3 client attribute of that name
         class ResourceNotFoundException(Exception):
             pass
 
@@ -124,7 +124,7 @@ class LaggingLogs:
     becomes readable at read number `arrive[i]` (AWS's follower reads on for that reason,
     aws-actions/aws-codebuild-run-build code.js)."""
 
-    class exceptions:
+    class exceptions:  # noqa: N801 - mimics the boto3 client attribute of that name
         class ResourceNotFoundException(Exception):
             pass
 

@@ -7,7 +7,6 @@ import copy
 import json
 from pathlib import Path
 
-import pytest
 
 from harness.package.allocator import CachingAllocator
 from harness.package.resident import MAX_SPLIT_SIZE, Serving, load, rope_caches

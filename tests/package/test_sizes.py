@@ -26,8 +26,8 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from kit.schemes import SCHEMES  # noqa: E402
-from harness.package.sizes import sizes, text_shapes  # noqa: E402
+from kit.schemes import SCHEMES
+from harness.package.sizes import sizes, text_shapes
 
 GIB = 2**30
 CONFIG = Path(__file__).parent / "fixtures" / "gemma-4-E2B-it.config.json"

@@ -10,8 +10,8 @@ import pytest
 
 pytest.importorskip("aws_cdk")
 
-from kit.config import ConfigError  # noqa: E402
-from tests.stacks.conftest import synth  # noqa: E402
+from kit.config import ConfigError
+from tests.stacks.conftest import synth
 
 
 @pytest.fixture(scope="module")

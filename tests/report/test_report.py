@@ -41,7 +41,7 @@ def test_full_run_renders_markdown_and_self_contained_html(full_report):
     assert not (run / "cost.json").exists()
     assert "SLO line: P99 TTFT <= 800 ms (from the run's configuration)" in text
     # the knee (bench's definition): sagemaker's latency grows faster than throughput from c=16 to c=64
-    sm_rows = [l for l in text.splitlines() if l.startswith("| sagemaker | c=")]
+    sm_rows = [ln for ln in text.splitlines() if ln.startswith("| sagemaker | c=")]
     assert [r.rstrip().endswith("| knee |") for r in sm_rows] == [False, True, False]
 
 
@@ -214,7 +214,7 @@ def test_knee_skips_a_level_cut_short(tmp_path):
     levels = json.loads(path.read_text())
     levels[2]["complete"] = False
     path.write_text(json.dumps(levels))
-    rows = [l for l in render(run)[0].read_text().splitlines() if l.startswith("| sagemaker | c=")]
+    rows = [ln for ln in render(run)[0].read_text().splitlines() if ln.startswith("| sagemaker | c=")]
     assert len(rows) == 3 and rows[2].startswith("| sagemaker | c=64 (incomplete) |")
     assert not any(r.rstrip().endswith("| knee |") for r in rows)
 

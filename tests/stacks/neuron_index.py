@@ -38,7 +38,7 @@ def build_wheel(pkg: dict, out_dir: Path) -> Path:
     dist = re.sub(r"[-.]+", "_", pkg["name"])
     version = pkg["version"]
     info = f"{dist}-{version}.dist-info"
-    metadata = [f"Metadata-Version: 2.1", f"Name: {pkg['name']}", f"Version: {version}"]
+    metadata = ["Metadata-Version: 2.1", f"Name: {pkg['name']}", f"Version: {version}"]
     if pkg.get("requires_python"):
         metadata.append(f"Requires-Python: {pkg['requires_python']}")
     metadata += [f"Requires-Dist: {req}" for req in pkg["requires_dist"]]

@@ -8,7 +8,7 @@ EVENT = {"RequestType": "Create", "StackId": "s", "RequestId": "r", "LogicalReso
 
 
 class FakeEc2:
-    class meta:
+    class meta:  # noqa: N801 - mimics the boto3 client attribute of that name
         region_name = "us-east-1"
 
     def __init__(self, images):

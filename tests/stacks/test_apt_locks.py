@@ -12,11 +12,9 @@ POSIX record lock and exits 100 when one is held.
 """
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest

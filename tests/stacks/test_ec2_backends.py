@@ -189,7 +189,7 @@ def test_rendered_user_data_serves_the_model_with_the_catalogs_settings(kit, bac
     text = text.rstrip().removesuffix("provision") + "serve\n"
     stub = f'#!/bin/bash\necho "$0 $*" >> {record}\necho "token=${{HF_TOKEN:+set}}" >> {record}\n'
     bins = {"vllm/bin/vllm": stub, "neuron/bin/kit-neuron-serve": stub,
-            "neuron/bin/hf": f'#!/bin/bash\nmkdir -p "$4"\n'}
+            "neuron/bin/hf": '#!/bin/bash\nmkdir -p "$4"\n'}
     for rel, body in bins.items():
         (opt / rel).parent.mkdir(parents=True, exist_ok=True)
         (opt / rel).write_text(body)

@@ -28,7 +28,7 @@ class Clock:
 class FakeSageMaker:
     """DescribeEndpoint answers from a script: (minutes from start, status, reason)."""
 
-    class meta:
+    class meta:  # noqa: N801 - mimics the boto3 client attribute of that name
         region_name = "us-east-1"
 
     def __init__(self, clock: Clock, script: list[tuple[float, str, str]]):

@@ -11,7 +11,6 @@ aws/aws-cli#8401: "The AWS CLI v2 uses a different IMDS region fetcher than boto
 """
 from __future__ import annotations
 
-import os
 import subprocess
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -30,11 +29,11 @@ VLLM_CUDA = ROOT / "ami" / "components" / "vllm-cuda.yaml"
 REGION = "us-east-2"
 
 # AWS CLI v1 without a region anywhere: botocore's NoRegionError, as the CLI prints it.
-FAKE_AWS_V1 = f'''#!/bin/bash
-region=${{AWS_REGION:-${{AWS_DEFAULT_REGION:-}}}}
+FAKE_AWS_V1 = '''#!/bin/bash
+region=${AWS_REGION:-${AWS_DEFAULT_REGION:-}}
 args=("$@")
-for ((i = 0; i < ${{#args[@]}}; i++)); do
-  [ "${{args[i]}}" = --region ] && region=${{args[i + 1]}}
+for ((i = 0; i < ${#args[@]}; i++)); do
+  [ "${args[i]}" = --region ] && region=${args[i + 1]}
 done
 if [ -z "$region" ]; then
   echo 'You must specify a region. You can also configure your region by running "aws configure".' >&2

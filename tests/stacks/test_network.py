@@ -1,7 +1,6 @@
 """NetworkStack: no NAT, Instance Connect Endpoint with its own group, S3 gateway endpoint, flow logs."""
 from __future__ import annotations
 
-from aws_cdk.assertions import Match
 
 
 def test_no_nat_gateway_and_no_public_ip_by_default(kit):

@@ -13,7 +13,6 @@ before, which no resolver can put next to NxD Inference's transformers==4.57.*.
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil

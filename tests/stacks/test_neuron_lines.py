@@ -55,7 +55,7 @@ def test_each_built_line_pins_what_its_release_ships(line):
 
 
 def test_lines_build_separate_images_and_say_what_upstream_supports():
-    images = [pins.neuron_line(l).image for l in pins.NEURON_LINES]
+    images = [pins.neuron_line(ln).image for ln in pins.NEURON_LINES]
     assert len(set(images)) == len(images)
     assert "for trying" in pins.neuron_line("2.31").status and "not supported upstream on inf2/trn1" in pins.neuron_line("2.31").status
     assert not facts.nxdi_supports("2.31", "inf2") and not facts.nxdi_supports("2.31", "trn1")

@@ -91,7 +91,7 @@ class BedrockClient:
                         if key in event:
                             record.fail(cls, f"{key}: {(event[key] or {}).get('message', '')}")
                             break
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - recorded on the request, not raised: failures are data
             if record.closed:
                 return
             cls, status = classify(e)

@@ -86,7 +86,7 @@ async def run_in_thread(fn: Callable[[dict], None], record: Record) -> Record:
         exc = None
         try:
             fn(holder)
-        except BaseException as e:  # reported to the awaiting coroutine
+        except BaseException as e:  # noqa: BLE001 - reported to the awaiting coroutine
             exc = e
         try:
             loop.call_soon_threadsafe(done, exc)
@@ -102,7 +102,7 @@ async def run_in_thread(fn: Callable[[dict], None], record: Record) -> Record:
         if stream is not None:
             try:
                 stream.close()
-            except Exception:
+            except Exception:  # noqa: BLE001 - closing a broken stream must not hide the error being raised
                 pass
         raise
     return record
@@ -114,7 +114,7 @@ def call_with_retry(record: Record, call: Callable[[], Any], retry: Retry) -> An
     while True:
         try:
             return call()
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - classified and recorded or retried, not raised
             cls, status = classify(e)
             if cls == "throttled" and attempt < retry.max_retries and not record.closed:
                 w = retry.wait(attempt)

@@ -93,7 +93,7 @@ class SageMakerClient:
                     record.fail("stream_error", str(err.get("Message") or err))
                     break
             parser.close(now_ns())
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - recorded on the request, not raised: failures are data
             if record.closed:
                 return
             cls, status = classify(e)

@@ -22,7 +22,7 @@ from typing import Any, Mapping
 from ..cfn_response import respond
 
 
-class LookupError_(Exception):
+class AmiNotFound(Exception):
     """No AMI found; str(e) is the one line CloudFormation shows."""
 
 
@@ -31,7 +31,7 @@ def find(ec2: Any, name: str, region: str) -> str:
                                  Filters=[{"Name": "name", "Values": [name]},
                                           {"Name": "state", "Values": ["available"]}]).get("Images", [])
     if not images:
-        raise LookupError_(f"no Amazon-owned AMI named {name!r} in {region}; build on another one with "
+        raise AmiNotFound(f"no Amazon-owned AMI named {name!r} in {region}; build on another one with "
                            "cdk deploy <the Neuron image stack> -c neuron_parent_image=ami-... (docs/images.md)")
     return max(images, key=lambda i: i.get("CreationDate", ""))["ImageId"]
 
@@ -46,7 +46,7 @@ def handler(event: Mapping[str, Any], context: Any, ec2: Any = None, send=respon
         ec2 = ec2 or boto3.client("ec2")
         name = event["ResourceProperties"]["Name"]
         image = find(ec2, name, ec2.meta.region_name)
-    except LookupError_ as e:
+    except AmiNotFound as e:
         return send(event, "FAILED", physical, {}, str(e))
     except Exception as e:  # noqa: BLE001 - any other error still answers CloudFormation, with its reason
         return send(event, "FAILED", physical, {}, f"{type(e).__name__}: {e}")

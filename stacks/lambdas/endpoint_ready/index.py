@@ -96,7 +96,7 @@ def status_of(sm: Any, name: str) -> tuple[str, str]:
     """(EndpointStatus, FailureReason); ("NotFound", "") before the endpoint exists."""
     try:
         d = sm.describe_endpoint(EndpointName=name)
-    except Exception as e:  # noqa: BLE001 - botocore ClientError without importing botocore
+    except Exception as e:
         if "Could not find endpoint" in str(e) or "ValidationException" in str(e):
             return "NotFound", ""
         raise
@@ -148,7 +148,7 @@ def respond(event: Mapping[str, Any], status: str, reason: str, data: Mapping[st
 def _ignore_missing(call: Callable[[], Any]) -> None:
     try:
         call()
-    except Exception as e:  # noqa: BLE001 - ResourceNotFoundException / NoSuchEntity: already gone
+    except Exception as e:
         if "NotFound" not in type(e).__name__ and "NoSuchEntity" not in type(e).__name__ \
                 and "NotFound" not in str(e) and "NoSuchEntity" not in str(e):
             raise
@@ -172,7 +172,7 @@ def release(props: Mapping[str, Any], sm: Any, scheduler: Any, iam: Any) -> str:
     _ignore_missing(lambda: scheduler.delete_schedule(Name=schedule))
     try:
         policies = iam.list_role_policies(RoleName=role)["PolicyNames"]
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         if "NoSuchEntity" in type(e).__name__ or "NoSuchEntity" in str(e):
             return f"endpoint {name} is gone; schedule {schedule} deleted, role {role} was already gone"
         raise
