@@ -5,6 +5,9 @@
 #
 #   neuron-smoke-completion.sh LAUNCHER MODEL_DIR SERVED_NAME [extra launcher args...]
 #
+# A failure ends with one line naming the stage that failed, last on stderr: "load" (the engine
+# died or was not healthy in time, or did not reuse the image's graphs) or "answer" (no text).
+#
 # SMOKE_REQUIRE_CACHED=1: fail unless the engine reused compiled graphs (its log says "reusing
 # compiled model"), i.e. the image's graphs match what a boot asks for.
 # SMOKE_TIMEOUT: seconds to wait for /health (default 1800: loading, or compiling if the
@@ -28,9 +31,12 @@ log=$(mktemp /tmp/smoke-neuron.XXXXXX.log)
 "$launcher" --model "$model_dir" --served-model-name "$served" --host 127.0.0.1 --port "$port" "$@" \
   >"$log" 2>&1 &
 server=$!
+stage=load
 cleanup() {
+  local rc=$?
   kill "$server" 2>/dev/null || true
   wait "$server" 2>/dev/null || true
+  [ "$rc" = 0 ] || echo "neuron image test failed at $stage: $served from $model_dir (exit $rc; the lines above say why)" >&2
 }
 trap cleanup EXIT
 
@@ -41,5 +47,6 @@ if [ "${SMOKE_REQUIRE_CACHED:-0}" = 1 ] && ! grep -q "reusing compiled model" "$
   exit 1
 fi
 
+stage=answer
 text=$(smoke_completion_text "$port" "$served" "$log")
 echo "neuron smoke completion ok: $text"

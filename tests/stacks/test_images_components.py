@@ -49,8 +49,9 @@ def test_there_are_component_documents():
 
 @pytest.mark.parametrize("path", COMPONENTS, ids=lambda p: p.name)
 def test_document_shape(path):
-    # Inline component data (CloudFormation ``Data``) is limited to 16,000 characters.
-    assert len(path.read_text()) <= 16000
+    # Inline component data (CloudFormation ``Data``) is limited to 16,000 characters; the Neuron
+    # engine's keeps 3,000 free for the next change (its logic lives in ami/scripts/neuron-*.sh).
+    assert len(path.read_text()) <= (13000 if path.name == "neuron-engine.yaml" else 16000)
     doc = load(path)
     assert isinstance(doc.get("name"), str) and doc["name"].startswith("inference-kit-")
     assert str(doc.get("schemaVersion")) == "1.0"

@@ -81,12 +81,17 @@ def stack_parameters() -> dict[str, str]:
 
 
 def render(script: str, params: dict[str, str], root: Path) -> str:
-    """Image Builder's {{ Name }} substitution, then every written path moved under root."""
+    """Image Builder's {{ Name }} substitution, then every written path moved under root. The
+    scripts a step runs from the unpacked assets (ami/scripts) are put where UnpackEngine leaves
+    them, under root, and told the root (KIT_IMAGE_ROOT) for the paths they write."""
     missing = set(PARAM_REF.findall(script)) - set(params)
     assert not missing, f"no value for {missing}"
     text = PARAM_REF.sub(lambda m: params[m.group(1)], script)
     for path in ROOTED:
         text = text.replace(path, f"{root}{path}")
+    if "/opt/inference-kit/assets/scripts/" in script:
+        shutil.copytree(ROOT / "ami" / "scripts", root / "opt/inference-kit/assets/scripts", dirs_exist_ok=True)
+        text = f"export KIT_IMAGE_ROOT={root}\n{text}"
     return text
 
 

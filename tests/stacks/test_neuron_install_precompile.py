@@ -137,3 +137,57 @@ def test_image_smoke_passes_only_when_the_engine_reused_its_graphs(tmp_path, cac
 def test_the_log_lines_the_smoke_reads_are_the_engines():
     src = (ROOT / "ami" / "neuron" / "neuron_generator.py").read_text()
     assert '"reusing compiled model in %s"' in src
+
+
+# --- one line naming what failed: compile (build phase), load or answer (test phase) -----------
+
+def last_line(r: subprocess.CompletedProcess) -> str:
+    return r.stderr.strip().splitlines()[-1]
+
+
+def test_a_failed_compile_fails_the_build_with_one_line_naming_the_compile(tmp_path):
+    root = tmp_path / "root"
+    venv_bin = root / "opt/inference-kit/neuron/bin"
+    (root / "etc/inference-kit").mkdir(parents=True)
+    fake_tool(venv_bin / "hf", 'while [ $# -gt 0 ]; do [ "$1" = --local-dir ] && touch "$2/model.safetensors"; shift; done')
+    fake_tool(venv_bin / "kit-neuron-serve", 'echo "neuronx-cc: NCC_INLA001 internal error" >&2; exit 70')
+    params = {**stack_parameters(), "HfTokenSecret": "none"}
+    r = subprocess.run(["/bin/bash", "-c", render(step_script("build", "PrecompileModel"), params, root)],
+                       env=agent_env(), capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0
+    line = last_line(r)
+    assert line.startswith("neuron image build failed at compile: " + params["PrecompileModel"]), r.stderr
+    assert "exit 70" in line and "NCC_INLA001" in r.stderr  # the compiler's own words stay above it
+    assert not (root / "etc/inference-kit/precompiled-model").exists()
+
+
+def test_a_failed_download_names_the_download(tmp_path):
+    root = tmp_path / "root"
+    (root / "etc/inference-kit").mkdir(parents=True)
+    fake_tool(root / "opt/inference-kit/neuron/bin/hf", "exit 2")
+    fake_tool(root / "opt/inference-kit/neuron/bin/kit-neuron-serve", "exit 0")
+    params = {**stack_parameters(), "HfTokenSecret": "none"}
+    r = subprocess.run(["/bin/bash", "-c", render(step_script("build", "PrecompileModel"), params, root)],
+                       env=agent_env(), capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and last_line(r).startswith("neuron image build failed at download: ")
+
+
+DIES = "import sys; print('neuron runtime: NRT init failed', flush=True); sys.exit(3)"
+NO_TEXT = STAND_IN.replace('"Paris (" + body["model"] + ")"', '""')
+
+
+@pytest.mark.parametrize("server, stage", [(DIES, "load"), (NO_TEXT, "answer")])
+def test_the_image_test_names_load_or_answer_in_one_last_line(tmp_path, server, stage):
+    script = tmp_path / "server.py"
+    script.write_text(server)
+    launcher = fake_tool(tmp_path / "kit-neuron-serve", f'exec {shlex.quote(sys.executable)} {script} "$@"')
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    r = subprocess.run([str(SMOKE), str(launcher), str(tmp_path / "ckpt"), "google/gemma-4-E2B-it", "--cached"],
+                       env=agent_env(SMOKE_REQUIRE_CACHED="1", SMOKE_PORT=str(port), SMOKE_POLL="0.2",
+                                     SMOKE_TIMEOUT="30"),
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1
+    assert last_line(r).startswith(f"neuron image test failed at {stage}: google/gemma-4-E2B-it from "), r.stderr
