@@ -14,9 +14,10 @@ Variant stacks (kit/variants.py: ``<StackName>-<variant>``, e.g. ``G6Stack-bf16`
 file, and become endpoints named ``<id>@<variant>`` (``g6@bf16``). ``backends`` filters accept a
 backend id (the backend and its variants) or one ``<id>@<variant>``.
 
-Every backend stack emits the same outputs (the contract with ``stacks/``): ``BackendId``,
-``Service`` (bedrock|sagemaker|ec2), ``Region``, ``ModelId``, ``InstanceType``, and per service
-``InstanceId`` + ``Port`` + ``SshUser`` (EC2), ``EndpointName`` (SageMaker), or just ``ModelId`` (Bedrock).
+Every backend stack emits the same outputs: the contract with ``stacks/`` is
+kit/contracts/outputs.py (``BackendId``, ``Service`` (bedrock|sagemaker|ec2), ``Region``,
+``ModelId``, ``InstanceType``, and per service ``InstanceId`` + ``Port`` + ``SshUser`` (EC2),
+``EndpointName`` (SageMaker), or just ``ModelId`` (Bedrock)).
 """
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from kit import catalog, variants
+from kit.contracts import outputs as outputs_contract
 from harness.endpoint import Endpoint
 
 READY_STATUSES = {"CREATE_COMPLETE", "UPDATE_COMPLETE", "UPDATE_ROLLBACK_COMPLETE", "IMPORT_COMPLETE"}
@@ -71,14 +73,12 @@ def _stack_backend(stack_name: str, outputs: Mapping[str, str]) -> catalog.Backe
     return None
 
 
-# What each service's stack adds to the common outputs (the contract in stacks/outputs.py,
-# ``KIND_KEYS``): Endpoint field <- output key, all required. EC2 stacks also emit SshUser.
+# What each service's stack adds to the common outputs (kit/contracts/outputs.py): Endpoint
+# field <- output key, for the keys a stack without them is refused for (SshUser is optional).
 SERVICE_OUTPUTS: dict[str, dict[str, str]] = {
-    "ec2": {"port": "Port", "instance_id": "InstanceId"},
-    "sagemaker": {"endpoint_name": "EndpointName"},
-    "bedrock": {},
-}
-# A managed service's InstanceType output (stacks/outputs.py: "never invented").
+    s: {f: k.name for f, k in outputs_contract.endpoint_fields(s).items() if k.required}
+    for s in outputs_contract.SERVICES}
+# A managed service's InstanceType output (kit/contracts/outputs.py: "never invented").
 NO_INSTANCE = "managed"
 
 

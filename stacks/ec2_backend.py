@@ -78,12 +78,12 @@ class Ec2BackendStack(cdk.Stack):
         self.guardrails = Ec2Guardrails(self, "Guardrails", instance=self.server.instance,
                                         idle_stop_minutes=config.idle_stop_minutes, ttl_expires_at=ttl_expires_at,
                                         provisioning_minutes=family.readiness_timeout_minutes)
+        package_uri = None
         if scheme:
             package.acknowledge_read(self.server.role, scheme)
             # Resolved at deploy time (no build yet: "parameter not found"), never part of the instance.
-            cdk.CfnOutput(self, "PackageUri", value=ssm.StringParameter.value_for_string_parameter(
-                self, package.parameter_name(scheme)), description="the newest package build when deployed")
+            package_uri = ssm.StringParameter.value_for_string_parameter(self, package.parameter_name(scheme))
         add_outputs(self, backend_id=backend.id, service="ec2", model_id=model_id,
                     instance_type=backend.instance_type, ttl_expires_at=ttl_expires_at,
-                    idle_stop_minutes=config.idle_stop_minutes, variant=backend.variant,
+                    idle_stop_minutes=config.idle_stop_minutes, variant=backend.variant, package_uri=package_uri,
                     InstanceId=self.server.instance.instance_id, Port=str(spec.port), SshUser=family.ssh_user)

@@ -10,7 +10,7 @@ from moto import mock_aws
 
 from harness import discovery as disc
 from kit import regions
-from stacks.outputs import COMMON_KEYS, KIND_KEYS, VARIANT_KEYS
+from kit.contracts.outputs import COMMON_KEYS, KIND_KEYS, VARIANT_KEYS
 from tests.harness.test_discovery import G6, _template
 
 BF16 = {**G6, "ModelId": "google/gemma-4-E2B-it", "InstanceId": "i-0bf16bf16bf16bf16", "Variant": "bf16",

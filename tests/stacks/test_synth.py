@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 from kit.catalog import BACKENDS
-from stacks.outputs import COMMON_KEYS, KIND_KEYS
+from kit.contracts.outputs import keys_for
 from tests.conftest import require_binary
 from tests.stacks.conftest import ROOT, synth
 
@@ -105,7 +105,7 @@ def test_every_backend_stack_has_the_same_output_keys(kit):
     for backend in BACKENDS.values():
         outputs = kit.templates[backend.stack_name]["Outputs"]
         keys = {k for k in outputs if not k.startswith("Export")}
-        assert keys == set(COMMON_KEYS) | set(KIND_KEYS[backend.service]), backend.id
+        assert keys == set(keys_for(backend.service)), backend.id  # the contract kit/contracts/outputs.py
         assert outputs["BackendId"]["Value"] == backend.id
         assert outputs["Service"]["Value"] == backend.service
         assert outputs["Region"]["Value"] == "us-east-1"

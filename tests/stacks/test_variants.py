@@ -15,7 +15,7 @@ import pytest
 from kit import variants
 from kit.catalog import GEMMA_E2B
 from kit.config import ConfigError, parse
-from stacks.outputs import COMMON_KEYS, KIND_KEYS, VARIANT_KEYS
+from kit.contracts.outputs import COMMON_KEYS, KIND_KEYS, VARIANT_KEYS, keys_for
 from tests.stacks.conftest import ROOT, synth
 
 G6_VARIANTS = f"bf16={GEMMA_E2B},int8=package:int8"
@@ -48,11 +48,14 @@ def test_variant_outputs_are_the_backend_keys_plus_variant_and_scheme(two):
     assert set(base) == want
     assert set(bf16) == want | set(VARIANT_KEYS)
     assert set(int8) == want | set(VARIANT_KEYS) | {"PackageUri"}  # g6 serving a package (stacks/ec2_backend.py)
+    # the contract's own word for each stack (kit/contracts/outputs.py)
+    assert set(bf16) == set(keys_for("ec2", variant=True))
+    assert set(int8) == set(keys_for("ec2", variant=True, package=True))
     assert (bf16["Variant"], bf16["ModelId"], bf16["Scheme"]) == ("bf16", GEMMA_E2B, "bf16")
     assert (int8["Variant"], int8["ModelId"], int8["Scheme"]) == ("int8", "package:int8", "int8")
     assert bf16["BackendId"] == int8["BackendId"] == "g6"
     sm = _outputs(two.templates["SageMakerStack-emb4"])
-    assert set(sm) == {*COMMON_KEYS, *KIND_KEYS["sagemaker"], *VARIANT_KEYS}
+    assert set(sm) == {*COMMON_KEYS, *KIND_KEYS["sagemaker"], *VARIANT_KEYS} == set(keys_for("sagemaker", variant=True))
     assert (sm["Variant"], sm["Scheme"], sm["ModelId"]) == ("emb4", "emb4", "package:emb4")
 
 
