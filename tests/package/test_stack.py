@@ -161,15 +161,18 @@ def test_build_source_asset_is_the_builder_alone_and_imports_on_its_own():
 
 def test_readme_tear_down_names_the_parameters_the_build_leaves():
     # The build publishes with `aws ssm put-parameter` (not CloudFormation), so `cdk destroy`
-    # leaves those parameters; README's "Tear down" must list them and remove them.
+    # leaves those parameters; the README's "Tear down" names them and points to docs/stacks.md's
+    # Teardown, which lists them and removes them.
     from pathlib import Path
 
     from harness.package.remote import PARAMETER_PREFIX
     from stacks.package import _buildspec
 
     assert any("aws ssm put-parameter" in c for c in _buildspec()["phases"]["build"]["commands"])
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    tear_down = readme.split("## Tear down", 1)[1].split("\n## ", 1)[0]
+    root = Path(__file__).resolve().parents[2]
+    readme = (root / "README.md").read_text().split("## Tear down", 1)[1].split("\n## ", 1)[0]
+    assert f"`{PARAMETER_PREFIX}/*`" in readme and "docs/stacks.md#teardown" in readme
+    tear_down = (root / "docs/stacks.md").read_text().split("## Teardown", 1)[1].split("\n## ", 1)[0]
     (row,) = [ln for ln in tear_down.splitlines() if ln.startswith(f"| `{PARAMETER_PREFIX}/*` parameters")]
     assert "below" in row
     assert f"for path in /imagebuilder/inference-kit/ami {PARAMETER_PREFIX}; do" in tear_down

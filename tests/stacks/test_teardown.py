@@ -6,7 +6,7 @@ Builder User Guide, "Amazon CloudWatch Logs integration"; the image name is the 
 SageMaker writes an endpoint's logs to "/aws/sagemaker/Endpoints/<EndpointName>" (the execution
 role's EndpointLogs statement names the same group). A group the service creates has no retention
 and is not the stack's, so `cdk destroy` would leave it. What stays anyway (AMIs, snapshots, the
-published AMI parameters, which Image Builder creates) is listed in README's "Tear down".
+published AMI parameters, which Image Builder creates) is listed in docs/stacks.md, "Teardown".
 """
 from __future__ import annotations
 
