@@ -24,7 +24,7 @@ import pytest
 from ami import pins
 
 # The throwaway venv's three wheels come from uv's cache, else PyPI: the one network tests may use.
-pytestmark = pytest.mark.network
+pytestmark = [pytest.mark.network, pytest.mark.slow]
 HERE = Path(__file__).resolve().parent
 PROBE = HERE / "nxdi08" / "probe.py"
 
