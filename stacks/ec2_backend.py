@@ -27,6 +27,7 @@ from kit.image_families import boot_family
 from stacks.inference_instance import InferenceInstance
 from stacks.outputs import add_outputs
 from stacks import package
+from stacks.sizing import sizing
 
 
 class Ec2BackendStack(cdk.Stack):
@@ -55,9 +56,15 @@ class Ec2BackendStack(cdk.Stack):
             env["KIT_MODEL_PARAM"] = package.parameter_name(scheme)
             extra_statements = (*extra_statements, *package.read_statements(scheme),
                                 package.parameter_statement(scheme))
-        engine = spec.engine_settings(backend.instance_type, package.source_model(scheme) if scheme else model_id)
+        source_model = package.source_model(scheme) if scheme else model_id
+        # What this model needs here (kit/plan.py), or a one-line refusal naming a type that fits.
+        size = sizing(backend.id, backend.instance_type, source_model, config.max_model_len,
+                      f"{backend.id}_instance_type")
+        engine = spec.engine_settings(backend.instance_type, source_model)
         if engine.vllm_args is not None:
             env["KIT_VLLM_ARGS"] = engine.vllm_args
+        if size.tp and size.tp > 1 and spec.engine_kind == "vllm":
+            env["KIT_TENSOR_PARALLEL"] = str(size.tp)  # vllm serve --tensor-parallel-size
         if engine.tp_degrees:
             env["KIT_TP_DEGREES"] = ",".join(map(str, engine.tp_degrees))
             env["KIT_NEURON_PLATFORM"] = engine.neuron_platform
@@ -65,19 +72,21 @@ class Ec2BackendStack(cdk.Stack):
         # Each stack owns a block of /24s in the shared VPC: the backend's, or its variant's.
         cidr_base = BACKEND_CIDR_BASE + 8 * ec2_index if backend.variant is None else \
             variant_cidr_base(ec2_index, backend.slot, variants.MAX_PER_BACKEND)
+        ready_minutes = family.readiness_timeout_minutes + size.extra_ready_minutes
         self.server = InferenceInstance(
             self, "Server", vpc=vpc, eice_security_group=eice_security_group,
             instance_type=backend.instance_type, image_parameter=family.ssm_parameter,
             engine_script=family.engine_script, env=env, port=spec.port,
-            hf_token_secret_name=config.hf_token_secret, root_volume_gib=family.root_volume_gib,
+            hf_token_secret_name=config.hf_token_secret,
+            root_volume_gib=family.root_volume_gib + size.extra_volume_gib,
             root_device_name=family.root_device_name,
-            readiness_timeout=cdk.Duration.minutes(family.readiness_timeout_minutes),
+            readiness_timeout=cdk.Duration.minutes(ready_minutes),
             extra_statements=extra_statements, availability_zone=backend.az,
             cidr_base=cidr_base,
         )
         self.guardrails = Ec2Guardrails(self, "Guardrails", instance=self.server.instance,
                                         idle_stop_minutes=config.idle_stop_minutes, ttl_expires_at=ttl_expires_at,
-                                        provisioning_minutes=family.readiness_timeout_minutes)
+                                        provisioning_minutes=ready_minutes)
         package_uri = None
         if scheme:
             package.acknowledge_read(self.server.role, scheme)

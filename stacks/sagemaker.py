@@ -40,6 +40,7 @@ from stacks.endpoint_ready import EndpointReady
 from stacks.guardrails import EndpointTtl
 from stacks.outputs import add_outputs
 from stacks import package
+from stacks.sizing import sizing
 from kit.dlc import DLC_ACCOUNT, DLC_ACCOUNT_BY_REGION, VLLM_REPOSITORY, dlc_account, image_uri  # noqa: F401
 
 # Seconds; SageMaker accepts 60-3600. The container downloads the weights from Hugging Face at
@@ -106,6 +107,10 @@ class SageMakerStack(cdk.Stack):
         log_groups = []
         for itype in backend.instance_types:
             spec = INSTANCES[itype]  # kit.config refused a type without a GPU count (the catalog's rule)
+            # The model's needs on this type (kit/plan.py): TP degree, longer start-up windows for
+            # bigger weights; a type that cannot hold it is refused naming one that can.
+            size = sizing(backend.id, itype, package.source_model(scheme) if scheme else backend.model_id,
+                          config.max_model_len, f"{backend.id}_instance_types")
             sid = re.sub(r"[^A-Za-z0-9]", "", itype.title())
             name = endpoint_name(self.stack_name, itype)
             model = sagemaker.CfnModel(
@@ -113,15 +118,15 @@ class SageMakerStack(cdk.Stack):
                 primary_container=sagemaker.CfnModel.ContainerDefinitionProperty(
                     image=image_uri(region, config.sagemaker_vllm_tag), model_data_source=model_data,
                     environment={**vllm_environment(package.source_model(scheme) if scheme else backend.model_id,
-                                                    config.max_model_len, spec.accelerators),
+                                                    config.max_model_len, size.tp or spec.accelerators),
                                  **({"SM_VLLM_MODEL": "/opt/ml/model", "SM_VLLM_SERVED_MODEL_NAME": model_id}
                                     if scheme else {}),
                                  "HF_TOKEN": token}))
             variant = sagemaker.CfnEndpointConfig.ProductionVariantProperty(
                 variant_name="AllTraffic", model_name=model.attr_model_name, instance_type=itype,
                 initial_instance_count=1, initial_variant_weight=1,
-                container_startup_health_check_timeout_in_seconds=STARTUP_HEALTH_CHECK_TIMEOUT_S,
-                model_data_download_timeout_in_seconds=MODEL_DATA_DOWNLOAD_TIMEOUT_S,
+                container_startup_health_check_timeout_in_seconds=size.startup_seconds(STARTUP_HEALTH_CHECK_TIMEOUT_S),
+                model_data_download_timeout_in_seconds=size.startup_seconds(MODEL_DATA_DOWNLOAD_TIMEOUT_S),
                 inference_ami_version=config.sagemaker_ami_version or None)
             endpoint_config = sagemaker.CfnEndpointConfig(self, f"EndpointConfig{sid}", production_variants=[variant])
             endpoint = sagemaker.CfnEndpoint(self, f"Endpoint{sid}", endpoint_name=name,

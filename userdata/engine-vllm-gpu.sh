@@ -8,7 +8,8 @@
 # Catalog facts it reads (kit/catalog.py via stacks/ec2_backend.py): KIT_VLLM_ARGS, vLLM's
 # tool-call flags for the model (Backend.engine_settings: vllm_tool_flags), passed through as is;
 # KIT_MODEL / KIT_PORT (the model served, Backend.port). The pins (KIT_VLLM_VERSION...) come from
-# ami/pins.py through kit/image_families.py.
+# ami/pins.py through kit/image_families.py. KIT_TENSOR_PARALLEL (set only above 1) spreads the
+# model over that many GPUs: the degree the planner chose (stacks/sizing.py, kit/plan.py).
 
 KIT_VENV=/opt/inference-kit/vllm
 
@@ -57,5 +58,6 @@ engine_exec() {
   # shellcheck disable=SC2086  # KIT_VLLM_ARGS is a list of flags written by the stack
   exec "$KIT_VENV/bin/vllm" serve "$model" --served-model-name "$KIT_SERVED_MODEL" \
     --host 127.0.0.1 --port "$KIT_PORT" --max-model-len "$KIT_MAX_MODEL_LEN" \
+    ${KIT_TENSOR_PARALLEL:+--tensor-parallel-size "$KIT_TENSOR_PARALLEL"} \
     $KIT_VLLM_ARGS
 }

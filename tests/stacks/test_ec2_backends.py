@@ -320,6 +320,7 @@ def test_every_variable_the_scripts_read_is_defined(kit, backend, stack):
     text = kit.stacks[stack].server.user_data_text
     used = set(re.findall(r"\$\{?(KIT_[A-Z0-9_]+)", text))
     assigned = set(re.findall(r"^\s*(?:local\s+|export\s+)?(KIT_[A-Z0-9_]+)=", text, re.M))
-    defaulted = set(re.findall(r"\$\{(KIT_[A-Z0-9_]+):-", text))
+    # ${VAR:-default} and ${VAR:+word} expand without error when VAR is unset, even under `set -u`
+    defaulted = set(re.findall(r"\$\{(KIT_[A-Z0-9_]+):[-+]", text))
     missing = used - assigned - defaulted
     assert not missing, f"{stack}: read but never set: {sorted(missing)}"

@@ -1,0 +1,51 @@
+"""What a deployment needs for the model it serves: the planner's placement (kit/plan.py) turned
+into stack settings, or a one-line refusal naming the smallest instance type that fits.
+
+For a Gemma 4 size the kit knows (kit/models.py), on a catalog instance type:
+- the tensor-parallel degree (vLLM's ``--tensor-parallel-size``; SageMaker's
+  ``SM_VLLM_TENSOR_PARALLEL_SIZE``), the largest the model's heads allow on the instance's GPUs;
+- the K/V cache for ``max_model_len`` checked to fit beside the weights (``kit.plan``);
+- extra root volume and readiness minutes for weights beyond E2B's, which the image families'
+  defaults were sized for (stacks/image_families.py): the checkpoint is downloaded at boot and
+  loaded, and on Neuron kept again as a sharded copy next to the compiled graphs;
+- on SageMaker, the startup health-check and download windows stretched the same way (the API
+  accepts 60-3600 s).
+
+Any other model (a package id, another family) deploys as configured, as before. The Neuron
+engine's own rules (ami/neuron/neuron_config.py) decide for inf2/trn1; the stacks may import the
+engine's pure planning module, the core may not.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ami.neuron import neuron_config
+from kit import plan as kp
+from kit.config import ConfigError
+
+SAGEMAKER_TIMEOUT_MAX_S = 3600  # CreateEndpointConfig: ContainerStartupHealthCheckTimeoutInSeconds 60-3600
+
+
+@dataclass(frozen=True)
+class Sizing:
+    tp: int | None  # None: leave the engine's default (a model the planner does not know)
+    extra_volume_gib: int = 0
+    extra_ready_minutes: int = 0
+
+    def startup_seconds(self, base: int) -> int:
+        return min(SAGEMAKER_TIMEOUT_MAX_S, base + 60 * self.extra_ready_minutes)
+
+
+def sizing(backend_id: str, instance_type: str, model_id: str, max_model_len: int, key: str) -> Sizing:
+    """The deployment's sizing; ConfigError (one line, ``key=value: ...``) when it cannot serve."""
+    try:
+        p = kp.check_deploy(backend_id, instance_type, model_id, max_model_len, neuron_engine=neuron_config)
+    except kp.PlanError as e:
+        hint = ""
+        best = str(e).rpartition("that fits: ")[2].partition(" ")[0]
+        if best and "that fits: " in str(e):
+            hint = f"; set -c {key}={best}"
+        raise ConfigError(f"{key}={instance_type!r}: {e}{hint}") from None
+    if p is None:
+        return Sizing(None)
+    return Sizing(p.tp, p.volume_extra_gib, p.readiness_extra_minutes)
