@@ -65,6 +65,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
 
+from kit.contracts import boot_env
 from stacks import nag
 from stacks.az_choice import OfferedSubnet
 
@@ -77,7 +78,7 @@ USER_DATA_LIMIT = 16 * 1024  # EC2 limit on raw user data
 TOKEN_BUDGET = 1024
 _HEREDOC_START = re.compile(r"(?<!<)<<(?!<)(-?)\s*['\"]?([A-Za-z_][A-Za-z0-9_]*)")
 _HEREDOC = "KIT_EOF"
-_ENV_NAME = re.compile(r"^KIT_[A-Z0-9_]+$")
+_ENV_NAME = boot_env.NAME
 
 # Where each file lands on the instance (boot.sh sources the others from these paths).
 _LIB_PATH = "/usr/local/lib/inference-kit/lib.sh"
@@ -147,7 +148,8 @@ class InferenceInstance(Construct):
         image_parameter: SSM parameter name holding the AMI id (public DLAMI or an image pipeline's).
         engine_script: file under userdata/ defining ``engine_install`` and ``engine_exec``.
         env: KIT_* variables for the engine (model, port, flags…); the construct adds
-            KIT_REGION, KIT_STACK, KIT_SIGNAL_URL, KIT_HF_SECRET, KIT_PORT, KIT_READY_TIMEOUT_S.
+            KIT_REGION, KIT_STACK, KIT_SIGNAL_URL, KIT_HF_SECRET, KIT_PORT, KIT_READY_TIMEOUT_S;
+            all of them declared in kit/contracts/boot_env.py for ``engine_script``.
         port: model server port, bound to 127.0.0.1 on the instance.
         hf_token_secret_name: Secrets Manager secret *name*; read at boot, never written to logs.
         root_volume_gib, root_device_name: root EBS volume.
@@ -207,6 +209,9 @@ class InferenceInstance(Construct):
         self.ready_handle = cdk.CfnWaitConditionHandle(self, "ReadyHandle")
         self.ready_handle.override_logical_id(f"{construct_id}ReadyHandle{digest}")
         full_env = {**base_env, "KIT_SIGNAL_URL": self.ready_handle.ref, "KIT_SIGNAL_RESOURCE": self.logical_id}
+        # exactly the variables kit/contracts/boot_env.py declares for this engine (a ValueError
+        # naming one otherwise): what the scripts read is what the stack writes
+        boot_env.check_env(full_env, engine_script)
         self.user_data_text = render_user_data(engine_script, full_env)
         size = deployed_size(self.user_data_text, full_env)
         if size > USER_DATA_LIMIT:

@@ -8,6 +8,8 @@
 # Safe to run again: every step checks before it acts, and the signal is sent once.
 # Catalog facts it reads: KIT_BACKEND (the backend id, for log lines only: nothing branches on it),
 # KIT_MODEL and KIT_PORT, from kit.env (stacks/ec2_backend.py, kit/catalog.py).
+# Every KIT_* variable of these scripts is declared in kit/contracts/boot_env.py (who sets it, what
+# it means, which backends get it); tests/stacks/test_boot_env.py holds the scripts to it.
 set -Eeuo pipefail
 export HOME="${HOME:-/root}"  # cloud-init and systemd may start us without one
 # Paths are overridable only so tests can run the whole flow in a scratch directory.
