@@ -63,6 +63,8 @@ BOOT_VARS: tuple[BootVar, ...] = (
     _stack("KIT_MODEL_PARAM", "the SSM parameter naming the newest package build, read when the server starts",
            (VLLM_GPU,), when="the model is a package (stacks/package.py)"),
     _stack("KIT_VLLM_ARGS", "vLLM's tool-call flags for the model (Backend.engine_settings)", (VLLM_GPU, VLLM_G5G)),
+    _stack("KIT_TENSOR_PARALLEL", "vLLM's --tensor-parallel-size: the degree the planner chose (stacks/sizing.py)",
+           (VLLM_GPU,), when="the model needs more than one GPU"),
     _stack("KIT_TP_DEGREES", "tensor-parallel degrees the Neuron runtime supports on the instance type", (NEURON,)),
     _stack("KIT_NEURON_PLATFORM", "the instance's Neuron platform (trn1n runs as trn1)", (NEURON,)),
     _stack("KIT_VLLM_VERSION", "the vLLM pin installed on the plain DLAMI (ami/pins.py)", (VLLM_GPU,)),
