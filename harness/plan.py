@@ -107,6 +107,51 @@ def render(choice: kp.ModelChoice, context: int, concurrency: int, priced: dict,
     return "\n".join(lines)
 
 
+def configured_fit_lines(context: dict | None = None) -> list[str]:
+    """The configured deployments (cdk.json context, or ``context``) against the planner: per
+    backend and instance type, whether its model fits, on what TP degree, at what ceiling; the
+    smallest type that fits when it does not. For ``make run``'s offline plan."""
+    from kit.config import ConfigError, parse
+    from kit.regions import read_context
+    from kit.schemes import scheme_of_model
+
+    try:
+        config = parse(read_context() if context is None else context)
+    except ConfigError as e:
+        return [f"model fit: not planned, the configuration is refused: {e}"]
+    lines = [f"model fit (kit/plan.py; max_model_len {config.max_model_len}, one sequence; "
+             "python -m harness.plan --model SIZE for every instance):"]
+    for bc in config.deployments:
+        b = catalog.backend(bc.id)
+        name = bc.id + (f"[{bc.variant}]" if bc.variant else "")
+        try:
+            package = scheme_of_model(bc.model_id)
+        except ValueError:
+            package = None
+        model = package.default_source if package else bc.model_id
+        if not b.open_weights or kp.choose_model_or_none(model) is None:
+            lines.append(f"  {name:<11} {bc.model_id}: not a Gemma 4 size the planner knows; deployed as configured")
+            continue
+        precision = package.linear if package else (b.precision if model == b.model_id else None)
+        choice = kp.choose_model(model, precision)
+        for itype in bc.instance_types or (bc.instance_type,):
+            spec = catalog.INSTANCES.get(itype)
+            if spec is None:
+                lines.append(f"  {name:<11} {itype:<16} not in the catalog: not planned")
+                continue
+            p = kp.place(b, spec, choice, config.max_model_len, 1, neuron_engine)
+            if p.deployable:
+                lines.append(f"  {name:<11} {itype:<16} {bc.model_id} ({choice.precision}): fits, TP {p.tp}, "
+                             f"{_gb(p.per_device_bytes):.1f} of {_gb(p.per_device_budget):.1f} GB per device, "
+                             f"ceiling {p.ceiling_tok_s:.0f} tok/s")
+            else:
+                best = kp.smallest_fit(bc.id, choice, config.max_model_len, 1, neuron_engine)
+                why = p.reason if not p.fits else "; ".join(p.warnings[-1:])
+                lines.append(f"  {name:<11} {itype:<16} {bc.model_id} ({choice.precision}): DOES NOT FIT: {why}; "
+                             + (f"smallest that fits: {best.instance_type}" if best else "no catalog type fits"))
+    return lines
+
+
 def _gb(b):
     return None if b is None else b / 1e9
 

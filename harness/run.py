@@ -169,8 +169,11 @@ def offline_plan_text(kit: Any = None) -> str:
 
     kit = kit or resolve()
     book = PriceBook.auto(offline=True)
+    from harness.plan import configured_fit_lines
+
     plan = offline_plan(5.0, book, backend_regions={b: kit.of(b) for b in catalog.BACKEND_IDS})
-    return f"plan in {kit.describe()}\n" + format_plan(plan, 5.0, book.notes)
+    return (f"plan in {kit.describe()}\n" + format_plan(plan, 5.0, book.notes) + "\n\n"
+            + "\n".join(configured_fit_lines()))
 
 
 def _has_credentials(session: Any) -> bool:

@@ -87,6 +87,11 @@ def choose_model(spec: str, precision: str | None = None) -> ModelChoice:
                     f"valid sizes: {km.valid_words()}")
 
 
+def choose_model_or_none(spec: str) -> ModelChoice | None:
+    """``choose_model`` for a model id, None when the kit has no facts for it (another family)."""
+    return choose_model(spec) if km.facts_for(spec) else None
+
+
 @dataclass
 class Placement:
     backend: str

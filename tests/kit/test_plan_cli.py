@@ -65,3 +65,20 @@ def test_config_json_path(tmp_path, capsys):
     p.write_text(json.dumps({"text_config": TEXT_CONFIGS["E4B"]}))
     code, out, _ = run(capsys, "--model", str(p), "--backends", "g6")
     assert code == 0 and ("g6", "g6.xlarge") in rows(out)
+
+
+def test_make_run_offline_plan_checks_the_configured_model():
+    import json as _json
+    from pathlib import Path
+
+    from harness.plan import configured_fit_lines
+    from harness.run import offline_plan_text
+
+    defaults = "\n".join(configured_fit_lines())
+    assert "g6          g6.xlarge        google/gemma-4-E2B-it-qat-w4a16-ct (int4): fits, TP 1" in defaults
+    assert "g5g         g5g.2xlarge      google/gemma-4-E2B-it (fp16): fits" in defaults
+    ctx = _json.loads((Path(__file__).resolve().parents[2] / "cdk.json").read_text())["context"]
+    big = "\n".join(configured_fit_lines({**ctx, "model": "google/gemma-4-31B-it", "backends": "g6"}))
+    assert "g6.xlarge        google/gemma-4-31B-it (bf16): DOES NOT FIT: 61.4 GB weights" in big
+    assert big.endswith("smallest that fits: g7e.2xlarge")
+    assert "model fit (kit/plan.py" in offline_plan_text()
