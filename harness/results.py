@@ -71,13 +71,64 @@ def writable_problem(path: Path, *, directory: bool) -> str | None:
     return None
 
 
-def append_jsonl(path: Path, record: dict[str, Any]) -> None:
-    """Append one record and flush it to disk before returning."""
+class NotAppendable(OSError):
+    """A JSONL file that is not appended to: a symbolic link, or not a regular file."""
+
+
+# O_RDWR: the last byte is read to see whether the file ends a line. O_NOFOLLOW: a symlink planted as the file (pointing outside the results directory) is refused,
+# not written through (ELOOP). O_NONBLOCK: a FIFO planted there never blocks the open (ENXIO
+# without a reader; anything but a regular file is refused right after).
+_APPEND = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
+
+
+def append_bytes(path: Path, data: bytes) -> None:
+    """Append ``data`` (whole lines) to the regular file ``path`` and fsync it. Never through a
+    symbolic link (``NotAppendable``). A file whose last line has no newline (the process was
+    killed mid-write) gets one first: the torn line stays a line of its own, which readers skip,
+    and the first record written after a crash is not glued onto it and lost."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(json.dumps(record, separators=(",", ":"), default=str) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        fd = os.open(path, _APPEND, 0o644)
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.ENXIO):
+            raise NotAppendable(e.errno, "a symbolic link or special file: not written through",
+                                str(path)) from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotAppendable(errno.EINVAL, "not a regular file: not written to", str(path))
+        if st.st_size and os.pread(fd, 1, st.st_size - 1) != b"\n":
+            data = b"\n" + data
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def append_jsonl(path: Path, record: dict[str, Any]) -> None:
+    """Append one record on a line of its own and flush it to disk before returning
+    (``append_bytes``: never through a symlink, never onto a torn last line)."""
+    append_bytes(path, (json.dumps(record, separators=(",", ":"), default=str) + "\n").encode("utf-8"))
+
+
+def appendable_problem(path: Path) -> str | None:
+    """Why ``append_bytes`` would refuse ``path`` (None: absent, or a regular file), checked
+    without following a symlink, so a command can say so before it measures anything."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        return f"{path}: {e.strerror or e}"
+    if stat.S_ISLNK(st.st_mode):
+        return f"{path} is a symbolic link: not written through; move it away or use another directory"
+    if not stat.S_ISREG(st.st_mode):
+        return f"{path} is not a regular file; move it away or use another directory"
+    return None
 
 
 # -- reading a results directory that may come from someone else -------------------------------
@@ -184,7 +235,7 @@ def depth(obj: Any) -> int:
     return deepest
 
 
-def _parse(raw: bytes) -> Any:
+def parse_json(raw: bytes) -> Any:
     """JSON from bytes; ``Skipped`` for non-UTF-8, invalid JSON or nesting past MAX_DEPTH."""
     try:
         text = raw.decode("utf-8")
@@ -235,7 +286,7 @@ def read_jsonl(path: Path, *, root: Path | None = None, notes: list[str] | None 
             if not line.strip():
                 continue
             try:
-                obj = _parse(line.strip())
+                obj = parse_json(line.strip())
             except Skipped as e:
                 why = str(e).split(":")[0]
                 bad[why] = bad.get(why, 0) + 1
@@ -281,7 +332,7 @@ def read_json(path: Path, *, root: Path | None = None, notes: list[str] | None =
     path = Path(path)
     try:
         raw = read_bytes(path, root=root)
-        return None if raw is None else _parse(raw)
+        return None if raw is None else parse_json(raw)
     except Skipped as e:
         _note(notes, path, str(e))
         return None

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import math
+import os
 import sys
 import threading
 from pathlib import Path
@@ -28,7 +28,7 @@ from harness.accuracy.items import ITEMS_TASK, ItemsError, load_items
 from harness.accuracy.runner import ITEMS_FILE, _Writer, finished, run_target
 from harness.accuracy.stats import METHODS
 from harness.accuracy.summary import summarize
-from harness.results import write_json
+from harness.results import Skipped, appendable_problem, parse_json, read_bytes, writable_problem, write_json
 
 
 class UsageError(ValueError):
@@ -38,6 +38,13 @@ class UsageError(ValueError):
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one line, not the usage block
         raise UsageError(f"harness.accuracy: {message} (see --help)")
+
+
+def _out_dir(text: str) -> Path:
+    if not text.strip():  # Path("") is ".": the run would write into the current directory
+        raise argparse.ArgumentTypeError(f"{text!r}: give a directory (an empty path would write "
+                                         "into the current one)")
+    return Path(text)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -50,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", action="append", default=[], metavar="[NAME=]MODEL_ID",
                    help="model id (default: first of GET /v1/models)")
     add_options(p)
-    p.add_argument("--out", type=Path, required=True, help="output directory")
+    p.add_argument("--out", type=_out_dir, required=True, help="output directory")
     p.add_argument("--resume", action="store_true", help="continue the run in --out: ask only what is missing")
     return p
 
@@ -130,10 +137,68 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, dict[str, An
     if len(set(names)) != len(names):
         raise UsageError("harness.accuracy: an --endpoint NAME is given twice")
     opts = check_options(a, "harness.accuracy")
-    if (a.out / ITEMS_FILE).exists() and not a.resume:
+    check_out_dir(a.out, "harness.accuracy", "--out")
+    if os.path.lexists(a.out / ITEMS_FILE) and not a.resume:
         raise UsageError(f"harness.accuracy: {a.out / ITEMS_FILE} exists: pass --resume to continue "
                          "that run, or another --out")
     return a, opts
+
+
+def check_out_dir(out: Path, prog: str, flag: str) -> None:
+    """Before anything is asked: ``out`` is a directory that can be written, items.jsonl is not
+    a symlink or special file (never written through), and an earlier run.json is whole.
+    Raises UsageError with one line."""
+    problem = writable_problem(out, directory=True) or appendable_problem(out / ITEMS_FILE)
+    if problem:
+        raise UsageError(f"{prog}: {flag} {out}: {problem}")
+    previous_run(out, prog)
+
+
+# Fields of a backend in run.json that are text (harness.accuracy writes them; a resumed run copies
+# them for backends it does not ask again, and the table and the report print them).
+_TEXT_FIELDS = ("model", "protocol", "label", "status", "asked", "lm_eval_via")
+
+
+def previous_run(out: Path, prog: str = "harness.accuracy") -> dict[str, Any]:
+    """run.json of an earlier run in ``out`` ({} when there is none), read as every results file
+    is (harness.results: no symlink followed, size and nesting capped) and checked for the
+    shape this module writes. A damaged one is a UsageError naming it, before anything is asked
+    again (it used to crash the run after every item had been asked)."""
+    path = out / "run.json"
+    try:
+        data = read_bytes(path, root=out)
+        prev = {} if data is None else parse_json(data)
+    except Skipped as e:
+        raise UsageError(f"{prog}: {path}: {e}; move it away or use another --out") from None
+    why = _run_json_problem(prev)
+    if why:
+        raise UsageError(f"{prog}: {path}: {why}, not a run.json harness.accuracy wrote; "
+                         "move it away or use another --out")
+    return prev
+
+
+def _run_json_problem(prev: Any) -> str | None:
+    if not isinstance(prev, dict):
+        return "is not a JSON object"
+    backends = prev.get("backends", {})
+    if not isinstance(backends, dict):
+        return '"backends" is not an object'
+    for name, b in backends.items():
+        if not isinstance(b, dict):
+            return f'backends.{name} is not an object'
+        for k in _TEXT_FIELDS:
+            if b.get(k) is not None and not isinstance(b[k], str):
+                return f"backends.{name}.{k} is not a string"
+        sent = b.get("not_sent")
+        if sent is not None and not (isinstance(sent, list) and all(isinstance(x, str) for x in sent)):
+            return f"backends.{name}.not_sent is not a list of strings"
+    skipped = prev.get("skipped", [])
+    if not isinstance(skipped, list):
+        return '"skipped" is not a list'
+    for i, x in enumerate(skipped):
+        if not isinstance(x, dict) or not all(isinstance(x.get(k), str) for k in ("backend", "task", "reason")):
+            return f"skipped[{i}] is not {{backend, task, reason}} strings"
+    return None
 
 
 # --------------------------------------------------------------------------- the run
@@ -220,9 +285,9 @@ def _earlier(out_dir: Path, run: dict[str, Any], results: dict, status: dict[str
     """Backends a resumed directory already has answers from but this run did not ask (e.g. the
     bf16 deployment, measured before the stack was redeployed with int4): compared on their
     recorded answers, with what the earlier run.json said about them."""
-    try:
-        prev = json.loads((out_dir / "run.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    try:  # checked before anything was asked (check_out_dir); a caller that did not: read as none
+        prev = previous_run(out_dir)
+    except UsageError:
         prev = {}
     names = [n for n in dict.fromkeys([*prev.get("backends", {}), *results]) if n not in now]
     for n in names:

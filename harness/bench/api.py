@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import json
+import os
 import platform
 import resource
 import time
@@ -47,7 +47,7 @@ from harness.bench.profiles import ProfileError, get_profile
 from harness.bench.progress import BenchProgress
 from harness.bench.record import TokenCounter, now_ns
 from harness.endpoint import Endpoint
-from harness.results import write_json
+from harness.results import Skipped, appendable_problem, parse_json, read_bytes, write_json
 
 
 class BenchError(ValueError):
@@ -278,14 +278,15 @@ def _prepare_dir(out: Path, config: dict, resume: bool) -> list[dict]:
 
 
 def _resume_file(out: Path, name: str) -> Any | None:
-    """A file of an earlier run, parsed (None when absent); corrupt is a BenchError naming it."""
+    """A file of an earlier run, parsed (None when absent); corrupt is a BenchError naming it.
+    Read as a results directory's files are (harness.results): a symlink is not followed (one
+    to /dev/zero would be read until memory runs out), a FIFO never blocks, the size is capped."""
     path = out / name
-    if not path.exists():
-        return None
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, RecursionError) as e:
-        raise BenchError(f"--resume: {path} is not valid JSON ({type(e).__name__}); move it away "
+        raw = read_bytes(path)
+        return None if raw is None else parse_json(raw)
+    except Skipped as e:
+        raise BenchError(f"--resume: {path} cannot be read ({e}); move it away "
                          "or use another --out") from None
 
 
@@ -300,7 +301,10 @@ def _count_or_none(v: Any) -> bool:
 def _prepare_dir_io(out: Path, config: dict, resume: bool) -> list[dict]:
     if out.exists() and not out.is_dir():
         raise BenchError(f"--out {out}: exists and is not a directory")
-    has_run = (out / store.REQUESTS).exists() or (out / store.SUMMARY).exists()
+    problem = appendable_problem(out / store.REQUESTS)  # a planted symlink is never written through
+    if problem:
+        raise BenchError(f"--out: {problem}")
+    has_run = os.path.lexists(out / store.REQUESTS) or os.path.lexists(out / store.SUMMARY)
     if has_run and not resume:
         raise BenchError(f"--out {out}: already holds a benchmark; pass --resume to continue it "
                          "or choose another directory")

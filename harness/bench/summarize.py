@@ -10,13 +10,13 @@ groups records by ``level_run`` (for Locust runs by level_run and user count), a
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 from harness.bench import metrics, store
-from harness.results import read_jsonl
+from harness.results import read_json, read_jsonl
 
 
 def summarize_dir(out_dir: Path, slo: dict[str, float] | None = None) -> list[dict]:
@@ -35,22 +35,35 @@ def summarize_dir(out_dir: Path, slo: dict[str, float] | None = None) -> list[di
             latest[key] = (t, level_run)
     # whether a level ran to its end is known only to the run that wrote summary.json (a level
     # cut by the time limit or Ctrl-C is "complete": false there); Locust levels have no such file
-    try:
-        prior = {lv.get("level_run"): lv.get("complete", True)
-                 for lv in json.loads((Path(out_dir) / store.SUMMARY).read_text(encoding="utf-8"))
-                 if isinstance(lv, dict)}
-    except (OSError, ValueError, TypeError):
-        prior = {}
+    prior: dict[Any, dict] = {}
+    saved = read_json(Path(out_dir) / store.SUMMARY)  # None when absent or unreadable
+    for lv in saved if isinstance(saved, list) else []:
+        if isinstance(lv, dict):
+            prior[lv.get("level_run")] = lv
     levels = []
     for (level_run, (kind, value)), recs in groups.items():
         if latest[(kind, value)][1] != level_run:
             continue
         lv = {kind: value, **metrics.summarize_level(recs, slo=slo), "level_run": level_run,
-              "profile": recs[0].get("profile"), "complete": prior.get(level_run, True)}
+              "profile": recs[0].get("profile")}
+        was = prior.get(level_run, {})
+        # complete only if the run said so AND every request it counted is still in the records
+        # (a record lost to a torn line leaves the level short: not complete)
+        lv["complete"] = was.get("complete", True) is True and _sent(lv) >= _sent(was)
         levels.append(lv)
     levels.sort(key=lambda lv: (0, lv["concurrency"]) if "concurrency" in lv else (1, lv["rate"]))
     metrics.mark_knee(levels)
     return levels
+
+
+def _sent(level: dict) -> int:
+    """Requests a summary counts (measured and warm-up, completed or failed); 0 when unknown."""
+    warm = level.get("warmup") if isinstance(level.get("warmup"), dict) else {}
+    n = 0
+    for v in (level.get("completed"), level.get("failed"), warm.get("completed"), warm.get("failed")):
+        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+            n += v
+    return n
 
 
 def main(argv: list[str] | None = None) -> int:
