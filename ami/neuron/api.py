@@ -148,8 +148,34 @@ def _messages(raw) -> list[dict]:
             call_id = _id(m, "tool_call_id", f"{where}.tool_call_id")
             msg["name"] = _id(m, "name", f"{where}.name") or call_names.get(call_id, "tool")
             msg["tool_call_id"] = call_id
+        _check_turn(out[-1] if out else None, msg, where)
         out.append(msg)
     return out
+
+
+def _check_turn(prev: dict | None, msg: dict, where: str) -> None:
+    """The order of turns. OpenAI refuses a tool result that follows no call ("Invalid parameter:
+    messages with role 'tool' must be a response to a preceeding message with 'tool_calls'",
+    param "messages.[3].role": its 400 quoted in github.com/smarter-sh/smarter issue 264 and
+    miurla/morphic issue 136) and a call not followed by its results ("An assistant message with
+    'tool_calls' must be followed by tool messages responding to each 'tool_call_id'", quoted in
+    microsoft/promptflow PR 3130). Two assistant turns in a row (e.g. a conversation that opens
+    with two) are refused as well: Gemma's turns alternate between user and model (Google's
+    Gemma 2 template raises "Conversation roles must alternate user/assistant/user/assistant/...",
+    as copied in oxide-lab/Oxide-Lab src-tauri/src/core/templates/gemma2.rs), and the template
+    would write two model turns back to back, a prompt the model was never trained on."""
+    role = msg["role"]
+    prev_role = prev["role"] if prev else None
+    prev_calls = bool(prev and prev.get("tool_calls"))
+    if role == "tool" and not (prev_role == "tool" or prev_calls):
+        raise RequestError(f"{where}: a message with role 'tool' must answer a preceding assistant "
+                           "message with tool_calls", f"{where}.role")
+    if prev_calls and role != "tool":
+        raise RequestError(f"{where}: the assistant message with tool_calls before it must be "
+                           "followed by tool messages answering each call", f"{where}.role")
+    if role == "assistant" and prev_role == "assistant":
+        raise RequestError(f"{where}: two assistant turns in a row; the turns must alternate "
+                           "(a user or tool message between them)", f"{where}.role")
 
 
 def _tools(body: dict) -> list[dict] | None:
@@ -171,9 +197,80 @@ def _tools(body: dict) -> list[dict] | None:
         if fn.get("description") is not None and not isinstance(fn["description"], str):
             raise RequestError(f"tools[{i}].function.description must be a string, got "
                                f"{show(fn['description'])}", "tools")
-        if fn.get("parameters") is not None and not isinstance(fn["parameters"], dict):
-            raise RequestError(f"tools[{i}].function.parameters must be a JSON Schema object", "tools")
+        params = fn.get("parameters")
+        if params is not None:
+            at = f"tools[{i}].function.parameters"
+            if not isinstance(params, dict):
+                raise RequestError(f"{at} must be a JSON Schema object", at, "invalid_function_parameters")
+            problem = schema_problem(params, at)
+            if problem:
+                raise RequestError(problem, at, "invalid_function_parameters")
+            top = params.get("type", "object")
+            if "object" not in (top if isinstance(top, list) else [top]):  # arguments are an object (_messages)
+                raise RequestError(f"{at}.type must be 'object' (a function takes its arguments as "
+                                   f"a JSON object), got {show(top)}", at, "invalid_function_parameters")
     return tools
+
+
+# The JSON Schema keywords whose value has a fixed shape (JSON Schema draft 2020-12 Validation
+# and Core vocabularies: "type" is a string or an array of unique strings among the seven
+# primitive names; "properties", "patternProperties", "$defs" are objects of schemas; "items",
+# "additionalProperties", "not" ... are schemas; "allOf"/"anyOf"/"oneOf" non-empty arrays of
+# schemas; "required" an array of strings; "enum" an array). OpenAI checks tool parameters the same
+# way: its 400 reads "Invalid schema for function 'f': [] is not of type 'object', 'boolean'",
+# param "tools[2].function.parameters", code "invalid_function_parameters" (quoted in
+# github.com/FoundationAgents/OpenManus issue 1162). Checked here, the template never renders
+# a declaration the model would misread (``{"type": 5}`` was written out as it came).
+SCHEMA_TYPES = ("array", "boolean", "integer", "null", "number", "object", "string")
+_SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+_SCHEMA_ONE = ("items", "additionalProperties", "additionalItems", "not", "contains", "if", "then",
+               "else", "propertyNames", "unevaluatedItems", "unevaluatedProperties")
+_SCHEMA_LISTS = ("allOf", "anyOf", "oneOf", "prefixItems")
+_SCHEMA_TEXT = ("title", "description", "$ref", "$id", "$schema", "format", "pattern")
+
+
+def schema_problem(schema, at: str) -> str | None:
+    """The first keyword of a JSON Schema whose value has the wrong shape, named by its path
+    (None: every keyword this walk knows has a valid shape). Iterative; the depth and size of
+    ``schema`` are already bounded by the intake's budget (intake.check_size)."""
+    stack = [(schema, at)]
+    while stack:
+        s, where = stack.pop()
+        if isinstance(s, bool):  # true / false are schemas too
+            continue
+        if not isinstance(s, dict):
+            return f"{where} must be a JSON Schema (an object or a boolean), got {show(s)}"
+        t = s.get("type")
+        if t is not None:
+            names = t if isinstance(t, list) else [t]
+            if not names or any(n not in SCHEMA_TYPES for n in names) or len(set(map(repr, names))) != len(names):
+                return (f"{where}.type must be one of {', '.join(SCHEMA_TYPES)} or a list of them, "
+                        f"got {show(t)}")
+        for k in _SCHEMA_MAPS:
+            if k in s:
+                if not isinstance(s[k], dict):
+                    return f"{where}.{k} must be an object mapping names to JSON Schemas, got {show(s[k])}"
+                stack.extend((v, f"{where}.{k}.{name}") for name, v in s[k].items())
+        for k in _SCHEMA_ONE:
+            if k in s:
+                if k == "items" and isinstance(s[k], list):  # draft 4-7 tuple form
+                    stack.extend((v, f"{where}.items[{j}]") for j, v in enumerate(s[k]))
+                else:
+                    stack.append((s[k], f"{where}.{k}"))
+        for k in _SCHEMA_LISTS:
+            if k in s:
+                if not isinstance(s[k], list) or not s[k]:
+                    return f"{where}.{k} must be a non-empty list of JSON Schemas, got {show(s[k])}"
+                stack.extend((v, f"{where}.{k}[{j}]") for j, v in enumerate(s[k]))
+        req = s.get("required")
+        if req is not None and not (isinstance(req, list) and all(isinstance(x, str) for x in req)):
+            return f"{where}.required must be a list of property names, got {show(req)}"
+        if "enum" in s and not isinstance(s["enum"], list):
+            return f"{where}.enum must be a list, got {show(s['enum'])}"
+        for k in _SCHEMA_TEXT:
+            if s.get(k) is not None and not isinstance(s[k], str):
+                return f"{where}.{k} must be a string, got {show(s[k])}"
+    return None
 
 
 def parse_chat_request(body, served_model: str) -> ChatRequest:

@@ -84,7 +84,8 @@ def test_prompt_plus_max_tokens_over_the_total_is_a_400(client):
      "messages[0]"),
     ({"messages": [{"role": "assistant", "content": "x", "tool_calls": 5}, {"role": "user", "content": "y"}]},
      "messages[0]"),
-    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": "not a schema"}}]}, "tools"),
+    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": "not a schema"}}]},
+     "tools[0].function.parameters"),  # as OpenAI names it (ami/neuron/api.py)
 ])
 def test_unsupported_or_invalid_fields_are_refused(client, bad, field):
     args = {"model": MODEL, "messages": HELLO, "max_tokens": 2, **bad}
