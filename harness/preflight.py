@@ -12,7 +12,10 @@ ml.* types; Bedrock model access (``get_foundation_model_availability``); the CD
 on besides (harness/preflight_account.py): the AMI parameter each EC2 backend boots, and for a kit
 image not built yet its parent parameter, build-host offerings and vCPU quotas (the On-Demand
 Standard quota ``L-1216C47A`` for the sm_75 build's c7g.8xlarge); the SageMaker container image
-tag in the region's DLC registry. Every BLOCK line ends with its fix (``fix: <command>``).
+tag in the region's DLC registry; the Hugging Face token secret (exists, shaped like a token,
+never printed) for every backend but Bedrock; for backends that serve a package, the CodeBuild
+concurrent-build quota of the package build's environment (kit/codebuild.py). Every BLOCK line
+ends with its fix (``fix: <command>``).
 
 One table, one verdict per backend; exit 1 when something blocks a deploy, 2 on bad input.
 Running instances also count against a vCPU quota: the table shows the quota, not the free room.
@@ -54,6 +57,8 @@ class Target:
     parent_image: str | None = None  # neuron image builds: neuron_parent_image, if set
     image_az: str | None = None  # image builds in this backend's region: -c image_az, if set
     copies: int = 1  # the backend's own stack plus its variants (kit/variants.py), each an instance
+    hf_token_secret: str | None = None  # the Secrets Manager secret its stacks read (hf_token_secret)
+    serves_package: bool = False  # it or a variant serves a package: PackageStack's build must start
     neuron_sdk: str | None = None  # neuron backends: the SDK line whose image they boot (-c neuron_sdk)
 
 
@@ -65,8 +70,18 @@ def targets_from_catalog(backends: list[str]) -> list[Target]:
         b = catalog.backend(bid)
         out.append(Target(bid, b.service, (b.instance_type,) if b.instance_type else (), b.model_id,
                           image_choice=b.image_choices[0][0] if b.image_choices else None,
-                          container_tag=DEFAULTS["sagemaker_vllm_tag"] if b.service == "sagemaker" else None))
+                          container_tag=DEFAULTS["sagemaker_vllm_tag"] if b.service == "sagemaker" else None,
+                          hf_token_secret=DEFAULTS["hf_token_secret"] if b.service != "bedrock" else None))
     return out
+
+
+def _serves_package(model_id: str) -> bool:
+    from kit.schemes import scheme_of_model
+
+    try:
+        return scheme_of_model(model_id) is not None
+    except ValueError:  # an unknown scheme: the deploy refuses it (stacks/package.py)
+        return True
 
 
 def targets_from_config(context: dict[str, Any], backends: list[str] | None) -> tuple[str, list[Target]]:
@@ -89,7 +104,9 @@ def targets_from_config(context: dict[str, Any], backends: list[str] | None) -> 
                           # as stacks/wiring.py: image_az applies to the builds in the main region only
                           image_az=cfg.image_az if (bc.region or cfg.region) == cfg.region else None,
                           copies=1 + sum(v.id == bc.id for v in cfg.variants),
-                          neuron_sdk=cfg.neuron_sdk if b.image == "neuron" else None))
+                          neuron_sdk=cfg.neuron_sdk if b.image == "neuron" else None,
+                          hf_token_secret=cfg.hf_token_secret if b.service != "bedrock" else None,
+                          serves_package=any(_serves_package(d.model_id) for d in (bc, *cfg.variants) if d.id == bc.id)))
     return cfg.region, out
 
 
@@ -170,10 +187,11 @@ def sagemaker_quota_finder(client: Any) -> Callable[[str], float | None]:
 
 def run_preflight(session: Any, region: str, targets: list[Target], *, quota: QuotaFn | None = None,
                   sagemaker_quota: Callable[[str], float | None] | None = None,
-                  bedrock: Any = None, ssm: Any = None, ecr: Any = None) -> Report:
+                  bedrock: Any = None, ssm: Any = None, ecr: Any = None, secrets: Any = None) -> Report:
     """All checks for ``targets`` in ``region``; ``session`` is a boto3 Session. Clients the
-    tests cannot get from moto (service-quotas for EC2 codes, bedrock, SSM's public /aws/service
-    parameters, another account's ECR registry) are injectable."""
+    tests cannot get from moto (service-quotas for EC2 and CodeBuild codes, bedrock, SSM's public
+    /aws/service parameters, another account's ECR registry) are injectable, and so is the
+    Secrets Manager client."""
     rep = Report(region)
     try:
         ident = session.client("sts", region_name=region).get_caller_identity()
@@ -204,6 +222,12 @@ def run_preflight(session: Any, region: str, targets: list[Target], *, quota: Qu
             for it in t.instance_types:
                 _check_ec2(ec2, t, it, rep, quota, need)
     _check_account(session, region, targets, rep, quota, ec2, ssm, ecr)
+    for name in dict.fromkeys(t.hf_token_secret for t in targets if t.hf_token_secret):
+        account.check_token_secret(rep.add, region, secrets or session.client("secretsmanager", region_name=region),
+                                   name, [t.id for t in targets if t.hf_token_secret == name], _short)
+    packaged = [t.id for t in targets if t.serves_package]
+    if packaged:
+        account.check_package_build_quota(rep.add, region, quota, packaged)
     return rep
 
 

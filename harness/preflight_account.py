@@ -20,6 +20,7 @@ tested; the API response shapes the tests replay are botocore's own (validated b
 """
 from __future__ import annotations
 
+import re
 from typing import Any, Callable, Iterable
 
 # Service Quotas codes (service code ec2). Source: the AWS default quotas as listed by
@@ -279,3 +280,73 @@ def sagemaker_fix(instance_type: str, code: str | None, region: str) -> str:
         return quota_fix("sagemaker", code, 1, region)
     return (f"request '{instance_type} for endpoint usage' >= 1 in Service Quotas (find its code: aws "
             f"service-quotas list-service-quotas --service-code sagemaker --region {region})")
+
+
+def check_package_build_quota(add: Add, region: str, quota: QuotaFn, backends: list[str]) -> None:
+    """The concurrent-build quota of the package build's CodeBuild environment (kit/codebuild.py),
+    for the backends that serve a package: at 0 CodeBuild queues nothing and StartBuild fails."""
+    from kit.codebuild import QUEUE_FACTOR, package_build_quota
+
+    code, name = package_build_quota()
+    value = quota("codebuild", code)
+    for bid in backends:
+        if value is None:
+            add(bid, "package build quota", "warn", f"could not read '{name}' ({code}); at 0 (common in new "
+                "accounts) python -m harness.package start is refused")
+        elif value < 1:
+            add(bid, "package build quota", "BLOCK", f"'{name}' ({code}) = {value:g}: CodeBuild queues "
+                f"{QUEUE_FACTOR}x that, so the package build cannot start; fix: {quota_fix('codebuild', code, 1, region)}")
+        else:
+            add(bid, "package build quota", "ok", f"'{name}' ({code}) = {value:g}")
+
+
+# Hugging Face user access tokens: "hf_" and 34 letters, the rule gitleaks checks for
+# (gitleaks/gitleaks cmd/generate/config/rules/huggingface.go, commit 02788fb5: hf_(?i:[a-z]{34}),
+# referencing huggingface.co/docs/hub/security-tokens). The kit passes the secret's whole
+# SecretString as the token (stacks/sagemaker.py's dynamic reference, userdata/lib.sh
+# kit_hf_token, CodeBuild's SECRETS_MANAGER variable), so anything around it goes along.
+HF_TOKEN_SHAPE = re.compile(r"hf_[A-Za-z]{34}")
+
+
+def token_shape(secret: str | None) -> tuple[str, str]:
+    """(status, detail) for a secret's SecretString; the detail never contains the value."""
+    if secret is None:
+        return "BLOCK", "holds binary data (SecretBinary); the kit reads SecretString"
+    if not secret.strip():
+        return "BLOCK", "is empty"
+    if secret != secret.strip():
+        return "BLOCK", "has whitespace around the token (a newline from a file?), which would go into HF_TOKEN"
+    if not secret.startswith("hf_"):
+        return "BLOCK", ("does not hold a bare Hugging Face token (it should start with hf_; a JSON object or "
+                         "KEY=value line would be passed to the servers as it is)")
+    if not HF_TOKEN_SHAPE.fullmatch(secret):
+        return "warn", f"starts with hf_ but is not hf_ and 34 letters ({len(secret)} characters); check it"
+    return "ok", "holds a token shaped like one (hf_ and 34 letters; value not shown)"
+
+
+def check_token_secret(add: Add, region: str, sm: Any, name: str, backends: list[str],
+                       short: Callable[[BaseException], str]) -> None:
+    """The Hugging Face token secret the stacks read: it exists in ``region`` and is shaped like a
+    token. Without it SageMakerStack fails at deploy (dynamic reference), an EC2 boot fails after
+    paid minutes and an image build after its long install (issue 24 point 4)."""
+    create = (f"aws secretsmanager create-secret --name {name} --secret-string \"$HF_TOKEN\" --region {region}")
+    try:
+        value = sm.get_secret_value(SecretId=name)
+    except Exception as exc:  # noqa: BLE001
+        err = getattr(exc, "response", {}).get("Error", {})
+        code, message = err.get("Code", ""), err.get("Message", "")
+        if code == "ResourceNotFoundException":
+            status, detail = "BLOCK", f"secret {name} does not exist in {region}; fix: {create}"
+        elif code == "InvalidRequestException" and "deletion" in message:
+            status, detail = "BLOCK", (f"secret {name} is scheduled for deletion in {region}; fix: aws secretsmanager "
+                                       f"restore-secret --secret-id {name} --region {region}")
+        else:
+            status, detail = "warn", f"could not read secret {name}: {short(exc)} (needs secretsmanager:GetSecretValue)"
+    else:
+        status, shape = token_shape(value.get("SecretString"))
+        detail = f"secret {name} {shape}"
+        if status == "BLOCK":
+            detail += (f"; fix: aws secretsmanager put-secret-value --secret-id {name} --secret-string \"$HF_TOKEN\" "
+                       f"--region {region}")
+    for bid in backends:
+        add(bid, "HF token secret", status, detail)

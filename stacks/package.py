@@ -57,7 +57,7 @@ from kit.config import ConfigError
 ROOT = Path(__file__).resolve().parent.parent
 KEY_PREFIX = "package"
 BUILD_TIMEOUT = cdk.Duration.hours(3)
-COMPUTE = codebuild.ComputeType.LARGE
+COMPUTE = codebuild.ComputeType.LARGE  # = kit/codebuild.py COMPUTE_TYPE, whose quota preflight checks (tested)
 COMPUTE_MEMORY_GB = 15  # LINUX_CONTAINER BUILD_GENERAL1_LARGE (module docstring)
 BUILD_IMAGE = codebuild.LinuxBuildImage.STANDARD_7_0
 # The Python the build runs, pinned: without runtime-versions CodeBuild takes the image's default,

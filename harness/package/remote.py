@@ -39,10 +39,7 @@ def start(scheme: str, source: str | None = None, revision: str | None = None, *
         build = codebuild.start_build(projectName=PROJECT_NAME,
                                       environmentVariablesOverride=_overrides(scheme, source, revision))["build"]
     except Exception as e:  # noqa: BLE001 - any CodeBuild failure is one PackageError line
-        where = f" in {region}" if region else ""
-        raise PackageError(f"cannot start {PROJECT_NAME}{where} ({type(e).__name__}: {e}); "
-                           "deploy it first: npx cdk deploy PackageStack -c g6_model=package "
-                           "(another region: --region)") from None
+        raise PackageError(start_refused(e, region)) from None
     build_id = build["id"]
     log(f"started {build_id} (scheme {scheme}); following its log")
     token = None
@@ -71,6 +68,33 @@ def start(scheme: str, source: str | None = None, revision: str | None = None, *
     uri = (ssm or _client("ssm", region)).get_parameter(Name=f"{PARAMETER_PREFIX}/{scheme}")["Parameter"]["Value"]
     log(f"build {build_id} SUCCEEDED: {uri} (in {PARAMETER_PREFIX}/{scheme})")
     return 0
+
+
+def start_refused(e: Exception, region: str | None) -> str:
+    """One line for a refused StartBuild: what the error means and the command that fixes it."""
+    from harness.preflight_account import quota_fix
+    from kit.codebuild import QUEUE_FACTOR, package_build_quota, queue_limit
+
+    err = getattr(e, "response", {}).get("Error", {})
+    code, message = err.get("Code") or type(e).__name__, err.get("Message") or str(e)
+    where = f" in {region}" if region else ""
+    said = f"({code}: {message})"
+    if code == "ResourceNotFoundException":
+        return (f"cannot start {PROJECT_NAME}{where}: the project does not exist there {said}; deploy it first: "
+                "npx cdk deploy PackageStack -c g6_model=package (another region: --region)")
+    limit = queue_limit(message) if code == "AccountLimitExceededException" else None
+    if limit is None:
+        return f"cannot start {PROJECT_NAME}{where} {said}"
+    quota, name = package_build_quota()
+    fix = quota_fix("codebuild", quota, 1, region or "<region>")
+    if limit == 0:
+        return (f"cannot start {PROJECT_NAME}{where}: CodeBuild lets this account queue no build of this project's "
+                f"compute type there {said}, i.e. its '{name}' limit is 0 (the queue holds {QUEUE_FACTOR}x that "
+                f"limit; new accounts start there); fix: {fix} (if Service Quotas already shows 1 or more, ask "
+                "AWS Support to apply it to the account)")
+    return (f"cannot start {PROJECT_NAME}{where}: CodeBuild's queue for this account is full, {limit} builds of "
+            f"this compute type already running or queued {said}; wait for them (aws codebuild list-builds "
+            f"--region {region or '<region>'}) or raise '{name}' ({quota})")
 
 
 def _client(name: str, region: str | None):

@@ -99,3 +99,29 @@ def ecr_images(tags: set[str] | None, registry: str | None = None) -> Replay:
         return {"images": [], "failures": [{"imageId": {"imageTag": tag}, "failureCode": "ImageNotFound",
                                             "failureReason": "Requested image not found"}]}
     return Replay("ecr", handler)
+
+
+# A string shaped like a Hugging Face user access token (hf_ and 34 letters: harness/preflight_account.py
+# HF_TOKEN_SHAPE); not a real token.
+FAKE_HF_TOKEN = "hf_" + "FakeTokenForTestsOnlyAbCdEfGhIjKlM"
+
+
+def secret_values(values: dict[str, str | None]) -> Replay:
+    """GetSecretValue: a name in ``values`` holds that SecretString (None: SecretBinary only);
+    others do not exist (the API's ResourceNotFoundException and message)."""
+    from datetime import datetime, timezone
+
+    def handler(op: str, params: dict[str, Any]) -> Any:
+        assert op == "get_secret_value", op
+        name = params["SecretId"]
+        if name not in values:
+            return Error("ResourceNotFoundException", "Secrets Manager can't find the specified secret.")
+        out: dict[str, Any] = {"ARN": f"arn:aws:secretsmanager:us-east-1:123456789012:secret:{name}-AbCdEf",
+                               "Name": name, "VersionId": "01234567-89ab-cdef-0123-456789abcdef",
+                               "VersionStages": ["AWSCURRENT"], "CreatedDate": datetime(2026, 11, 30, tzinfo=timezone.utc)}
+        if values[name] is None:
+            out["SecretBinary"] = b"\x00\x01"
+        else:
+            out["SecretString"] = values[name]
+        return out
+    return Replay("secretsmanager", handler)

@@ -9,15 +9,17 @@ import pytest
 from harness import preflight
 from kit.config import DEFAULTS
 from kit.image_facts import IMAGE_PARAMETERS, PARENT_PARAMETERS
-from tests.harness.aws_replay import ecr_images, ssm_parameters
+from tests.harness.aws_replay import FAKE_HF_TOKEN, ecr_images, secret_values, ssm_parameters
 
 # Every image parameter a deploy reads, resolved: the kit's images already built.
 BUILT = {n: "ami-0123456789abcdef0" for n in [*IMAGE_PARAMETERS.values(), *PARENT_PARAMETERS.values()]}
 
 
 def ready():
-    """SSM and ECR as in an account where the kit's images are built and the DLC tag exists."""
-    return {"ssm": ssm_parameters(BUILT), "ecr": ecr_images({DEFAULTS["sagemaker_vllm_tag"]})}
+    """SSM, ECR and Secrets Manager as in an account where the kit's images are built, the DLC tag
+    exists and the token secret holds a token."""
+    return {"ssm": ssm_parameters(BUILT), "ecr": ecr_images({DEFAULTS["sagemaker_vllm_tag"]}),
+            "secrets": secret_values({DEFAULTS["hf_token_secret"]: FAKE_HF_TOKEN})}
 
 
 class FakeBedrock:

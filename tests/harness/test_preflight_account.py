@@ -18,7 +18,7 @@ from harness import preflight, preflight_account as account
 from kit.config import DEFAULTS
 from kit.dlc import DLC_ACCOUNT_BY_REGION
 from kit.image_facts import GPU_DLAMI, IMAGE_PARAMETERS, NEURON_DLAMI, PARENT_PARAMETERS
-from tests.harness.aws_replay import Error, Replay, ecr_images, ssm_parameters
+from tests.harness.aws_replay import FAKE_HF_TOKEN, Error, Replay, ecr_images, secret_values, ssm_parameters
 
 TAG = DEFAULTS["sagemaker_vllm_tag"]
 PUBLIC = {n: "ami-0aaaaaaaaaaaaaaaa" for n in PARENT_PARAMETERS.values()}  # the DLAMIs, no kit image
@@ -38,8 +38,11 @@ def quotas(values: dict[str, float]) -> Replay:
         if code not in values:
             return Error("NoSuchResourceException", f"The request failed because the specified service "
                          f"quota {code} does not exist.")
-        name = next((n for c, n in account.EC2_QUOTAS.values() if c == code), code)
-        return {"Quota": {"ServiceCode": params["ServiceCode"], "ServiceName": "Amazon Elastic Compute Cloud (Amazon EC2)",
+        from kit.codebuild import CONCURRENT_BUILD_QUOTAS
+
+        name = next((n for c, n in [*account.EC2_QUOTAS.values(), *CONCURRENT_BUILD_QUOTAS.values()] if c == code), code)
+        service = {"ec2": "Amazon Elastic Compute Cloud (Amazon EC2)", "codebuild": "AWS CodeBuild"}[params["ServiceCode"]]
+        return {"Quota": {"ServiceCode": params["ServiceCode"], "ServiceName": service,
                           "QuotaCode": code, "QuotaName": name, "Value": values[code], "Unit": "None",
                           "Adjustable": True, "GlobalQuota": False}}
     return Replay("service-quotas", handler)
@@ -55,12 +58,13 @@ def sagemaker_quotas(values: dict[str, tuple[float, str]]) -> Replay:
     return Replay("service-quotas", handler)
 
 
-def run(argv, capsys, *, sq, ssm, ecr, region="us-east-1", sm=None):
+def run(argv, capsys, *, sq, ssm, ecr, region="us-east-1", sm=None, secrets=None):
     _bootstrap(region)
     session = boto3.Session(region_name=region)
     finder = preflight.sagemaker_quota_finder(sm) if sm else (lambda t: 1.0)
+    secrets = secrets or secret_values({DEFAULTS["hf_token_secret"]: FAKE_HF_TOKEN})
     rc = preflight.main(argv, session=session, quota=preflight.service_quota_getter(sq),
-                        sagemaker_quota=finder, ssm=ssm, ecr=ecr)
+                        sagemaker_quota=finder, ssm=ssm, ecr=ecr, secrets=secrets)
     return rc, capsys.readouterr().out
 
 
@@ -229,3 +233,86 @@ def test_build_subnet_check_honours_image_az_as_the_deploy_does(aws, cdk_json, c
     line = next(line for line in out.splitlines() if "vllm-sm75 build subnet" in line)
     assert expected in line, out
     assert ("BLOCK" in line) == (image_az == "us-east-1f")
+
+
+# Issue 24 point 4: two fresh-account blockers preflight missed.
+
+def test_a_missing_token_secret_blocks_every_backend_that_reads_it(aws, cdk_json, capsys):
+    sq, ssm = quotas({"L-DB2E81BA": 64}), ssm_parameters(PUBLIC | {IMAGE_PARAMETERS["vllm-cuda"]: "ami-0b"})
+    rc, out = run(["--backends", "bedrock,sagemaker,g6", *cdk_json], capsys, sq=sq, ssm=ssm, ecr=ecr_images({TAG}),
+                  secrets=secret_values({}))
+    assert rc == 1
+    blocked = [line for line in rows(out, "BLOCK") if "HF token secret" in line]
+    assert [line.split()[0] for line in blocked] == ["sagemaker", "g6"]  # Bedrock reads no token
+    assert all("secret inference-kit/hf-token does not exist in us-east-1; fix: aws secretsmanager create-secret "
+               "--name inference-kit/hf-token --secret-string \"$HF_TOKEN\" --region us-east-1" in line for line in blocked)
+    assert not [line for line in out.splitlines() if line.startswith("bedrock") and "HF token" in line]
+
+
+@pytest.mark.parametrize("value, status, says", [
+    (FAKE_HF_TOKEN, "ok", "shaped like one"),
+    (json.dumps({"HF_TOKEN": FAKE_HF_TOKEN}), "BLOCK", "does not hold a bare Hugging Face token"),
+    (FAKE_HF_TOKEN + "\n", "BLOCK", "whitespace around the token"),
+    ("   ", "BLOCK", "is empty"),
+    (None, "BLOCK", "binary data"),
+    ("hf_" + "a" * 20, "warn", "not hf_ and 34 letters (23 characters)"),
+])
+def test_the_token_secret_is_checked_for_shape_and_never_printed(aws, cdk_json, capsys, value, status, says):
+    sq, ssm = quotas({"L-DB2E81BA": 64}), ssm_parameters(PUBLIC | {IMAGE_PARAMETERS["vllm-cuda"]: "ami-0b"})
+    rc, out = run(["--backends", "g6", *cdk_json], capsys, sq=sq, ssm=ssm, ecr=ecr_images({TAG}),
+                  secrets=secret_values({"inference-kit/hf-token": value}))
+    (line,) = [ln for ln in out.splitlines() if "HF token secret" in ln]
+    assert re.search(rf"\s{status}\s", line) and says in line
+    assert rc == (1 if status == "BLOCK" else 0)
+    if value and value.strip():
+        assert value.strip() not in out and "FakeToken" not in out  # neither the value nor a part of it
+
+
+def test_a_token_secret_scheduled_for_deletion_blocks_with_the_restore_command(aws, cdk_json, capsys):
+    # The message moto 5.2.5 gives for GetSecretValue on a deleted secret (secretsmanager/models.py).
+    deleted = Replay("secretsmanager", lambda op, p: Error(
+        "InvalidRequestException", "You can't perform this operation on the secret because it was marked for deletion."))
+    sq, ssm = quotas({"L-DB2E81BA": 64}), ssm_parameters(PUBLIC | {IMAGE_PARAMETERS["vllm-cuda"]: "ami-0b"})
+    rc, out = run(["--backends", "g6", *cdk_json], capsys, sq=sq, ssm=ssm, ecr=ecr_images({TAG}), secrets=deleted)
+    (line,) = [ln for ln in rows(out, "BLOCK") if "HF token secret" in ln]
+    assert "scheduled for deletion" in line and "aws secretsmanager restore-secret --secret-id inference-kit/hf-token" in line
+
+
+def test_an_unreadable_token_secret_is_a_warning_naming_the_permission(aws, cdk_json, capsys):
+    denied = Replay("secretsmanager", lambda op, p: Error("AccessDeniedException", "User is not authorized to perform: "
+                                                          "secretsmanager:GetSecretValue"))
+    sq, ssm = quotas({"L-DB2E81BA": 64}), ssm_parameters(PUBLIC | {IMAGE_PARAMETERS["vllm-cuda"]: "ami-0b"})
+    rc, out = run(["--backends", "g6", *cdk_json], capsys, sq=sq, ssm=ssm, ecr=ecr_images({TAG}), secrets=denied)
+    (line,) = [ln for ln in out.splitlines() if "HF token secret" in ln]
+    assert " warn " in line and "needs secretsmanager:GetSecretValue" in line and rc == 0
+
+
+def test_a_zero_codebuild_quota_blocks_the_backends_that_serve_a_package(aws, cdk_json, capsys):
+    sq = quotas({"L-DB2E81BA": 64, "L-4DDC4A99": 0.0})
+    ssm = ssm_parameters(PUBLIC | {IMAGE_PARAMETERS["vllm-cuda"]: "ami-0b"})
+    rc, out = run(["--backends", "sagemaker,g6", "-c", "g6_model=package", *cdk_json], capsys, sq=sq, ssm=ssm,
+                  ecr=ecr_images({TAG}))
+    assert rc == 1
+    (line,) = [ln for ln in out.splitlines() if "package build quota" in ln]
+    assert line.split()[0] == "g6" and " BLOCK " in line
+    assert "'Concurrently running builds for Linux/Large environment' (L-4DDC4A99) = 0" in line
+    assert line.endswith("fix: aws service-quotas request-service-quota-increase --service-code codebuild "
+                         "--quota-code L-4DDC4A99 --desired-value 1 --region us-east-1")
+    assert re.search(r"^sagemaker\s+ready", out, re.M)  # it serves no package: not blocked by CodeBuild
+
+
+def test_the_codebuild_quota_is_not_asked_without_a_package(aws, cdk_json, capsys):
+    sq = quotas({"L-DB2E81BA": 64})
+    ssm = ssm_parameters(PUBLIC | {IMAGE_PARAMETERS["vllm-cuda"]: "ami-0b"})
+    rc, out = run(["--backends", "g6", *cdk_json], capsys, sq=sq, ssm=ssm, ecr=ecr_images({TAG}))
+    assert rc == 0 and "package build quota" not in out
+    assert all(p.get("ServiceCode") != "codebuild" for _, p in sq.calls)
+
+
+def test_a_package_variant_needs_the_build_too(aws, cdk_json, capsys):
+    sq = quotas({"L-DB2E81BA": 64, "L-4DDC4A99": 1.0})
+    ssm = ssm_parameters(PUBLIC | {IMAGE_PARAMETERS["vllm-cuda"]: "ami-0b"})
+    rc, out = run(["--backends", "g6", "-c", "g6_variants=emb4=package:emb4", *cdk_json], capsys, sq=sq, ssm=ssm,
+                  ecr=ecr_images({TAG}))
+    (line,) = [ln for ln in out.splitlines() if "package build quota" in ln]
+    assert " ok " in line and "= 1" in line and rc == 0

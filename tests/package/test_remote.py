@@ -182,3 +182,60 @@ def test_every_call_and_field_matches_botocores_service_models():
         c.assert_no_pending_responses()
         lg.assert_no_pending_responses()
     assert lines[1:] == ["published", f"build {build['id']} SUCCEEDED: s3://b/p/1 (in /inference-kit/package/emb4)"]
+
+
+# Issue 24 point 4: a fresh account's StartBuild refusal, said in one true line. Errors replayed
+# through a real codebuild client (Stubber: the request must fit StartBuild's input shape); the
+# message as public reports quote it (kit/codebuild.py).
+
+def refused(code: str, message: str):
+    from tests.harness.aws_replay import Error, Replay
+
+    cb = Replay("codebuild", lambda op, params: Error(code, message), region="eu-west-1")
+    with pytest.raises(Exception) as e:
+        start("emb4", region="eu-west-1", codebuild=cb, logs=object(), ssm=None, log=lambda _: None,
+              sleep=lambda _: None)
+    assert [op for op, _ in cb.calls] == ["start_build"]
+    line = str(e.value)
+    assert "\n" not in line
+    return line
+
+
+def test_a_zero_build_queue_says_the_quota_and_the_command_that_raises_it():
+    line = refused("AccountLimitExceededException", "Cannot have more than 0 builds in queue for the account")
+    assert line.startswith("cannot start inference-kit-package in eu-west-1: CodeBuild lets this account queue no "
+                           "build of this project's compute type there")
+    assert "'Concurrently running builds for Linux/Large environment' limit is 0" in line
+    assert ("fix: aws service-quotas request-service-quota-increase --service-code codebuild --quota-code "
+            "L-4DDC4A99 --desired-value 1 --region eu-west-1") in line
+    assert "deploy it first" not in line  # the old line blamed a missing stack
+
+
+def test_a_full_queue_is_not_called_a_zero_quota():
+    line = refused("AccountLimitExceededException", "Cannot have more than 5 builds in queue for the account")
+    assert "queue for this account is full, 5 builds" in line and "limit is 0" not in line
+    assert "L-4DDC4A99" in line
+
+
+def test_a_missing_project_says_deploy_it_first():
+    line = refused("ResourceNotFoundException", "Project cannot be found: arn:aws:codebuild:eu-west-1:123456789012:"
+                                                "project/inference-kit-package")
+    assert "the project does not exist there" in line and "npx cdk deploy PackageStack" in line
+
+
+def test_any_other_refusal_is_passed_on_without_a_guess():
+    line = refused("AccessDeniedException", "User is not authorized to perform: codebuild:StartBuild")
+    assert line == ("cannot start inference-kit-package in eu-west-1 (AccessDeniedException: User is not authorized "
+                    "to perform: codebuild:StartBuild)")
+
+
+def test_the_project_is_built_with_the_environment_whose_quota_is_checked(tmp_path):
+    # The quota code follows from the synthesized project, not from a second copy of the compute type.
+    from kit.codebuild import CONCURRENT_BUILD_QUOTAS, package_build_quota
+    from tests.stacks.conftest import synth
+
+    k = synth(tmp_path, backends="g6", g6_model="package")
+    (_, project), = k.resources("PackageStack", "AWS::CodeBuild::Project").items()
+    env = project["Properties"]["Environment"]
+    assert CONCURRENT_BUILD_QUOTAS[(env["Type"], env["ComputeType"])] == package_build_quota()
+    assert package_build_quota()[0] == "L-4DDC4A99"
