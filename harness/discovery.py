@@ -27,7 +27,7 @@ import stat
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -139,6 +139,26 @@ def ttl_note(backend_id: str, outputs: Mapping[str, str], now: float | None = No
     return None
 
 
+def endpoints_from_outputs(stack_name: str, outputs: Mapping[str, str],
+                           default_region: str | None = None) -> list[Endpoint]:
+    """One backend stack's outputs -> its endpoints: one, or for a SageMaker stack deployed on
+    several instance types (the GPU-family sweep, ``sagemaker_instance_types``) one per type,
+    named ``sagemaker@<family>-<size>`` (``sagemaker@g6e-xlarge``) from its ``EndpointNames``
+    output (``type=name,...``), each with its own instance type."""
+    ep = endpoint_from_outputs(stack_name, outputs, default_region)
+    pairs = [p.partition("=") for p in (outputs.get("EndpointNames") or "").split(",") if "=" in p]
+    if ep.service != "sagemaker" or ep.variant is not None or len(pairs) < 2:
+        return [ep]
+    out = []
+    for itype, _, name in pairs:
+        word = itype.removeprefix("ml.").replace(".", "-")
+        if not variants.NAME.match(word) or not name:
+            raise DiscoveryError(f"stack {stack_name}: EndpointNames entry {itype}={name!r} is not a type=name pair")
+        out.append(replace(ep, name=variants.endpoint_name(ep.name, word), endpoint_name=name, instance_type=itype,
+                           label=f"{ep.label}, {itype}"))
+    return out
+
+
 def from_outputs(all_outputs: Mapping[str, Mapping[str, str]], default_region: str | None = None,
                  backends: Iterable[str] | None = None) -> Discovery:
     """``{StackName: {OutputKey: value}}`` -> endpoints for the kit's backend stacks in it.
@@ -154,7 +174,7 @@ def from_outputs(all_outputs: Mapping[str, Mapping[str, str]], default_region: s
         if outputs is None:
             d.notes.append(f"{b.id}: {b.stack_name} not deployed")
             continue
-        d.endpoints.append(endpoint_from_outputs(b.stack_name, outputs, default_region))
+        d.endpoints.extend(endpoints_from_outputs(b.stack_name, outputs, default_region))
         d.notes += [n for n in [ttl_note(b.id, outputs)] if n]
     for stack_name, _bid, variant in variant_stacks(all_outputs, wanted):
         outputs = all_outputs[stack_name]
@@ -253,7 +273,7 @@ def from_cloudformation(cfn: Any, default_region: str | None = None,
             d.notes.append(f"{name}: {stack_name} is {status}, skipped" + (f": {hint}" if hint else ""))
             return
         outputs = {o["OutputKey"]: o["OutputValue"] for o in stack.get("Outputs", [])}
-        d.endpoints.append(endpoint_from_outputs(stack_name, outputs, default_region))
+        d.endpoints.extend(endpoints_from_outputs(stack_name, outputs, default_region))
         d.notes += [n for n in [ttl_note(name, outputs)] if n]
 
     for b in catalog.BACKENDS.values():

@@ -9,6 +9,7 @@ from typing import Any, Callable
 
 from harness.bench.path import server_ttft_est_ms
 from harness.report.accuracy import SECTION as ACCURACY_SECTION
+from harness.report.families import SECTION as FAMILIES_SECTION
 from harness.report.data import RunData, knee_index, load_label, metric, per_token, sweeps
 from harness.report.plots import cost_per_m, decode_vs_ceiling, latency_throughput
 from harness.results import endpoints_from_meta
@@ -218,6 +219,7 @@ SECTIONS: list[tuple[str, str, Callable[[RunData], Table], Callable[[RunData], b
     ("speed", "Decode speed against the roofline", roofline_table, decode_vs_ceiling,
      "Ceiling = memory bandwidth / bytes read per generated token (weights actually read, tied LM head "
      "included, embedding tables only looked up, plus the KV cache at 512 tokens of context)."),
+    FAMILIES_SECTION,
     ("cost", "Cost per million output tokens", cost_table, cost_per_m,
      "Instances priced running 24x7 flat out at the measured throughput; break-even is the average output "
      "rate at which the instance costs what Bedrock Nova Micro would."),

@@ -147,3 +147,18 @@ def test_a_failed_stack_note_carries_the_capacity_hint():
     d = disc.from_cloudformation(Cfn(), "us-east-1", ["trn1"])
     assert d.notes == ["trn1: Trn1Stack is ROLLBACK_COMPLETE, skipped: EC2 had no trn1.2xlarge capacity in "
                        "us-east-1c; deploy again with -c trn1_az=us-east-1f (EC2 suggests us-east-1f)"]
+
+
+def test_gpu_family_sweep_is_one_endpoint_per_type():
+    types = ["ml.g5.xlarge", "ml.g6.xlarge", "ml.g6e.xlarge", "ml.g7e.2xlarge"]
+    names = {t: "SageMakerStack-" + t.replace(".", "-") for t in types}
+    sweep = {**SM, "InstanceType": types[0], "EndpointName": names[types[0]],
+             "EndpointNames": ",".join(f"{t}={n}" for t, n in names.items())}
+    d = disc.from_outputs({"SageMakerStack": sweep}, backends=["sagemaker"])
+    got = {e.name: (e.endpoint_name, e.instance_type) for e in d.endpoints}
+    assert got == {"sagemaker@g5-xlarge": (names["ml.g5.xlarge"], "ml.g5.xlarge"),
+                   "sagemaker@g6-xlarge": (names["ml.g6.xlarge"], "ml.g6.xlarge"),
+                   "sagemaker@g6e-xlarge": (names["ml.g6e.xlarge"], "ml.g6e.xlarge"),
+                   "sagemaker@g7e-2xlarge": (names["ml.g7e.2xlarge"], "ml.g7e.2xlarge")}
+    # one type: the endpoint keeps the backend's own name, as before
+    assert [e.name for e in disc.from_outputs({"SageMakerStack": SM}, backends=["sagemaker"]).endpoints] == ["sagemaker"]

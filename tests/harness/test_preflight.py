@@ -149,3 +149,16 @@ def test_bad_input_is_one_line_exit_2(argv, needle, cdk_json, capsys):
     assert preflight.main([*argv, *cdk_json]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and needle in err[0], err
+
+
+def test_gpu_family_sweep_checks_each_types_quota(aws, cdk_json, capsys):
+    _bootstrap("us-east-1")
+    quotas = {"ml.g5.xlarge": 1.0, "ml.g6.xlarge": 1.0, "ml.g6e.xlarge": 0.0, "ml.g7e.2xlarge": 1.0}
+    rc = preflight.main(["--backends", "sagemaker", *cdk_json,
+                         "-c", "sagemaker_instance_types=" + ",".join(quotas)],
+                        session=boto3.Session(region_name="us-east-1"), sagemaker_quota=lambda t: quotas[t], **ready())
+    out = capsys.readouterr().out
+    assert rc == 1
+    for t in ("ml.g5.xlarge", "ml.g6.xlarge", "ml.g7e.2xlarge"):
+        assert f"{t} for endpoint usage = 1" in out
+    assert "'ml.g6e.xlarge for endpoint usage' = 0" in out

@@ -67,3 +67,15 @@ def test_sagemaker_sizes_each_endpoint(tmp_path):
 def test_neuron_refuses_a_size_without_a_port(tmp_path):
     with pytest.raises(ConfigError, match=r"inf2_instance_type='inf2.xlarge'.*no inf2 type in the catalog serves it"):
         synth(tmp_path, backends="inf2", model="google/gemma-4-26B-A4B-it")
+
+
+def test_gpu_families_in_one_run(tmp_path):
+    types = "ml.g5.xlarge,ml.g6.xlarge,ml.g6e.xlarge,ml.g7e.2xlarge"
+    s = synth(tmp_path, backends="sagemaker", sagemaker_instance_types=types)
+    t = s.template("SageMakerStack")
+    t.resource_count_is("AWS::SageMaker::Endpoint", 4)
+    variants = [c["Properties"]["ProductionVariants"][0]
+                for c in s.resources("SageMakerStack", "AWS::SageMaker::EndpointConfig").values()]
+    assert sorted(v["InstanceType"] for v in variants) == sorted(types.split(","))
+    out = s.templates["SageMakerStack"]["Outputs"]["EndpointNames"]["Value"]
+    assert out.count("=") == 4  # what discovery expands into sagemaker@g5-xlarge, ... (harness/discovery.py)
