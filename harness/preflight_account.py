@@ -244,19 +244,25 @@ def _check_build(add: Add, region: str, ec2: Any, quota: QuotaFn, image: str, ba
 # BatchGetImage, the call a pull makes first (ECR API reference: "When an image is pulled, the
 # BatchGetImage API is called once to retrieve the image manifest"). The caller's own IAM policy
 # must allow ecr:BatchGetImage; when it does not, the check says so and warns.
+_MANIFEST_TYPES = ["application/vnd.docker.distribution.manifest.v2+json", "application/vnd.oci.image.index.v1+json",
+                   "application/vnd.oci.image.manifest.v1+json"]
+
+
 def check_container_image(add: Add, region: str, ecr: Any, backend: str, tag: str,
                           short: Callable[[BaseException], str]) -> None:
-    from kit.dlc import VLLM_REPOSITORY, dlc_account, image_uri
+    """The configured tag exists in the region's DLC registry; when it does not, the fix names the
+    newest of the kit's recorded published tags that does (kit/dlc.py CANDIDATE_TAGS, one more
+    BatchGetImage for all of them)."""
+    from kit.dlc import CANDIDATE_TAGS, VLLM_REPOSITORY, DlcRegionError, dlc_account, image_uri
 
-    uri = image_uri(region, tag)
-    fix = ("fix: pick a vLLM DLC tag published in this region (-c sagemaker_vllm_tag=<tag>; "
-           "aws/deep-learning-containers available_images.md)")
     try:
-        r = ecr.batch_get_image(registryId=dlc_account(region), repositoryName=VLLM_REPOSITORY,
-                                imageIds=[{"imageTag": tag}],
-                                acceptedMediaTypes=["application/vnd.docker.distribution.manifest.v2+json",
-                                                    "application/vnd.oci.image.index.v1+json",
-                                                    "application/vnd.oci.image.manifest.v1+json"])
+        uri, registry = image_uri(region, tag), dlc_account(region)
+    except DlcRegionError as e:
+        add(backend, "container image", "BLOCK", f"{e}; fix: -c sagemaker_region=<one of them>")
+        return
+    try:
+        r = ecr.batch_get_image(registryId=registry, repositoryName=VLLM_REPOSITORY,
+                                imageIds=[{"imageTag": tag}], acceptedMediaTypes=_MANIFEST_TYPES)
     except Exception as exc:  # noqa: BLE001
         code = getattr(exc, "response", {}).get("Error", {}).get("Code", "")
         if code == "RepositoryNotFoundException":
@@ -270,8 +276,29 @@ def check_container_image(add: Add, region: str, ecr: Any, backend: str, tag: st
         add(backend, "container image", "ok", f"{uri} exists")
         return
     failure = (r.get("failures") or [{}])[0]
+    newest = newest_present(ecr, registry, [t for t in CANDIDATE_TAGS if t != tag])
+    fix = (f"fix: -c sagemaker_vllm_tag={newest} (the newest of the kit's recorded published tags, kit/dlc.py, "
+           f"present in {region})" if newest else
+           "fix: pick a vLLM DLC tag published in this region (-c sagemaker_vllm_tag=<tag>; "
+           "aws/deep-learning-containers available_images.md)")
     add(backend, "container image", "BLOCK", f"{uri}: {failure.get('failureCode', 'not found')} "
         f"({failure.get('failureReason', '')}); {fix}")
+
+
+def newest_present(ecr: Any, registry: str, tags: list[str]) -> str | None:
+    """The first of ``tags`` (newest first) the registry has, asked in one BatchGetImage (at most
+    100 image ids a call: ImageIdentifierList in botocore's ecr model); None when none is, or the call fails."""
+    from kit.dlc import VLLM_REPOSITORY
+
+    if not tags:
+        return None
+    try:
+        r = ecr.batch_get_image(registryId=registry, repositoryName=VLLM_REPOSITORY,
+                                imageIds=[{"imageTag": t} for t in tags[:100]], acceptedMediaTypes=_MANIFEST_TYPES)
+    except Exception:  # noqa: BLE001 - the BLOCK line then names no tag
+        return None
+    present = {i.get("imageId", {}).get("imageTag") for i in r.get("images", [])}
+    return next((t for t in tags if t in present), None)
 
 
 def sagemaker_fix(instance_type: str, code: str | None, region: str) -> str:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping
 
 from ami import pins
-from kit import awsdata
+from kit import awsdata, dlc
 from kit import regions as kit_regions
 from kit import variants as kit_variants
 from kit.catalog import BACKEND_IDS, BACKENDS
@@ -186,8 +186,9 @@ DEFAULTS: dict[str, Any] = {
     "max_model_len": 4096,
     # ~9 min to InService in the seed; 20 of 21 endpoints in a public reproduction took <= 11.3 min.
     "sagemaker_ready_minutes": 45,
-    # The seed's container; tag as published by AWS (DLC docs data 0.31.0-gpu-sagemaker.yml:
-    # Ubuntu 24.04 base since 0.28, CUDA 13.0, hence the al2023 GPU 4-1 inference AMI below).
+    # A published tag (kit/dlc.py PUBLISHED_SAGEMAKER_TAGS: the DLC's docs data
+    # docs/src/data/vllm/0.31.0-gpu-sagemaker.yml, commit 8c7b4b1d; Ubuntu 24.04 base since 0.28,
+    # CUDA 13.0, hence the al2023 GPU 4-1 inference AMI below; tests/kit/test_dlc.py).
     "sagemaker_vllm_tag": "0.31.0-gpu-py312-cu130-ubuntu24.04-sagemaker",
     "sagemaker_ami_version": "al2023-ami-sagemaker-inference-gpu-4-1",  # CUDA 13 images (cfn-lint schema enum)
 }
@@ -261,6 +262,12 @@ def parse(context: Mapping[str, Any]) -> KitConfig:
             elif b.service == "sagemaker":
                 itypes = (itype,)
         where_b = where.of(bid)
+        if b.service == "sagemaker":  # the vLLM container comes from the region's DLC registry
+            try:
+                dlc.dlc_account(where_b)
+            except dlc.DlcRegionError as e:
+                key = kit_regions.region_key(bid) if bid in where.overrides else "region"
+                raise ConfigError(f"{key}={where_b!r}: {e}") from None
         # A preference: the deploy checks that the AZ offers the type (stacks/az_choice.py) and
         # builds the backend's subnet there; without it, the first AZ that offers the type.
         az = context.get(f"{bid}_az")

@@ -90,14 +90,13 @@ def ecr_images(tags: set[str] | None, registry: str | None = None) -> Replay:
             return Error("RepositoryNotFoundException",
                          f"The repository with name '{params['repositoryName']}' does not exist in the registry "
                          f"with id '{params['registryId']}'")
-        tag = params["imageIds"][0]["imageTag"]
-        if tag in tags:
-            return {"images": [{"registryId": params["registryId"], "repositoryName": params["repositoryName"],
-                                "imageId": {"imageTag": tag, "imageDigest": "sha256:" + "0" * 64},
-                                "imageManifest": "{}", "imageManifestMediaType":
-                                "application/vnd.docker.distribution.manifest.v2+json"}], "failures": []}
-        return {"images": [], "failures": [{"imageId": {"imageTag": tag}, "failureCode": "ImageNotFound",
-                                            "failureReason": "Requested image not found"}]}
+        asked = [i["imageTag"] for i in params["imageIds"]]
+        return {"images": [{"registryId": params["registryId"], "repositoryName": params["repositoryName"],
+                            "imageId": {"imageTag": tag, "imageDigest": "sha256:" + "0" * 64},
+                            "imageManifest": "{}", "imageManifestMediaType":
+                            "application/vnd.docker.distribution.manifest.v2+json"} for tag in asked if tag in tags],
+                "failures": [{"imageId": {"imageTag": tag}, "failureCode": "ImageNotFound",
+                              "failureReason": "Requested image not found"} for tag in asked if tag not in tags]}
     return Replay("ecr", handler)
 
 

@@ -316,3 +316,25 @@ def test_a_package_variant_needs_the_build_too(aws, cdk_json, capsys):
                   ecr=ecr_images({TAG}))
     (line,) = [ln for ln in out.splitlines() if "package build quota" in ln]
     assert " ok " in line and "= 1" in line and rc == 0
+
+
+def test_a_missing_tag_names_the_newest_recorded_tag_the_region_has(aws, cdk_json, capsys):
+    # Issue 24 point 8: the region lacks the configured tag but has 0.30.0's and 0.29.0's; one more
+    # BatchGetImage asks for every recorded candidate (kit/dlc.py) and the fix names the newest.
+    ecr = ecr_images({"0.30.0-gpu-py312-cu130-ubuntu24.04-sagemaker", "0.29.0-gpu-py312-cu130-ubuntu24.04-sagemaker"})
+    rc, out = run(["--backends", "sagemaker", "-c", "sagemaker_vllm_tag=0.99.0-gpu-py312-cu130-ubuntu24.04-sagemaker",
+                   *cdk_json], capsys, sq=quotas({}), ssm=ssm_parameters({}), ecr=ecr)
+    (line,) = [ln for ln in out.splitlines() if "container image" in ln]
+    assert " BLOCK " in line and rc == 1
+    assert line.endswith("fix: -c sagemaker_vllm_tag=0.30.0-gpu-py312-cu130-ubuntu24.04-sagemaker (the newest of the "
+                         "kit's recorded published tags, kit/dlc.py, present in us-east-1)")
+    (first, second) = [p for op, p in ecr.calls]
+    assert len(second["imageIds"]) == len(set(t["imageTag"] for t in second["imageIds"])) > 1
+
+
+def test_a_sagemaker_region_without_a_registry_is_refused_before_any_call(aws, tmp_path, capsys):
+    p = tmp_path / "cdk.json"
+    p.write_text(json.dumps({"app": "x", "context": {"region": "us-east-1", "sagemaker_region": "us-gov-west-1"}}))
+    rc = preflight.main(["--backends", "sagemaker", "--cdk-json", str(p)])
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and line.startswith("preflight: sagemaker_region='us-gov-west-1': us-gov-west-1 has no Deep")
