@@ -41,7 +41,9 @@ def price_rows(plan: dict[str, list[kp.Placement]], book: PriceBook, region: str
         rows = []
         for p in placements:
             q = book.instance(p.instance_type, region or _snapshot_region(book, p.instance_type))
-            row = p.to_dict() | {"price": q.to_dict(), "usd_per_hour": q.usd_per_hour}
+            chip = catalog.INSTANCES[p.instance_type].chip
+            row = p.to_dict() | {"price": q.to_dict(), "usd_per_hour": q.usd_per_hour, "chip": chip.name,
+                                 "native_precisions": [k for k, v in chip.precision.items() if v == "native"]}
             if q.usd_per_hour is not None and p.ceiling_tok_s:
                 row["usd_per_m_output_at_ceiling"] = formulas.usd_per_m_output(q.usd_per_hour, p.ceiling_tok_s)
             rows.append(row)
@@ -73,6 +75,11 @@ def render(choice: kp.ModelChoice, context: int, concurrency: int, priced: dict,
              f"  allowances: vLLM uses {kp.GPU_MEMORY_UTILIZATION:.0%} of each GPU, {kp.GPU_RUNTIME_GIB:g} GiB of it "
              "for runtime; Neuron: the kit engine's own checks (85% of 16 GiB per NeuronCore, 4 GB per gather)"]
     lines += [f"  prices: {n}" for n in notes]
+    chips = {c.name: c for c in (catalog.INSTANCES[r["instance_type"]].chip for rows in priced.values()
+                                 for r in rows)}.values()
+    lines += ["  chips (catalog, with sources): " + "; ".join(
+        f"{c.name.removeprefix('NVIDIA ')} {_chip_memory(c)}native "
+        + " ".join(p for p, v in c.precision.items() if v == "native") for c in sorted(chips, key=lambda c: c.name))]
     head = ("backend", "instance", "TP", "need/device", "budget", "ceiling tok/s", "$/h", "$/M out @ceiling", "price", "packages")
     fit_rows, misfits, notes_out = [], [], []
     for bid, rows in priced.items():
@@ -150,6 +157,12 @@ def configured_fit_lines(context: dict | None = None) -> list[str]:
                 lines.append(f"  {name:<11} {itype:<16} {bc.model_id} ({choice.precision}): DOES NOT FIT: {why}; "
                              + (f"smallest that fits: {best.instance_type}" if best else "no catalog type fits"))
     return lines
+
+
+def _chip_memory(c: catalog.Chip) -> str:
+    if not c.device_memory_gb:
+        return ""
+    return f"{c.device_memory_gb:g} GB {c.memory_type} {c.device_bandwidth_gb_s:g} GB/s, "
 
 
 def _gb(b):

@@ -32,6 +32,7 @@ def test_31b_names_where_it_fits_and_refuses_the_rest(capsys):
     assert ("  g6 g6.xlarge: 61.4 GB weights / TP 1 + 1.2 GB KV + 2 GiB runtime = 64.7 GB per GPU > 21.6 GB"
             in rest)
     assert "  bedrock: managed" in rest
+    assert "RTX PRO 6000 Blackwell Server Edition 96 GB GDDR7 1597 GB/s, native bf16 fp16 fp8 int8 int4" in fits
     assert "inf2 inf2.48xlarge: Neuron engine:" in rest  # the engine's own refusal, with its numbers
 
 
