@@ -1,7 +1,21 @@
-"""OpenAI chat-completions request checking and response shapes (pure, no I/O).
+"""OpenAI chat-completions and completions request checking and response shapes (pure, no I/O).
 
 Only what the engine honours is accepted; anything it would otherwise ignore or misread is a
 400 naming the field, so a client never gets a silently different request served.
+
+Log-probabilities follow vLLM's OpenAI server (vllm-project/vllm, commit 00463e62):
+- chat: ``logprobs`` (bool) and ``top_logprobs`` (count; more than 0 needs ``logprobs: true``:
+  ``check_logprobs`` in ``vllm/entrypoints/openai/protocol.py``); each generated token becomes
+  ``{"token", "logprob", "bytes", "top_logprobs": [{"token", "logprob", "bytes"}, ...]}`` under
+  ``choices[].logprobs.content`` (``_create_chat_logprobs`` / ``_get_top_logprobs`` in
+  ``serving_chat.py``: ``bytes`` is the token's UTF-8 with errors replaced, log-probabilities
+  floored at -9999.0);
+- completions: ``logprobs`` (count) gives ``choices[].logprobs = {"text_offset", "token_logprobs",
+  "tokens", "top_logprobs"}``; each ``top_logprobs`` entry is a dict of the token itself and up to
+  ``logprobs`` most likely tokens (text -> log-probability), and with ``echo`` the prompt's
+  tokens come first, the very first one with ``null`` (``_create_completion_logprobs`` and
+  ``request_output_to_completion_response`` in ``serving_completion.py``).
+The most alternatives taken is 20, vLLM's default ``--max-logprobs``.
 """
 from __future__ import annotations
 
@@ -16,6 +30,9 @@ ROLES = ("system", "developer", "user", "assistant", "tool")
 # few levels per object property; 64 leaves room for ~30 and stays far below Python's recursion
 # limit (1000), which the chat template's recursive macros would otherwise hit.
 MAX_DEPTH = 64
+MAX_LOGPROBS = 20  # vLLM's default --max-logprobs (ModelConfig.max_logprobs)
+LOGPROB_FLOOR = -9999.0  # what vLLM writes instead of -inf (JSON has no infinity)
+COMPLETION_MAX_TOKENS = 16  # OpenAI's and vLLM's default max_tokens for /v1/completions
 
 
 class RequestError(ValueError):
@@ -60,6 +77,21 @@ class ChatRequest:
     stream: bool
     include_usage: bool
     max_tokens: int | None
+    temperature: float
+    top_p: float
+    ignore_eos: bool
+    logprobs: bool = False
+    top_logprobs: int = 0
+
+
+@dataclass(frozen=True)
+class CompletionRequest:
+    prompts: list  # each a string or a list of token ids, as sent
+    echo: bool
+    logprobs: int | None  # alternatives per token; None: no log-probabilities
+    stream: bool
+    include_usage: bool
+    max_tokens: int
     temperature: float
     top_p: float
     ignore_eos: bool
@@ -273,7 +305,8 @@ def schema_problem(schema, at: str) -> str | None:
     return None
 
 
-def parse_chat_request(body, served_model: str) -> ChatRequest:
+def _common(body, served_model: str, refused: tuple) -> None:
+    """Checks both endpoints make: the model, n, stop, seed, penalties and refused fields."""
     if not isinstance(body, dict):
         raise RequestError("request body must be a JSON object")
     if body.get("model") != served_model:
@@ -284,32 +317,104 @@ def parse_chat_request(body, served_model: str) -> ChatRequest:
         raise RequestError(f"n must be the integer 1, got {show(n)}", "n")
     if body.get("stop"):
         raise RequestError("stop sequences are not supported by this engine", "stop")
-    for key, why in (("seed", "sampling draws from one generator per batch, so a seed cannot be honoured"),
-                     ("logprobs", "log-probabilities are not returned by this engine"),
-                     ("top_logprobs", "log-probabilities are not returned by this engine"),
-                     ("presence_penalty", "penalties are not applied by this engine"),
-                     ("frequency_penalty", "penalties are not applied by this engine")):
-        if body.get(key) not in (None, False, 0):
+    # A seed means nothing to greedy decoding (temperature 0 draws nothing), so it is honoured
+    # there; when sampling, rows share one generator per step, so it could not be.
+    if body.get("seed") is not None and body.get("temperature") != 0:
+        raise RequestError("seed is only supported with temperature 0: when sampling, the engine "
+                           "draws every row of a step from one generator, so a seed cannot be "
+                           "honoured", "seed")
+    for key, why in (("presence_penalty", "penalties are not applied by this engine"),
+                     ("frequency_penalty", "penalties are not applied by this engine"),
+                     ("logit_bias", "logit biases are not applied by this engine"), *refused):
+        if body.get(key) not in (None, False, 0, {}):
             raise RequestError(f"{key} is not supported: {why}", key)
+
+
+def _count(body: dict, key: str, most: int) -> int | None:
+    value = body.get(key)
+    if value is None:
+        return None
+    if type(value) is not int or not 0 <= value <= most:
+        raise RequestError(f"{key} must be an integer in [0, {most}], got {show(value)}", key)
+    return value
+
+
+def _max_tokens(body: dict, default: int | None) -> int | None:
+    max_tokens = body.get("max_completion_tokens")
+    if max_tokens is None:
+        max_tokens = body.get("max_tokens")
+    if max_tokens is None:
+        return default
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+        raise RequestError(f"max_tokens must be a positive integer, got {show(max_tokens)}", "max_tokens")
+    return max_tokens
+
+
+def _stream_options(body: dict) -> dict:
+    options = body.get("stream_options") or {}
+    if not isinstance(options, dict):
+        raise RequestError("stream_options must be an object", "stream_options")
+    return options
+
+
+def parse_chat_request(body, served_model: str) -> ChatRequest:
+    _common(body, served_model, ())
     fmt = body.get("response_format")
     if fmt not in (None, {"type": "text"}):
         raise RequestError("response_format other than text is not supported by this engine",
                            "response_format")
-    max_tokens = body.get("max_completion_tokens")
-    if max_tokens is None:
-        max_tokens = body.get("max_tokens")
-    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)
-                                   or max_tokens < 1):
-        raise RequestError(f"max_tokens must be a positive integer, got {show(max_tokens)}", "max_tokens")
-    options = body.get("stream_options") or {}
-    if not isinstance(options, dict):
-        raise RequestError("stream_options must be an object", "stream_options")
+    logprobs = _flag(body, "logprobs", "logprobs")
+    top = _count(body, "top_logprobs", MAX_LOGPROBS) or 0
+    if top and not logprobs:
+        raise RequestError("when using top_logprobs, logprobs must be set to true", "top_logprobs")
+    options = _stream_options(body)
     return ChatRequest(
         messages=_messages(body.get("messages")),
         tools=_tools(body),
         stream=_flag(body, "stream", "stream"),
         include_usage=_flag(options, "include_usage", "stream_options.include_usage"),
-        max_tokens=max_tokens,
+        max_tokens=_max_tokens(body, None),
+        temperature=_number(body, "temperature", 1.0, 0.0, 2.0),
+        top_p=_number(body, "top_p", 1.0, 0.0, 1.0, lo_open=True),
+        ignore_eos=_flag(body, "ignore_eos", "ignore_eos"),
+        logprobs=logprobs,
+        top_logprobs=top,
+    )
+
+
+def _prompts(raw) -> list:
+    """OpenAI's four prompt forms (a string, a list of strings, a list of token ids, a list of
+    lists of token ids) as a list of prompts, each a string or a list of ints."""
+    def tokens(value) -> bool:
+        return isinstance(value, list) and bool(value) and all(type(t) is int for t in value)
+
+    if isinstance(raw, str):
+        prompts = [raw]
+    elif tokens(raw):
+        prompts = [raw]
+    elif isinstance(raw, list) and raw and all(isinstance(p, str) or tokens(p) for p in raw):
+        prompts = list(raw)
+    else:
+        raise RequestError("prompt must be a string, a list of strings, a non-empty list of token "
+                           "ids (integers) or a list of such lists", "prompt")
+    if any(p == "" for p in prompts):
+        raise RequestError("prompt must not be empty", "prompt")
+    return prompts
+
+
+def parse_completion_request(body, served_model: str) -> CompletionRequest:
+    _common(body, served_model, (("suffix", "the model has no fill-in-the-middle format here"),
+                                 ("prompt_logprobs", "use echo with logprobs")))
+    if body.get("best_of") is not None and body.get("best_of") != 1:
+        raise RequestError("best_of must be 1", "best_of")
+    options = _stream_options(body)
+    return CompletionRequest(
+        prompts=_prompts(body.get("prompt")),
+        echo=_flag(body, "echo", "echo"),
+        logprobs=_count(body, "logprobs", MAX_LOGPROBS),
+        stream=_flag(body, "stream", "stream"),
+        include_usage=_flag(options, "include_usage", "stream_options.include_usage"),
+        max_tokens=_max_tokens(body, COMPLETION_MAX_TOKENS),
         temperature=_number(body, "temperature", 1.0, 0.0, 2.0),
         top_p=_number(body, "top_p", 1.0, 0.0, 1.0, lo_open=True),
         ignore_eos=_flag(body, "ignore_eos", "ignore_eos"),
@@ -327,9 +432,12 @@ class Completion:
     def _head(self, obj: str) -> dict:
         return {"id": self.id, "object": obj, "created": self.created, "model": self.model}
 
-    def chunk(self, delta: dict, finish_reason: str | None = None, usage_field: bool = False) -> dict:
+    def chunk(self, delta: dict, finish_reason: str | None = None, usage_field: bool = False,
+              logprobs: list[dict] | None = None) -> dict:
         out = self._head("chat.completion.chunk")
-        out["choices"] = [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}]
+        out["choices"] = [{"index": 0, "delta": delta,
+                           "logprobs": None if logprobs is None else {"content": logprobs},
+                           "finish_reason": finish_reason}]
         if usage_field:
             out["usage"] = None
         return out
@@ -341,14 +449,16 @@ class Completion:
         return out
 
     def full(self, content: str, tool_calls: list[dict], finish_reason: str,
-             prompt_tokens: int, completion_tokens: int, reasoning: str = "") -> dict:
+             prompt_tokens: int, completion_tokens: int, reasoning: str = "",
+             logprobs: list[dict] | None = None) -> dict:
         out = self._head("chat.completion")
         message: dict = {"role": "assistant", "content": content or (None if tool_calls else "")}
         if reasoning:
             message["reasoning_content"] = reasoning
         if tool_calls:
             message["tool_calls"] = tool_calls
-        out["choices"] = [{"index": 0, "message": message, "logprobs": None,
+        out["choices"] = [{"index": 0, "message": message,
+                           "logprobs": None if logprobs is None else {"content": logprobs},
                            "finish_reason": finish_reason}]
         out["usage"] = usage(prompt_tokens, completion_tokens)
         return out
@@ -364,4 +474,68 @@ def tool_call_json(call, with_index: bool) -> dict:
            "function": {"name": call.name, "arguments": call.arguments}}
     if with_index:
         out = {"index": call.index, **out}
+    return out
+
+
+class TextCompletion:
+    """Ids, timestamps and shapes of one /v1/completions answer (``object: text_completion``)."""
+
+    def __init__(self, model: str) -> None:
+        self.id = "cmpl-" + secrets.token_hex(12)
+        self.created = int(time.time())
+        self.model = model
+
+    def _head(self) -> dict:
+        return {"id": self.id, "object": "text_completion", "created": self.created, "model": self.model}
+
+    @staticmethod
+    def choice(index: int, text: str, logprobs: dict | None, finish_reason: str | None) -> dict:
+        return {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish_reason}
+
+    def full(self, choices: list[dict], prompt_tokens: int, completion_tokens: int) -> dict:
+        return {**self._head(), "choices": choices, "usage": usage(prompt_tokens, completion_tokens)}
+
+    def chunk(self, choice: dict, usage_field: bool = False) -> dict:
+        out = {**self._head(), "choices": [choice]}
+        if usage_field:
+            out["usage"] = None
+        return out
+
+    def usage_chunk(self, prompt_tokens: int, completion_tokens: int) -> dict:
+        return {**self._head(), "choices": [], "usage": usage(prompt_tokens, completion_tokens)}
+
+
+def _floor(logprob: float) -> float:
+    return max(logprob, LOGPROB_FLOOR)
+
+
+def chat_logprob(entry, text) -> dict:
+    """One generated token for ``choices[].logprobs.content``; ``text(id)`` spells a token."""
+    def one(token: int, logprob: float) -> dict:
+        s = text(token)
+        return {"token": s, "logprob": _floor(logprob), "bytes": list(s.encode("utf-8", errors="replace"))}
+
+    return {**one(entry.token, entry.logprob), "top_logprobs": [one(t, lp) for t, lp in entry.top]}
+
+
+def completion_logprobs(entries: list, text, offset: int = 0) -> dict:
+    """``choices[].logprobs`` of a completion over ``entries`` (per token: ``scheduler.Sampled``,
+    or ``(token_id, None)`` for the first prompt token, which nothing predicts); ``offset`` is
+    the text already sent before these tokens (streaming)."""
+    out = {"text_offset": [], "token_logprobs": [], "tokens": [], "top_logprobs": []}
+    for entry in entries:
+        token, logprob = entry[0], entry[1]
+        s = text(token)
+        out["text_offset"].append(offset)
+        out["tokens"].append(s)
+        offset += len(s)
+        if logprob is None:
+            out["token_logprobs"].append(None)
+            out["top_logprobs"].append(None)
+            continue
+        out["token_logprobs"].append(_floor(logprob))
+        top = {s: _floor(logprob)}  # the token itself first, then the most likely ones
+        for t, lp in entry.top:
+            top.setdefault(text(t), _floor(lp))
+        out["top_logprobs"].append(top)
     return out

@@ -46,26 +46,28 @@ class ChatFormat:
         # The template writes <bos> itself; adding special tokens again would double it.
         return self.tokenizer.encode(text, add_special_tokens=False)
 
-    def decoder(self) -> "IncrementalDecoder":
-        return IncrementalDecoder(self.tokenizer)
+    def decoder(self, skip_special: bool = False) -> "IncrementalDecoder":
+        return IncrementalDecoder(self.tokenizer, skip_special)
 
 
 class IncrementalDecoder:
     """Token ids in, new text out, never splitting a multi-byte character across chunks.
 
     Decodes a short window of recent ids and emits only what is new once it no longer ends in
-    a replacement character (the tail of an unfinished UTF-8 sequence). Special tokens are kept:
-    the tool-call markers are special tokens and the parser needs them.
+    a replacement character (the tail of an unfinished UTF-8 sequence). Special tokens are kept
+    (the tool-call markers are special tokens and the parser needs them) unless ``skip_special``
+    (completions text, as vLLM's default ``skip_special_tokens=True``).
     """
 
-    def __init__(self, tokenizer) -> None:
+    def __init__(self, tokenizer, skip_special: bool = False) -> None:
         self._tok = tokenizer
+        self._skip = skip_special
         self._ids: list[int] = []
         self._prefix = 0  # start of the window decoded for context
         self._read = 0  # ids before this are already emitted
 
     def _decode(self, ids: list[int]) -> str:
-        return self._tok.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        return self._tok.decode(ids, skip_special_tokens=self._skip, clean_up_tokenization_spaces=False)
 
     def push(self, token_id: int) -> str:
         self._ids.append(token_id)

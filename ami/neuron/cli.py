@@ -22,6 +22,9 @@ DEFAULT_CONFIG_CLASS = "modeling_gemma4_e2b:Gemma4E2BInferenceConfig"
 # to uvicorn's timeout_keep_alive).
 DEFAULT_HEADER_TIMEOUT_S = 10.0
 DEFAULT_BODY_TIMEOUT_S = 30.0  # a body not fully received in time is a 408
+# Requests waiting for a slot: the harness benchmark's highest level (64 streams) fits beside a
+# batch of 4; a deeper queue would only turn waiting into client timeouts.
+DEFAULT_MAX_QUEUE = 64
 
 
 class _Parser(argparse.ArgumentParser):
@@ -102,7 +105,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=_positive, default=d.batch_size, metavar="N",
                    help=f"sequences decoded together; more requests queue (default {d.batch_size})")
     p.add_argument("--batch-wait-ms", type=_nonneg_float, default=5.0, metavar="MS",
-                   help="how long an idle engine waits for more requests to fill a batch (default 5)")
+                   help="how long an idle engine waits for more requests before its first step (default 5)")
+    p.add_argument("--max-queue", type=_positive, default=DEFAULT_MAX_QUEUE, metavar="N",
+                   help=f"requests waiting for a free slot at most; beyond, 429 with Retry-After "
+                        f"(default {DEFAULT_MAX_QUEUE})")
     p.add_argument("--dtype", default="bf16",
                    help="weight dtype: bf16 (default) or fp16 (cpu with --model also fp32); int4 is refused")
     p.add_argument("--tp-degree", type=_positive, metavar="N",
@@ -182,7 +188,7 @@ def build_generator(args: argparse.Namespace):
     if args.device == "cpu":
         from . import cpu_generator
         return cpu_generator.make_generator(args.served_model_name, args.model, args.tiny_random,
-                                          limits, wait_s, args.cpu_threads, args.dtype)
+                                          limits, wait_s, args.cpu_threads, args.dtype, args.max_queue)
     from . import neuron_generator
     try:
         cfg = neuron_generator.engine_config(args.model, shapes, args.dtype, args.tp_degree,
@@ -190,6 +196,6 @@ def build_generator(args: argparse.Namespace):
                                            args.tp_degrees or (), args.platform)
         return neuron_generator.make_generator(args.served_model_name, args.model, cfg, limits, wait_s,
                                              args.neuron_model_src, args.neuron_model_class,
-                                             args.neuron_config_class)
+                                             args.neuron_config_class, args.max_queue)
     except ConfigError as exc:
         sys.exit(f"{PROG}: error: {exc}")

@@ -1,10 +1,11 @@
 """The one interface the server talks to, whatever runs the model.
 
 A ``Generator`` owns the chat format (tokenizer and template), the compiled limits, and
-``generate(prompt_ids, params)``: an async iterator of token ids, with concurrent calls batched
-behind it. ``BatchedGenerator`` is the implementation both generators use: a scheduler that
-batches requests up to the compiled batch size, over a device-specific ``Runner`` (CPU:
-transformers; Neuron: the compiled NxD Inference model). Tests add a scripted implementation.
+``generate(prompt_ids, params)``: an async iterator of token ids (``scheduler.Sampled`` items,
+after one ``scheduler.PromptLogprobs``, when the request asks for log-probabilities), with
+concurrent calls batched behind it. ``BatchedGenerator`` is the implementation both generators
+use: the continuous-batching scheduler over a device-specific ``SlotRunner`` (CPU: transformers;
+Neuron: the compiled NxD Inference model). Tests add a scripted implementation.
 """
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from dataclasses import dataclass
 from typing import AsyncIterator, Protocol
 
 from .chat import ChatFormat
-from .scheduler import BatchScheduler, Row, Runner
+from .scheduler import BatchScheduler, QueueFull, Row, SlotRunner
+
+__all__ = ["BatchedGenerator", "Generator", "LimitError", "Limits", "QueueFull", "SamplingParams"]
 
 
 @dataclass(frozen=True)
@@ -21,6 +24,8 @@ class SamplingParams:
     temperature: float = 1.0
     top_p: float = 1.0
     ignore_eos: bool = False
+    logprobs: int | None = None  # alternatives per generated token; None: no log-probabilities
+    prompt_logprobs: int | None = None  # the same for the prompt tokens (completions' echo)
 
 
 class LimitError(ValueError):
@@ -69,17 +74,20 @@ class Generator(Protocol):
 
     def generate(self, prompt_ids: list[int], params: SamplingParams) -> AsyncIterator[int]: ...
 
+    def generate_many(self, prompts: list[list[int]], params: list[SamplingParams]) -> list[AsyncIterator]: ...
+
     def stats(self) -> dict: ...
 
 
 class BatchedGenerator:
-    """Generator over a Runner: every request goes through the batching scheduler."""
+    """Generator over a SlotRunner: every request goes through the continuous-batching scheduler."""
 
-    def __init__(self, model_id: str, chat: ChatFormat, limits: Limits, runner: Runner,
-                 batch_wait_s: float = 0.005) -> None:
+    def __init__(self, model_id: str, chat: ChatFormat, limits: Limits, runner: SlotRunner,
+                 batch_wait_s: float = 0.005, max_queue: int = 64) -> None:
+        if runner.slots != limits.max_batch_size:
+            raise ValueError(f"runner has {runner.slots} slots, limits say {limits.max_batch_size}")
         self.model_id, self.chat, self.limits = model_id, chat, limits
-        self.scheduler = BatchScheduler(runner, limits.max_batch_size, limits.max_total_tokens,
-                                        batch_wait_s)
+        self.scheduler = BatchScheduler(runner, limits.max_total_tokens, batch_wait_s, max_queue)
 
     async def start(self) -> None:
         await self.scheduler.start()
@@ -87,10 +95,21 @@ class BatchedGenerator:
     async def close(self) -> None:
         await self.scheduler.stop()
 
+    def _row(self, prompt_ids: list[int], params: SamplingParams) -> Row:
+        return Row(list(prompt_ids), params.max_tokens, params.temperature, params.top_p,
+                   frozenset() if params.ignore_eos else self.chat.stop_ids,
+                   logprobs=params.logprobs, prompt_logprobs=params.prompt_logprobs)
+
     def generate(self, prompt_ids: list[int], params: SamplingParams) -> AsyncIterator[int]:
-        row = Row(list(prompt_ids), params.max_tokens, params.temperature, params.top_p,
-                  frozenset() if params.ignore_eos else self.chat.stop_ids)
-        return self.scheduler.submit(row)
+        """Raises QueueFull when no place is left to wait."""
+        return self.scheduler.submit(self._row(prompt_ids, params))
+
+    def generate_many(self, prompts: list[list[int]], params: list[SamplingParams]) -> list[AsyncIterator]:
+        """Several sequences of one request, queued together or refused together (QueueFull)."""
+        return self.scheduler.submit_many([self._row(p, q) for p, q in zip(prompts, params)])
+
+    def retry_after(self) -> int:
+        return self.scheduler.retry_after()
 
     def stats(self) -> dict:
         return self.scheduler.stats()

@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass
 
 from . import api
-from .generator import Generator
+from .generator import Generator, LimitError
 
 
 # The most bytes one character of a JSON string can take: a character outside the Basic
@@ -53,6 +53,14 @@ class Prepared:
     request: api.ChatRequest
     prompt_ids: list[int]
     max_new: int
+
+
+@dataclass(frozen=True)
+class PreparedCompletion:
+    request: api.CompletionRequest
+    prompt_ids: list[list[int]]
+    prompt_texts: list[str]  # what echo writes back: the text sent, or the ids decoded
+    max_new: list[int]
 
 
 def load_json(raw: bytes):
@@ -138,3 +146,56 @@ def prepare(raw: bytes, gen: Generator, lim: IntakeLimits) -> Prepared:
                                f"{api.show(str(exc), 300)}", "messages") from None
     return Prepared(req, prompt_ids, gen.limits.resolve_max_tokens(len(prompt_ids), req.max_tokens))
 
+
+
+def _check_prompt_size(body: dict, lim: IntakeLimits) -> None:
+    """Before tokenizing: at most ``max_messages`` prompts (one token each at least), each string
+    within the character budget and each id list within the largest prompt bucket."""
+    prompt = body.get("prompt")
+    if not isinstance(prompt, list) or not prompt or not isinstance(prompt[0], (str, list)):
+        prompt = [prompt]
+    if len(prompt) > lim.max_messages:
+        raise api.RequestError(f"prompt has {len(prompt)} entries; this server takes at most "
+                               f"{lim.max_messages} in one request", "prompt", "too_many_prompts")
+    for p in prompt:
+        if isinstance(p, str):
+            if len(p) > lim.max_chars:
+                raise api.RequestError(f"a prompt holds {len(p)} characters, more than fits in this "
+                                       f"server's largest prompt bucket ({lim.max_messages} tokens)",
+                                       "prompt", "prompt_too_long")
+            if not p.isascii():
+                _check_text(p, "prompt")
+        elif isinstance(p, list) and len(p) > lim.max_messages:
+            raise api.RequestError(f"prompt is {len(p)} tokens; this server is compiled for prompts "
+                                   f"of at most {lim.max_messages} tokens (largest prompt bucket)",
+                                   "prompt", "prompt_too_long")
+
+
+def prepare_completion(raw: bytes, gen: Generator, lim: IntakeLimits) -> PreparedCompletion:
+    """/v1/completions: raises api.RequestError or generator.LimitError (param ``prompt``)."""
+    body = load_json(raw)
+    if not isinstance(body, dict):
+        raise api.RequestError("request body must be a JSON object")
+    _check_prompt_size(body, lim)
+    req = api.parse_completion_request(body, gen.model_id)
+    tok = gen.chat.tokenizer
+    vocab = len(tok)
+    ids, texts, max_new = [], [], []
+    for p in req.prompts:
+        if isinstance(p, str):
+            # As vLLM tokenizes a completion prompt: add_special_tokens defaults to true there.
+            pid = tok.encode(p, add_special_tokens=True)
+            texts.append(p)
+        else:
+            bad = next((t for t in p if not 0 <= t < vocab), None)
+            if bad is not None:
+                raise api.RequestError(f"prompt holds token id {bad}, outside this model's vocabulary "
+                                       f"(0..{vocab - 1})", "prompt", "invalid_token")
+            pid = list(p)
+            texts.append(tok.decode(pid))
+        try:
+            max_new.append(gen.limits.resolve_max_tokens(len(pid), req.max_tokens))
+        except LimitError as exc:
+            raise LimitError(str(exc), "prompt" if exc.param == "messages" else exc.param, exc.code) from None
+        ids.append(pid)
+    return PreparedCompletion(req, ids, texts, max_new)

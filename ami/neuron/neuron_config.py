@@ -41,6 +41,10 @@ DEFAULT_CACHE_ROOT = "/var/cache/ami-neuron"
 # notes); NxD Inference 0.8 reads it from NEURON_LOGICAL_NC_CONFIG first, then this kwarg
 # (models/config.py _get_lnc at cd3abf3). The launcher exports the variable too.
 LNC1_PLATFORMS = ("inf2", "trn1")
+# How the graphs are compiled to batch: continuous (context encoding of one sequence into one KV
+# line, token generation over the batch; see nxdi_slots.py). Part of the cache key: artifacts
+# compiled for the older static waves (context encoding of the whole batch) cannot serve it.
+BATCHING = "continuous"
 
 
 class ConfigError(ValueError):
@@ -200,7 +204,11 @@ class NeuronEngineConfig:
             "tp_degree": self.tp_degree,
             "batch_size": s.batch_size,
             "max_batch_size": s.batch_size,
-            "ctx_batch_size": s.batch_size,
+            # Continuous batching as vLLM's Neuron integration configures it (ctx_batch_size=1,
+            # is_continuous_batching=True: vllm-project/vllm neuronx_distributed.py
+            # _get_default_neuron_config); NxDI 0.8 models/config.py lines 161-164 read these keys.
+            "is_continuous_batching": True,
+            "ctx_batch_size": 1,
             "tkg_batch_size": s.batch_size,
             "seq_len": s.total_tokens,
             "max_context_length": s.max_prompt_tokens,
@@ -229,7 +237,8 @@ def cache_key(model_config: dict, shapes: Shapes, tp_degree: int, dtype: str, sd
               platform: str | None = None) -> str:
     """Everything compiled into the artifacts: change any of it and the engine recompiles."""
     blob = json.dumps({"model": model_config, "shapes": asdict(shapes), "tp": tp_degree,
-                       "dtype": dtype, "sdk": sdk_version, "platform": platform}, sort_keys=True)
+                       "dtype": dtype, "sdk": sdk_version, "platform": platform,
+                       "batching": BATCHING}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 

@@ -3,8 +3,9 @@ text model class from NxD Inference's contrib tree (``contrib/models/gemma-4-E2B
 
 What it does, in order: build NxDI's ``NeuronConfig`` from ``neuron_config.plan`` (shapes,
 tp degree, bf16), compile once into the cache directory (skipped when a marker with the same
-cache key is there), load the compiled model onto the NeuronCores, and decode batches with the
-same per-row sampler and stop tracker as the CPU generator. The Neuron packages are imported
+cache key is there), load the compiled model onto the NeuronCores, and serve it through the
+continuous-batching scheduler with ``nxdi_slots.NxDISlotRunner`` (context encoding into one slot,
+token generation over the live slots), with the same per-row sampling as the CPU generator. The Neuron packages are imported
 here, lazily, and nowhere else: the rest of the engine runs without them.
 """
 from __future__ import annotations
@@ -24,43 +25,9 @@ from .boot_budget import boot_budget, check_boot_budget, host_memory_bytes
 from .chat import ChatFormat
 from .generator import BatchedGenerator, Limits
 from .neuron_config import ConfigError, NeuronEngineConfig, parse_neuron_ls, plan
-from .scheduler import Row
 
 log = logging.getLogger(__name__)
 MARKER = "ami-engine.json"
-
-
-class NeuronRunner:
-    """Decodes one padded batch on the compiled model. The loop is NxDI's own HF-adapter loop
-    (prepare inputs, forward, update the attention mask) with our sampler in place of its
-    batch-wide one, so each request keeps its temperature and top-p, and our tracker streams
-    tokens and stops rows."""
-
-    def __init__(self, adapter, neuron_model, pad_id: int, filler_id: int, batch_size: int,
-                 padding_side: str) -> None:
-        self.adapter, self.neuron_model = adapter, neuron_model
-        self.pad_id, self.filler_id = pad_id, filler_id
-        self.batch_size, self.padding_side = batch_size, padding_side
-
-    def run(self, rows: list[Row]) -> None:
-        import torch
-
-        from .batch_ops import RowSampler, RowTracker, pad_batch
-
-        ids, mask, _ = pad_batch(rows, self.pad_id, self.padding_side, self.batch_size, self.filler_id)
-        tracker, sampler = RowTracker(rows, ids.shape[0]), RowSampler(rows, ids.shape[0])
-        if hasattr(self.neuron_model, "reset"):
-            self.neuron_model.reset()  # new prompts: context encoding, not token generation
-        kwargs = {"attention_mask": mask, "use_cache": True}
-        with torch.inference_mode():
-            while not tracker.all_done:
-                inputs = self.adapter.prepare_inputs_for_generation(ids, **kwargs)
-                kwargs["attention_mask"] = inputs.get("attention_mask")
-                out = self.adapter(**inputs, return_dict=True)
-                scores = sampler(ids, out.logits[:, -1, :])
-                ids = torch.cat([ids, RowSampler.sample(scores)[:, None]], dim=-1)
-                kwargs = self.adapter._update_model_kwargs_for_generation(out, kwargs, is_encoder_decoder=False)
-                tracker(ids)
 
 
 def transformers5_shim() -> None:
@@ -167,11 +134,12 @@ def build_model(model_dir: str, cfg: NeuronEngineConfig, model_src: str | None, 
 
 def make_generator(model_id: str, model_dir: str, cfg: NeuronEngineConfig, limits: Limits,
                    batch_wait_s: float, model_src: str | None, model_class: str,
-                   config_class: str) -> BatchedGenerator:
-    from neuronx_distributed_inference.utils.hf_adapter import HuggingFaceGenerationAdapter
+                   config_class: str, max_queue: int = 64) -> BatchedGenerator:
     from transformers import GenerationConfig
 
     from .nxdi_compat import load_tokenizer
+
+    from .nxdi_slots import NxDISlotRunner
 
     model = build_model(model_dir, cfg, model_src, model_class, config_class)
     tokenizer = load_tokenizer(model_dir)  # a transformers-5 tokenizer file under 4.57 too
@@ -180,8 +148,5 @@ def make_generator(model_id: str, model_dir: str, cfg: NeuronEngineConfig, limit
     except OSError:
         eos = None
     chat = ChatFormat.for_tokenizer(tokenizer, eos if isinstance(eos, list) else [eos])
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    filler = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else pad
-    runner = NeuronRunner(HuggingFaceGenerationAdapter(model), model, pad, filler,
-                          cfg.shapes.batch_size, model.config.neuron_config.padding_side)
-    return BatchedGenerator(model_id, chat, limits, runner, batch_wait_s)
+    return BatchedGenerator(model_id, chat, limits, NxDISlotRunner(model, cfg.shapes.batch_size),
+                            batch_wait_s, max_queue)

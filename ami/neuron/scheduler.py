@@ -1,28 +1,66 @@
-"""Queue and batch concurrent requests up to the compiled batch size (both generators).
+"""Continuous batching over a fixed set of slots (both generators).
 
-A compiled Neuron model runs a fixed batch of sequences through a fixed total length, so the
-scheduler works in waves: when the model is free it takes the oldest waiting requests, as many
-as the batch holds and as long as they fit together (longest prompt + largest generation budget
-<= compiled total length), runs them as one batch, and streams each sequence's tokens to its
-caller as they come. Requests that arrive meanwhile wait for the next wave. A short gathering
-window (``wait_s``) lets requests that arrive together share a wave.
+A compiled Neuron model decodes a fixed batch; each batch line keeps one sequence's KV cache.
+The engine treats those lines as *slots*. One engine thread loops:
+
+1. **Admit**: while a slot is free and a request waits, take the oldest waiting request (arrival
+   order, so nothing starves behind a stream of short ones) and run its prefill alone, into that
+   slot (Neuron: context encoding with ``seq_ids=[slot]``). Its first token is sampled and
+   streamed at once.
+2. **Step**: one decode step over every live slot together (Neuron: one token-generation call
+   with the live slots' ``seq_ids``), one token per row.
+3. **Free**: a row that ends (its stop token, its ``max_new`` budget, or its client gone) frees
+   its slot right away; the next step's admission can fill it.
+
+Each row keeps its own temperature, top-p, stop tokens and budget; sampling runs on the host on
+the logits the runner returns. A bounded queue holds the requests waiting for a slot: when it is
+full ``submit`` raises ``QueueFull`` (the server answers 429 with ``Retry-After``).
+
+Log-probabilities, when a row asks for them, come from the model's own distribution (log-softmax
+of the raw logits, before temperature and top-p), as vLLM returns them by default
+(``Sampler(logprobs_mode="raw_logprobs")``, vllm-project/vllm ``vllm/v1/sample/sampler.py``).
+Prompt log-probabilities (``echo`` with ``logprobs``) come from the prefill when the runner can
+return every prompt position's logits (CPU); otherwise (a compiled context-encoding graph returns
+only the last position's) the prompt is fed one token per decode step after a one-token prefill,
+which yields the same numbers from the same graphs ("teacher forcing").
 """
 from __future__ import annotations
 
-import asyncio
 import collections
 import logging
+import math
+import statistics
+import threading
+import time
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import Callable, NamedTuple, Protocol
 
 log = logging.getLogger(__name__)
 
-_END = object()
+_END = object()  # end of a row's stream
+TIMING_WINDOW = 256  # steps and prefills kept for /health's timing figures
+
+
+class Sampled(NamedTuple):
+    """A generated token with its log-probability and the ``top`` most likely alternatives
+    (``(token_id, logprob)`` pairs, most likely first). Emitted instead of a bare id when the row
+    asked for log-probabilities."""
+
+    token: int
+    logprob: float
+    top: tuple[tuple[int, float], ...]
+
+
+class PromptLogprobs(NamedTuple):
+    """Per prompt token: ``None`` for the first (nothing predicts it), else ``Sampled`` for that
+    prompt token under the preceding ones. Emitted once, before the first generated token."""
+
+    entries: tuple[Sampled | None, ...]
 
 
 @dataclass(eq=False)
 class Row:
-    """One sequence of a batch: what to run, and where its tokens go."""
+    """One request: what to run, and where its tokens go."""
 
     prompt_ids: list[int]
     max_new: int
@@ -31,31 +69,47 @@ class Row:
     stop_ids: frozenset[int]
     emit: Callable[[object], None] = field(default=lambda item: None, repr=False)
     cancelled: bool = False
+    logprobs: int | None = None  # alternatives per generated token; None: no log-probabilities
+    prompt_logprobs: int | None = None  # the same for the prompt tokens (completions' echo)
 
 
-class Runner(Protocol):
-    def run(self, rows: list[Row]) -> None:
-        """Run one batch to completion (blocking, in a worker thread). Call ``row.emit(token_id)``
-        for each generated token, the stop token included, and nothing after a row is done."""
+class SlotRunner(Protocol):
+    """What the engine needs from a device. Called from the engine thread only."""
+
+    slots: int  # compiled batch size: sequences that can decode together
+    prompt_logits: bool  # prefill can return the logits of every prompt position
+
+    def prefill(self, slot: int, prompt_ids: list[int], all_logits: bool = False):
+        """Encode ``prompt_ids`` into ``slot``'s KV cache. Returns float logits, shape
+        (len(prompt_ids), vocab) with ``all_logits``, else (1, vocab) for the last position."""
+
+    def decode(self, slots: list[int], tokens: list[int]):
+        """Feed ``tokens[i]`` to ``slots[i]`` (every live slot, each once); return the next-token
+        logits, shape (len(slots), vocab), in the same order."""
+
+    def release(self, slot: int) -> None:
+        """The slot's sequence is over; its KV cache may be reused."""
 
 
-def fits(rows: list[Row], max_total: int) -> bool:
-    """Can these rows share one batch? Prompts are padded to the longest one and every row
-    decodes until the largest generation budget is spent or it stops."""
-    return max(len(r.prompt_ids) for r in rows) + max(r.max_new for r in rows) <= max_total
+class QueueFull(RuntimeError):
+    """No room to wait: the server answers 429 with ``Retry-After: retry_after`` seconds."""
+
+    def __init__(self, message: str, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class _TokenStream:
-    """Async iterator of one request's token ids. Closing it (client gone, or done) cancels the
-    row: it is skipped if still queued, and stops at the next step if running."""
+    """Async iterator of one request's items. Closing it (client gone, or done) cancels the
+    row: it is skipped if still queued, and frees its slot at the next step if running."""
 
-    def __init__(self, row: Row, queue: asyncio.Queue) -> None:
+    def __init__(self, row: Row, queue) -> None:
         self.row, self.queue = row, queue
 
     def __aiter__(self) -> "_TokenStream":
         return self
 
-    async def __anext__(self) -> int:
+    async def __anext__(self):
         try:
             item = await self.queue.get()
         except BaseException:
@@ -73,86 +127,273 @@ class _TokenStream:
         self.row.cancelled = True
 
 
+@dataclass(eq=False)
+class _Live:
+    """A row in a slot: what it feeds next and what it has produced."""
+
+    row: Row
+    slot: int
+    admitted: float  # perf_counter at admission
+    next_input: int = -1  # token fed to the slot at the next decode step
+    generated: int = 0
+    forced: collections.deque = field(default_factory=collections.deque)  # prompt tokens still to feed
+    prompt_entries: list | None = None  # prompt log-probabilities being collected
+
+
+def logprob_entry(logprobs, token: int, top: int) -> Sampled:
+    """``token``'s log-probability in ``logprobs`` (1-D, log-softmax) and the ``top`` best."""
+    best: tuple = ()
+    if top:
+        values, ids = logprobs.topk(top)
+        best = tuple(zip(ids.tolist(), values.tolist()))
+    return Sampled(token, float(logprobs[token]), best)
+
+
+def _timing(samples) -> dict:
+    values = sorted(samples)
+    if not values:
+        return {"count": 0}
+    return {"count": len(values), "p50_ms": round(statistics.median(values) * 1000, 3),
+            "p95_ms": round(values[min(len(values) - 1, math.ceil(0.95 * len(values)) - 1)] * 1000, 3),
+            "last_ms": round(samples[-1] * 1000, 3)}
+
+
 class BatchScheduler:
-    def __init__(self, runner: Runner, max_batch: int, max_total: int, wait_s: float = 0.005):
-        self.runner, self.max_batch, self.max_total, self.wait_s = runner, max_batch, max_total, wait_s
+    """The engine loop over a ``SlotRunner``, in its own thread; ``submit`` from the event loop."""
+
+    def __init__(self, runner: SlotRunner, max_total: int, wait_s: float = 0.005,
+                 max_queue: int = 64) -> None:
+        self.runner, self.max_total, self.wait_s, self.max_queue = runner, max_total, wait_s, max_queue
+        self.slots = runner.slots
         self._pending: collections.deque[Row] = collections.deque()
-        self._arrived = asyncio.Event()
-        self._task: asyncio.Task | None = None
-        self._batch_sizes: collections.Counter[int] = collections.Counter()
-        self.busy = False
+        self._cv = threading.Condition()
+        self._live: dict[int, _Live] = {}
+        self._free = list(range(self.slots))
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+        self._failed: BaseException | None = None
+        self._rows_per_step: collections.Counter[int] = collections.Counter()
+        self._step_s: collections.deque[float] = collections.deque(maxlen=TIMING_WINDOW)
+        self._prefill_s: collections.deque[float] = collections.deque(maxlen=TIMING_WINDOW)
+        self._service_s: collections.deque[float] = collections.deque(maxlen=TIMING_WINDOW)
+        self.admitted = self.finished = 0
+
+    # -- life cycle (event loop side) --------------------------------------------------------
 
     async def start(self) -> None:
-        self._task = asyncio.create_task(self._loop(), name="batch-scheduler")
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="engine", daemon=True)
+        self._thread.start()
 
     async def stop(self) -> None:
-        if self._task:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-            self._task = None
+        import asyncio
+
+        with self._cv:
+            self._stopping = True
+            self._cv.notify_all()
+        if self._thread is not None:
+            await asyncio.to_thread(self._thread.join, 30)
+            self._thread = None
 
     @property
     def running(self) -> bool:
-        return self._task is not None and not self._task.done()
+        return self._thread is not None and self._thread.is_alive() and not self._stopping
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._live)
 
     def stats(self) -> dict:
-        return {"running": self.running, "queued": len(self._pending), "busy": self.busy,
-                "batches": sum(self._batch_sizes.values()),
-                "batch_sizes": dict(sorted(self._batch_sizes.items())),
-                "max_batch_size_seen": max(self._batch_sizes, default=0)}
+        with self._cv:
+            rows = dict(sorted(self._rows_per_step.items()))
+            return {"running": self.running, "slots": self.slots, "live_slots": len(self._live),
+                    "queued": len(self._pending), "max_queue": self.max_queue,
+                    "admitted": self.admitted, "finished": self.finished,
+                    "steps": sum(rows.values()), "batch_sizes": rows,
+                    "max_batch_size_seen": max(rows, default=0),
+                    "timings": {"decode_step": _timing(list(self._step_s)),
+                                "prefill": _timing(list(self._prefill_s))}}
 
-    def submit(self, row: Row) -> "_TokenStream":
-        if len(row.prompt_ids) + row.max_new > self.max_total:
-            raise ValueError(f"row needs {len(row.prompt_ids) + row.max_new} positions, "
-                             f"compiled total is {self.max_total}")
+    def retry_after(self) -> int:
+        """Seconds until a place in the queue is likely free: the recent mean time a request
+        holds a slot, times the queue ahead per slot; 1 to 60."""
+        mean = statistics.fmean(self._service_s) if self._service_s else 1.0
+        return max(1, min(60, math.ceil(mean * (len(self._pending) + 1) / self.slots)))
+
+    def submit(self, row: Row) -> _TokenStream:
+        return self.submit_many([row])[0]
+
+    def submit_many(self, rows: list[Row]) -> list[_TokenStream]:
+        """Queue rows together (all or none: a full queue refuses the whole request)."""
+        import asyncio
+
+        for row in rows:
+            if len(row.prompt_ids) + row.max_new > self.max_total:
+                raise ValueError(f"row needs {len(row.prompt_ids) + row.max_new} positions, "
+                                 f"compiled total is {self.max_total}")
         loop = asyncio.get_running_loop()
-        queue: asyncio.Queue = asyncio.Queue()
-        row.emit = lambda item: loop.call_soon_threadsafe(queue.put_nowait, item)
-        self._pending.append(row)
-        self._arrived.set()
-        return _TokenStream(row, queue)
+        streams = []
+        with self._cv:
+            if self._failed is not None or self._stopping:
+                raise RuntimeError("the engine has stopped")
+            if len(self._pending) + len(rows) > self.max_queue:
+                raise QueueFull(f"{len(self._pending)} requests are waiting for one of {self.slots} "
+                                f"slots (the queue holds {self.max_queue}); retry later",
+                                self.retry_after())
+            for row in rows:
+                queue: asyncio.Queue = asyncio.Queue()
+                row.emit = lambda item, q=queue: loop.call_soon_threadsafe(q.put_nowait, item)
+                self._pending.append(row)
+                streams.append(_TokenStream(row, queue))
+            self._cv.notify_all()
+        return streams
 
-    def _take(self) -> list[Row]:
-        batch: list[Row] = []
-        while self._pending and len(batch) < self.max_batch:
-            head = self._pending[0]
-            if head.cancelled:
-                self._pending.popleft()
-                head.emit(_END)
-                continue
-            if batch and not fits(batch + [head], self.max_total):
-                break  # keep arrival order: the head waits for the next wave
-            batch.append(self._pending.popleft())
-        return batch
+    # -- engine thread ----------------------------------------------------------------------
 
-    async def _loop(self) -> None:
-        loop = asyncio.get_running_loop()
+    def _run(self) -> None:
+        import torch
+
+        try:
+            with torch.inference_mode():
+                while True:
+                    with self._cv:
+                        if not self._wait_for_work():
+                            break
+                    self._drop_cancelled()
+                    self._admit()
+                    if self._live:
+                        self._step()
+        except BaseException as exc:  # the loop itself broke: say so on /health, fail everyone
+            log.exception("engine loop stopped")
+            self._failed = exc
+            self._fail_all(RuntimeError(f"generation failed: {exc}"))
+        finally:
+            self._fail_all(RuntimeError("the engine stopped"), quiet=True)
+
+    def _wait_for_work(self) -> bool:
+        """Under the lock: block while idle. When the engine was idle, wait up to ``wait_s``
+        more so requests sent together start together. False when stopping."""
+        if self._live:
+            return not self._stopping
+        while not self._pending and not self._stopping:
+            self._cv.wait()
+        deadline = time.monotonic() + self.wait_s
+        while not self._stopping and len(self._pending) < len(self._free):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            self._cv.wait(left)
+        return not self._stopping
+
+    def _fail_all(self, error: BaseException, quiet: bool = False) -> None:
+        with self._cv:
+            rows = [lv.row for lv in self._live.values()] + list(self._pending)
+            self._live.clear()
+            self._pending.clear()
+            self._free = list(range(self.slots))
+        for row in rows:
+            row.emit(_END if quiet else error)
+
+    def _drop_cancelled(self) -> None:
+        for lv in [lv for lv in self._live.values() if lv.row.cancelled]:
+            self._finish(lv)
+
+    def _finish(self, lv: _Live, outcome: object = _END) -> None:
+        self._live.pop(lv.slot, None)
+        try:
+            self.runner.release(lv.slot)
+        finally:
+            with self._cv:
+                self._free.append(lv.slot)
+                self._free.sort()
+                self.finished += 1
+            self._service_s.append(time.perf_counter() - lv.admitted)
+            lv.row.emit(outcome)
+
+    def _admit(self) -> None:
         while True:
-            while not self._pending:
-                self._arrived.clear()
-                await self._arrived.wait()
-            deadline = loop.time() + self.wait_s
-            while len(self._pending) < self.max_batch and loop.time() < deadline:
-                self._arrived.clear()
-                try:
-                    await asyncio.wait_for(self._arrived.wait(), deadline - loop.time())
-                except asyncio.TimeoutError:
-                    break
-            batch = self._take()
-            if not batch:
-                continue
-            self._batch_sizes[len(batch)] += 1
-            self.busy = True
+            with self._cv:
+                if not self._free or not self._pending:
+                    return
+                row = self._pending.popleft()
+                if row.cancelled:
+                    row.emit(_END)
+                    continue
+                slot = self._free.pop(0)
+                self.admitted += 1
+            lv = _Live(row, slot, time.perf_counter())
+            self._live[slot] = lv
+            prompt = row.prompt_ids
+            want_prompt = row.prompt_logprobs is not None
             try:
-                await asyncio.to_thread(self.runner.run, batch)
-                outcome: object = _END
-            except Exception as exc:  # one failed batch must not take the server down
-                log.exception("batch of %d failed", len(batch))
-                outcome = RuntimeError(f"generation failed: {exc}")
-            finally:
-                self.busy = False
-            for row in batch:
-                row.emit(outcome)
+                t0 = time.perf_counter()
+                if want_prompt and not self.runner.prompt_logits:
+                    # The prompt's log-probabilities come one decode step per token (see above).
+                    logits = self.runner.prefill(slot, prompt[:1])
+                    lv.forced.extend(prompt[1:])
+                    lv.prompt_entries = [None]
+                else:
+                    logits = self.runner.prefill(slot, prompt, all_logits=want_prompt)
+                    if want_prompt:
+                        lv.prompt_entries = [None] + self._prompt_entries(logits[:-1], prompt[1:],
+                                                                          row.prompt_logprobs)
+                        logits = logits[-1:]
+                self._prefill_s.append(time.perf_counter() - t0)
+            except Exception as exc:  # one failed prefill fails its request, not the engine
+                log.exception("prefill of %d tokens failed", len(prompt))
+                self._finish(lv, RuntimeError(f"generation failed: {exc}"))
+                continue
+            self._consume([lv], logits)
+
+    @staticmethod
+    def _prompt_entries(logits, tokens: list[int], top: int) -> list[Sampled]:
+        lp = logits.float().log_softmax(-1)
+        return [logprob_entry(lp[i], t, top) for i, t in enumerate(tokens)]
+
+    def _step(self) -> None:
+        lvs = sorted(self._live.values(), key=lambda lv: lv.slot)
+        try:
+            t0 = time.perf_counter()
+            logits = self.runner.decode([lv.slot for lv in lvs], [lv.next_input for lv in lvs])
+            self._step_s.append(time.perf_counter() - t0)
+        except Exception as exc:  # a failed step fails the rows in it; the engine keeps serving
+            log.exception("decode step over %d slots failed", len(lvs))
+            for lv in lvs:
+                self._finish(lv, RuntimeError(f"generation failed: {exc}"))
+            return
+        with self._cv:
+            self._rows_per_step[len(lvs)] += 1
+        self._consume(lvs, logits)
+
+    def _consume(self, lvs: list[_Live], logits) -> None:
+        """Each row's next-token logits (one row of ``logits`` per entry of ``lvs``): record a
+        prompt log-probability while the prompt is fed, else sample, stream and maybe finish."""
+        from .batch_ops import RowSampler
+
+        sampling = []
+        for i, lv in enumerate(lvs):
+            if lv.forced:
+                lv.prompt_entries.append(self._prompt_entries(logits[i:i + 1], [lv.forced[0]],
+                                                              lv.row.prompt_logprobs)[0])
+                lv.next_input = lv.forced.popleft()
+            else:
+                sampling.append(i)
+        if not sampling:
+            return
+        rows = [lvs[i].row for i in sampling]
+        raw = logits[sampling].float()
+        tokens = RowSampler.sample(RowSampler(rows, len(rows))(None, raw)).tolist()
+        want = [lv.row.logprobs is not None for lv in (lvs[i] for i in sampling)]
+        lp = raw.log_softmax(-1) if any(want) else None
+        for k, i in enumerate(sampling):
+            lv, token = lvs[i], tokens[k]
+            row = lv.row
+            if lv.prompt_entries is not None:
+                row.emit(PromptLogprobs(tuple(lv.prompt_entries)))
+                lv.prompt_entries = None
+            row.emit(logprob_entry(lp[k], token, row.logprobs) if want[k] else token)
+            lv.generated += 1
+            lv.next_input = token
+            if token in row.stop_ids or lv.generated >= row.max_new:
+                self._finish(lv)
+

@@ -3,7 +3,9 @@
     python -m ami.neuron.server --device neuron --model DIR --host 127.0.0.1 --port 8000
     python -m ami.neuron.server --device cpu --tiny-random --port 8000
 
-Routes: POST /v1/chat/completions (streamed or not, with tools), GET /v1/models, GET /health.
+Routes: POST /v1/chat/completions (streamed or not, with tools and log-probabilities),
+POST /v1/completions (text or token-id prompts, echo, log-probabilities), GET /v1/models,
+GET /health.
 Every flag is described in ami/neuron/README.md. Heavy imports (torch, transformers, the
 Neuron SDK) happen only after the command line is checked, so a bad flag fails in a blink.
 """
@@ -19,10 +21,11 @@ from typing import AsyncIterator
 
 from aiohttp import web
 
-from . import api, intake, logs
+from . import api, completions, intake, logs
 from .cli import DEFAULT_BODY_TIMEOUT_S
-from .generator import Generator, LimitError, SamplingParams
+from .generator import Generator, LimitError, QueueFull, SamplingParams
 from .reasoning import ThoughtStream
+from .scheduler import PromptLogprobs, Sampled
 from .toolcalls import ContentDelta, ToolCall, ToolCallStream
 
 log = logging.getLogger("ami.neuron.server")
@@ -32,12 +35,22 @@ INTAKE = web.AppKey("intake", object)  # (ThreadPoolExecutor, IntakeLimits)
 BODY_TIMEOUT = web.AppKey("body_timeout", float)
 MAX_BODY = web.AppKey("max_body", int)
 
-ROUTES = "POST /v1/chat/completions, GET /v1/models, GET /health"
+ROUTES = "POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health"
 
 
 def _json_error(status: int, message: str, param=None, code=None, kind="invalid_request_error",
                 headers=None):
     return web.json_response(api.error_body(message, param, code, kind), status=status, headers=headers)
+
+
+def _busy(exc: QueueFull):
+    """A full queue: 429 with Retry-After (RFC 9110 section 10.2.3: delay in seconds)."""
+    return _json_error(429, str(exc), None, "queue_full", kind="rate_limit_error",
+                       headers={"Retry-After": str(exc.retry_after)})
+
+
+def _token_of(item) -> int:
+    return item if isinstance(item, int) else item.token
 
 
 @web.middleware
@@ -73,12 +86,15 @@ async def _errors_as_json(request: web.Request, handler):
                            kind="server_error")
 
 
-async def _events(gen: Generator, prompt_ids: list[int], params: SamplingParams, tools: bool,
+async def _events(gen: Generator, stream: AsyncIterator, params: SamplingParams, tools: bool,
                   counter: list[int]) -> AsyncIterator[tuple]:
-    """Token ids -> ('content', text) | ('reasoning', text) | ('tool', ToolCall) | ('finish', reason).
+    """Token ids -> ('content', text) | ('reasoning', text) | ('tool', ToolCall) |
+    ('logprob', Sampled) | ('finish', reason).
 
     Text goes through two exact streaming filters: the thought channel (to reasoning), then,
-    when the request has tools, the tool-call parser."""
+    when the request has tools, the tool-call parser. A request with log-probabilities gets one
+    'logprob' event per generated token (the stop token included, as usage counts it), before
+    that token's text."""
     decoder = gen.chat.decoder()
     thoughts = ThoughtStream()
     parser = ToolCallStream() if tools else None
@@ -94,9 +110,14 @@ async def _events(gen: Generator, prompt_ids: list[int], params: SamplingParams,
             out += parser.finish() if final else []
         return out
 
-    async with contextlib.aclosing(gen.generate(prompt_ids, params)) as tokens:
-        async for token in tokens:
+    async with contextlib.aclosing(stream) as tokens:
+        async for item in tokens:
+            if isinstance(item, PromptLogprobs):
+                continue
             counter[0] += 1
+            if isinstance(item, Sampled):
+                yield ("logprob", item)
+            token = _token_of(item)
             if token in stop_ids:
                 reason = "stop"
                 break
@@ -119,36 +140,58 @@ def _as_tuple(ev):
     return ev
 
 
-async def chat_completions(request: web.Request) -> web.StreamResponse:
-    gen: Generator = request.app[GENERATOR]
+async def _read_body(request: web.Request):
+    """The body's bytes, or an error response (413 refused from Content-Length, 408 too slow)."""
     timeout = request.app[BODY_TIMEOUT]
     if (request.content_length or 0) > request.app[MAX_BODY]:  # refuse before reading any of it
         raise web.HTTPRequestEntityTooLarge(max_size=request.app[MAX_BODY],
                                             actual_size=request.content_length)
     try:
         async with asyncio.timeout(timeout):
-            raw = await request.read()  # 413 past client_max_size, answered by _errors_as_json
+            return await request.read()  # 413 past client_max_size, answered by _errors_as_json
     except TimeoutError:
         return _json_error(408, f"request body not received within {timeout:g} s", None, "body_timeout",
                            headers={"Connection": "close"})
+
+
+async def _prepare(request: web.Request, prepare):
+    """Run ``prepare(raw, gen, limits)`` in the intake thread; a response when refused."""
+    raw = await _read_body(request)
+    if isinstance(raw, web.StreamResponse):
+        return raw
     pool, limits = request.app[INTAKE]
     try:
         # JSON, limits, template and tokenizer in the intake thread: the loop keeps serving.
-        prepared = await asyncio.get_running_loop().run_in_executor(pool, intake.prepare, raw, gen, limits)
+        return await asyncio.get_running_loop().run_in_executor(pool, prepare, raw, request.app[GENERATOR], limits)
     except api.RequestError as exc:
         return _json_error(exc.status, str(exc), exc.param, exc.code)
     except LimitError as exc:
         return _json_error(400, str(exc), exc.param, exc.code)
+
+
+async def chat_completions(request: web.Request) -> web.StreamResponse:
+    gen: Generator = request.app[GENERATOR]
+    prepared = await _prepare(request, intake.prepare)
+    if isinstance(prepared, web.StreamResponse):
+        return prepared
     req, prompt_ids, max_new = prepared.request, prepared.prompt_ids, prepared.max_new
 
-    params = SamplingParams(max_new, req.temperature, req.top_p, req.ignore_eos)
+    params = SamplingParams(max_new, req.temperature, req.top_p, req.ignore_eos,
+                            logprobs=req.top_logprobs if req.logprobs else None)
     completion = api.Completion(gen.model_id)
     counter = [0]
-    events = _events(gen, prompt_ids, params, req.tools is not None, counter)
+    try:
+        stream = gen.generate(prompt_ids, params)
+    except QueueFull as exc:
+        return _busy(exc)
+    except RuntimeError as exc:  # the engine has stopped (/health says so too)
+        return _json_error(503, str(exc), kind="server_error")
+    events = _events(gen, stream, params, req.tools is not None, counter)
+    text = _token_text(gen)
     if req.stream:
-        return await _stream(request, completion, events, req.include_usage, len(prompt_ids), counter)
+        return await _stream(request, completion, events, req.include_usage, len(prompt_ids), counter, text)
 
-    content, reasoning, calls, reason = [], [], [], "stop"
+    content, reasoning, calls, logprobs, reason = [], [], [], [], "stop"
     try:
         async with contextlib.aclosing(events):
             async for ev in events:
@@ -159,16 +202,25 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
                     reasoning.append(value)
                 elif kind == "tool":
                     calls.append(api.tool_call_json(value, with_index=False))
+                elif kind == "logprob":
+                    logprobs.append(api.chat_logprob(value, text))
                 else:
                     reason = value
     except RuntimeError as exc:
         return _json_error(500, str(exc), kind="server_error")
     return web.json_response(completion.full("".join(content), calls, reason, len(prompt_ids), counter[0],
-                                             reasoning="".join(reasoning)))
+                                             reasoning="".join(reasoning),
+                                             logprobs=logprobs if req.logprobs else None))
+
+
+def _token_text(gen: Generator):
+    """id -> the token's text as log-probabilities spell it (one id decoded, special tokens kept)."""
+    tok = gen.chat.tokenizer
+    return lambda token: tok.decode([token], skip_special_tokens=False)
 
 
 async def _stream(request, completion: api.Completion, events, include_usage: bool,
-                  prompt_tokens: int, counter: list[int]) -> web.StreamResponse:
+                  prompt_tokens: int, counter: list[int], text) -> web.StreamResponse:
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
                                        "Cache-Control": "no-cache"})
     await resp.prepare(request)
@@ -177,11 +229,15 @@ async def _stream(request, completion: api.Completion, events, include_usage: bo
         await resp.write(b"data: " + json.dumps(obj, ensure_ascii=False).encode() + b"\n\n")
 
     await send(completion.chunk({"role": "assistant", "content": ""}, usage_field=include_usage))
+    pending: list[dict] | None = None  # log-probabilities of tokens not yet sent with a chunk
     try:
         # aclosing: a client that goes away mid-stream frees its batch slot at the next step.
         async with contextlib.aclosing(events):
             async for ev in events:
                 kind, value = _as_tuple(ev)
+                if kind == "logprob":
+                    pending = (pending or []) + [api.chat_logprob(value, text)]
+                    continue
                 if kind == "content":
                     delta = {"content": value}
                 elif kind == "reasoning":
@@ -189,9 +245,12 @@ async def _stream(request, completion: api.Completion, events, include_usage: bo
                 elif kind == "tool":
                     delta = {"tool_calls": [api.tool_call_json(value, with_index=True)]}
                 else:
-                    await send(completion.chunk({}, finish_reason=value, usage_field=include_usage))
+                    await send(completion.chunk({}, finish_reason=value, usage_field=include_usage,
+                                                logprobs=pending))
+                    pending = None
                     continue
-                await send(completion.chunk(delta, usage_field=include_usage))
+                await send(completion.chunk(delta, usage_field=include_usage, logprobs=pending))
+                pending = None
         if include_usage:
             await send(completion.usage_chunk(prompt_tokens, counter[0]))
         await resp.write(b"data: [DONE]\n\n")
@@ -203,6 +262,18 @@ async def _stream(request, completion: api.Completion, events, include_usage: bo
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
     return resp
+
+
+async def text_completions(request: web.Request) -> web.StreamResponse:
+    prepared = await _prepare(request, intake.prepare_completion)
+    if isinstance(prepared, web.StreamResponse):
+        return prepared
+    try:
+        return await completions.respond(request, request.app[GENERATOR], prepared)
+    except QueueFull as exc:
+        return _busy(exc)
+    except RuntimeError as exc:  # a failed generation, or the engine has stopped
+        return _json_error(500, str(exc), kind="server_error")
 
 
 async def models(request: web.Request) -> web.Response:
@@ -250,6 +321,7 @@ def build_app(generator: Generator, device: str, body_timeout: float = DEFAULT_B
     # (one thread also keeps the tokenizer's encode calls from overlapping).
     app[INTAKE] = (ThreadPoolExecutor(1, thread_name_prefix="intake"), limits)
     app.router.add_post("/v1/chat/completions", chat_completions)
+    app.router.add_post("/v1/completions", text_completions)
     app.router.add_get("/v1/models", models)
     app.router.add_get("/health", health)
 

@@ -67,8 +67,9 @@ def _with_retries(call: Callable[[], str], s: Settings) -> str:
 
 
 # Servers that refuse a request field rather than ignore it: the kit's own Neuron engine answers
-# 400 "seed is not supported" and "stop sequences are not supported" (ami/neuron/api.py). Greedy
-# decoding needs no seed, so a refused seed is dropped for that server and the run says so.
+# 400 to a seed when sampling (it takes one with temperature 0) and to stop sequences
+# (ami/neuron/api.py). Greedy decoding needs no seed, so a refused seed is dropped for that
+# server and the run says so.
 OPTIONAL_FIELDS = ("seed",)
 
 

@@ -235,8 +235,9 @@ def test_resume_adds_a_backend_measured_later(tmp_path, servers):
 
 
 def test_a_server_that_refuses_seed_is_asked_without_it(tmp_path, servers):
-    """The kit's Neuron engine answers 400 to a seed (ami/neuron/api.py): greedy needs none, so
-    the seed is dropped for that server and run.json says so."""
+    """A server that answers 400 to a seed (as the kit's Neuron engine does when sampling,
+    ami/neuron/api.py): greedy needs none, so the seed is dropped for that server and run.json
+    says so."""
     a = servers(numbered(A_RIGHT), refuse=("seed",))
     items = write_items(tmp_path / "items.jsonl", 8)
     out = tmp_path / "out"

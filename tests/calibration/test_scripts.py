@@ -65,6 +65,26 @@ def test_neuron_engine_measures_a_paced_server():
         assert 0 < float(per_stream) <= 500
 
 
+def test_neuron_engine_cases_against_a_paced_server():
+    """The default run (issue 20's cases) against the reference server (TTFT 30 ms, 2 ms per
+    token, every request served at once): each case's request count, token totals from the
+    server's usage, and a join case where the late request's first token needs only its own 30 ms,
+    far less than the two 384-token requests take (>= 30 ms + 384 x 2 ms)."""
+    ref = RefServerProcess(cwd=str(REPO))
+    try:
+        ref.configure(ttft_ms=30, itl_ms=2, tokens_per_chunk=1, usage="vllm", output_tokens=0)
+        r = run("neuron_engine", "--url", ref.url, "--model", "ref-model", "--join-delay", "0.2")
+    finally:
+        ref.stop()
+    assert r.returncode == 0, r.stderr
+    rows = {line.split()[0]: line.split() for line in r.stdout.splitlines()[1:]}
+    assert [rows[k][1:3] for k in ("uniform", "mixed", "16x64")] == [["8", "512"], ["24", "2688"], ["32", "2048"]]
+    join = re.search(r"took ([0-9.]+) s; .* first token after ([0-9]+) ms \(([0-9]+)%", r.stdout)
+    long_s, ttft_ms, share = float(join[1]), int(join[2]), int(join[3])
+    assert long_s >= 0.03 + 384 * 0.002 and 30 <= ttft_ms < long_s * 1000 and abs(share - 100 * ttft_ms / 1000 / long_s) <= 1
+    assert "verdict  mixed/uniform throughput" in r.stdout
+
+
 def test_tunnel_json_smoke_run():
     """Both paths at two levels through a real sshd; every request completes, TTFT is at least
     the server's, and the comparison has one row per level."""

@@ -1,33 +1,18 @@
 """A client that goes away mid-stream frees its place in the batch at the next decoding step."""
 from __future__ import annotations
 
-import threading
-import time
-
 import httpx
 
 from ami.neuron.chat import ChatFormat
 from ami.neuron.generator import BatchedGenerator, Limits
 
 from .conftest import InProcessServer
+from .fake_slots import FakeSlotRunner
 
 
-class EndlessRunner:
-    """Emits token 40 every 5 ms per live row until every row is cancelled (or 20 s pass)."""
-
-    def __init__(self) -> None:
-        self.stopped = threading.Event()
-        self.steps = 0
-
-    def run(self, rows):
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and not all(r.cancelled for r in rows):
-            for r in rows:
-                if not r.cancelled:
-                    r.emit(40)
-            self.steps += 1
-            time.sleep(0.005)
-        self.stopped.set()
+def EndlessRunner() -> FakeSlotRunner:
+    """Token 40 every 5 ms per live slot; ``released`` is set when a slot is freed."""
+    return FakeSlotRunner(slots=2, step_s=0.005)
 
 
 def test_disconnected_stream_stops_its_row(tiny_tokenizer):
@@ -43,8 +28,8 @@ def test_disconnected_stream_stops_its_row(tiny_tokenizer):
                 got = [next(lines) for _ in range(6)]
                 assert all(line == "" or line.startswith("data: ") for line in got)
         # The connection is closed; the server notices on its next write and cancels the row.
-        assert runner.stopped.wait(5), "row still decoding after the client left"
-        assert runner.steps < 2000
+        assert runner.released.wait(5), "row still decoding after the client left"
+        assert sum(c[0] == "decode" for c in runner.calls) < 2000
 
 
 def test_health_is_503_when_the_scheduler_is_gone(tiny_tokenizer):

@@ -23,35 +23,20 @@ from ami.neuron.generator import BatchedGenerator, Limits
 
 from .conftest import InProcessServer
 from .engine_proc import tiny_engine
+from .fake_slots import FakeSlotRunner
 
 MODEL = "tiny"
 HELLO = [{"role": "user", "content": "hi"}]
 
 
-class QuickRunner:
-    """Emits token 40 for every row until its budget is spent (no model)."""
-
-    def run(self, rows):
-        for r in rows:
-            for _ in range(r.max_new):
-                if r.cancelled:
-                    break
-                r.emit(40)
+def QuickRunner() -> FakeSlotRunner:
+    """Token 40 for every row until its budget is spent (no model)."""
+    return FakeSlotRunner(slots=4)
 
 
-class EndlessRunner:
-    def __init__(self) -> None:
-        self.started, self.stopped = threading.Event(), threading.Event()
-
-    def run(self, rows):
-        self.started.set()
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and not all(r.cancelled for r in rows):
-            for r in rows:
-                if not r.cancelled:
-                    r.emit(40)
-            time.sleep(0.005)
-        self.stopped.set()
+def EndlessRunner() -> FakeSlotRunner:
+    """Token 40 every 5 ms; ``started`` at the first decode step, ``released`` when a slot frees."""
+    return FakeSlotRunner(slots=4, step_s=0.005)
 
 
 def generator(tokenizer, runner=None) -> BatchedGenerator:
@@ -212,7 +197,8 @@ def test_stream_false_as_a_bool_still_answers_whole(server):
 
 
 @pytest.mark.parametrize("method, path, status", [
-    ("GET", "/nope", 404), ("POST", "/v1/completions", 404), ("GET", "/v1/chat/completions", 405),
+    ("GET", "/nope", 404), ("POST", "/v1/embeddings", 404), ("GET", "/v1/chat/completions", 405),
+    ("GET", "/v1/completions", 405),
     ("DELETE", "/health", 405),
 ])
 def test_404_and_405_are_openai_json(server, method, path, status):
@@ -273,7 +259,7 @@ def test_a_client_that_leaves_mid_stream_logs_one_line_not_a_traceback(tiny_toke
                 assert chunk, got
                 got += chunk
             s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close with RST
-        assert runner.stopped.wait(10), "row still decoding after the client left"
+        assert runner.released.wait(10), "row still decoding after the client left"
         logged(caplog, lambda r: "client" in r.getMessage() and r.name.startswith("ami."))
     loud = [r for r in caplog.records if r.levelno >= logging.WARNING or r.exc_info]
     assert not loud, [(r.name, r.levelname, r.getMessage()[:200]) for r in loud]
@@ -290,7 +276,7 @@ def test_a_client_that_leaves_before_a_whole_answer_frees_its_row(tiny_tokenizer
                       b"Content-Length: %d\r\n\r\n" % len(body) + body)
             assert runner.started.wait(5)  # decoding; the answer would come when the budget is spent
             s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-        assert runner.stopped.wait(5), "row still decoding for a client that left"
+        assert runner.released.wait(5), "row still decoding for a client that left"
 
 
 @pytest.mark.parametrize("raw", [

@@ -106,7 +106,11 @@ def test_the_engine_config_and_the_port_construct_on_nxd_inference_08(on_image):
     assert (nc["tp_degree"], nc["batch_size"], nc["seq_len"], nc["max_context_length"]) == (2, 2, 256, 128)
     assert nc["attn_kernel_enabled"] is False and nc["fused_qkv"] is False and nc["logical_nc_config"] == 1
     assert nc["context_encoding_buckets"] == [128] and nc["padding_side"] == "right"
-    assert nc["torch_dtype"] == "torch.bfloat16" and nc["is_continuous_batching"] is False
+    assert nc["torch_dtype"] == "torch.bfloat16"
+    # continuous batching (ami/neuron/nxdi_slots.py): context encoding one sequence at a time,
+    # token generation and the KV cache over the whole batch
+    assert nc["is_continuous_batching"] is True and nc["ctx_batch_size"] == 1
+    assert nc["tkg_batch_size"] == nc["max_batch_size"] == nc["batch_size"] == 2
     c = out["config"]
     assert c["num_hidden_layers"] == 2 and c["layer_types"] == ["sliding_attention", "full_attention"]
     assert c["hidden_size_per_layer_input"] == 16 and c["torch_dtype"] == "torch.bfloat16"
