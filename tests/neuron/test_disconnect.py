@@ -1,6 +1,8 @@
 """A client that goes away mid-stream frees its place in the batch at the next decoding step."""
 from __future__ import annotations
 
+import time
+
 import httpx
 
 from ami.neuron.chat import ChatFormat
@@ -43,3 +45,21 @@ def test_health_is_503_when_the_scheduler_is_gone(tiny_tokenizer):
             asyncio.run_coroutine_threadsafe(gen.close(), srv._loop).result(5)
             dead = c.get(srv.url + "/health")
         assert dead.status_code == 503 and dead.json()["status"] == "error"
+
+
+def test_disconnected_completions_stream_frees_every_prompts_slot(tiny_tokenizer):
+    runner = EndlessRunner()
+    gen = BatchedGenerator("endless", ChatFormat.for_tokenizer(tiny_tokenizer), Limits(64, 100000, 2), runner)
+    with InProcessServer(gen) as srv:
+        body = {"model": "endless", "stream": True, "prompt": [[5, 6], [7, 8, 9]], "max_tokens": 90000,
+                "ignore_eos": True, "logprobs": 0}
+        with httpx.Client(timeout=10) as c:
+            with c.stream("POST", srv.url + "/v1/completions", json=body) as r:
+                assert r.status_code == 200
+                lines = r.iter_lines()
+                got = [next(lines) for _ in range(8)]
+                assert any(line.startswith("data: ") for line in got)
+        deadline = time.monotonic() + 5
+        while len(runner.releases) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert sorted(runner.releases) == [0, 1], "rows still decoding after the client left"
