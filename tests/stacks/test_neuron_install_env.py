@@ -119,3 +119,38 @@ def test_no_script_calls_a_neuron_tool_by_bare_name(name, text):
             if re.search(rf"(^|[;&|(`]|\$\(|\bthen|\bdo|\bexec)\s*{re.escape(tool)}\b", code) or \
                     re.search(rf"command -v {re.escape(tool)}\b", code):
                 pytest.fail(f"{name}:{lineno} calls {tool} by bare name: {line.strip()}")
+
+
+# --- the launcher: the compiler it runs must be found -----------------------------------------
+# NxD Inference compiles through libneuronxla and torch-neuronx, which run the compiler as a
+# subprocess by bare name: libneuronxla's neuron_cc_wrapper.call_neuron_compiler builds
+# `cmd = ["neuronx-cc", "compile", f"--framework={framework}", ...]` (as a DLAMI installs it),
+# torch-neuronx's xla_impl/trace.py looks it up with distutils' spawn.find_executable. Both
+# search PATH. The Neuron DLC for SDK 2.28 puts its Python's bin on PATH (aws-neuron/
+# deep-learning-containers 033cc6a, pytorch/inference/2.9.0/Dockerfile.neuronx:
+# `ENV PATH=/opt/conda/bin:/opt/aws/neuron/bin:$PATH`); aws-neuron/aws-neuron-sdk#737
+# ("RuntimeError: neuronx-cc compiler binary does not exist" from a Python whose environment's
+# bin was not on PATH) was answered by running the right environment and checking `neuronx-cc -V`.
+
+def launcher(root: Path) -> Path:
+    """The kit-neuron-serve the InstallEngine step writes, under root."""
+    step = step_script("build", "InstallEngine")
+    body = step.split("<<'EOF'\n", 1)[1].split("\nEOF", 1)[0]
+    path = root / "opt/inference-kit/neuron/bin/kit-neuron-serve"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(render(body, stack_parameters(), root) + "\n")
+    path.chmod(0o755)
+    return path
+
+
+def test_the_launcher_runs_the_engine_with_the_venvs_compiler_on_path(tmp_path):
+    root = tmp_path / "root"
+    venv_bin = root / "opt/inference-kit/neuron/bin"
+    compiler = fake_tool(venv_bin / "neuronx-cc")
+    # The venv's python stands for the engine: it looks the compiler up as libneuronxla does.
+    fake_tool(venv_bin / "python", 'command -v neuronx-cc || echo "neuronx-cc not on PATH"; '
+                                   'echo "NEURON_LOGICAL_NC_CONFIG=$NEURON_LOGICAL_NC_CONFIG"')
+    r = subprocess.run([str(launcher(root)), "--compile-only"], env=agent_env(), capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.splitlines() == [str(compiler), "NEURON_LOGICAL_NC_CONFIG=1"], r.stdout
