@@ -42,6 +42,10 @@ class NeuronLine:
     pip: dict[str, str]  # Neuron Python packages (Neuron pip repository)
     apt: dict[str, str]  # Neuron runtime packages (Neuron apt repository), held
     torch: str  # the PyTorch release torch-neuronx runs on (CPU wheel)
+    # torchvision of that PyTorch release, also the CPU build. NxD Inference requires torchvision
+    # (unpinned, setup.py at cd3abf3); from PyPI it is the CUDA build, which cannot load next to
+    # the CPU torch, and transformers then fails on import (below, above ENGINE_TRANSFORMERS).
+    torchvision: str
     # transformers and the huggingface_hub/tokenizers that go with it: NxD Inference's own
     # transformers==4.57.* (its setup.py at 0.8 and 0.9; 2.31 release content) on every line, so
     # one resolver call installs the Neuron packages and the engine with no override
@@ -55,6 +59,21 @@ class NeuronLine:
     status: str  # one line for the docs, the image description and the stack description
 
 
+# Why the image installs torchvision from PyTorch's CPU index with torch, before the Neuron packages:
+# - torchvision 0.24.0 is the release for torch 2.9.0 (its PyPI METADATA: "Requires-Dist: torch
+#   (==2.9.0)").
+# - PyPI's x86_64 wheel of it is the CUDA build (torchvision/version.py: "__version__ = '0.24.0+cu128'");
+#   its _C.so needs libc10_cuda.so, libtorch_cuda.so and libcudart.so.12 (readelf -d), which the CPU
+#   torch does not ship. torchvision/extension.py then loads no ops, and _meta_registrations.py's
+#   module-level `@torch.library.register_fake("torchvision::nms")` raises "RuntimeError: operator
+#   torchvision::nms does not exist" on `import torchvision` (read from the PyPI wheel
+#   torchvision-0.24.0-cp312-cp312-manylinux_2_28_x86_64.whl).
+# - transformers 4.57.6 imports torchvision whenever it is installed and Pillow is (NxD Inference
+#   requires both): image_utils.py `if is_torchvision_available(): from torchvision.transforms import
+#   InterpolationMode`, reached from modeling_utils -> loss_for_object_detection -> image_transforms,
+#   i.e. from every PreTrainedModel import, NxD Inference's hf_adapter and the Gemma 4 port included.
+# Upstream's own set (the Neuron DLC, aws-neuron/deep-learning-containers 033cc6a, pytorch/inference/
+# 2.9.0/Dockerfile.neuronx) takes torch and torchvision both from PyPI, both CUDA builds, so they match.
 ENGINE_TRANSFORMERS = ("transformers==4.57.6", "huggingface_hub==0.36.2", "tokenizers==0.22.2")
 
 NEURON_LINES: dict[str, NeuronLine] = {
@@ -74,7 +93,7 @@ NEURON_LINES: dict[str, NeuronLine] = {
             "aws-neuronx-collectives": "2.30.59.0",
             "aws-neuronx-tools": "2.28.23.0",
         },
-        torch="2.9.0", engine_pip=ENGINE_TRANSFORMERS,
+        torch="2.9.0", torchvision="0.24.0", engine_pip=ENGINE_TRANSFORMERS,
         # No SSM parameter names an SDK version ("Currently, SSM parameters support finding the
         # latest DLAMI ID for each DLAMI type", aws-neuron-sdk deploy/environments/dlami.rst at
         # v2.31.1). The name of the SDK 2.28 DLAMI, as the Gemma 4 31B port ran it:
@@ -101,7 +120,7 @@ NEURON_LINES: dict[str, NeuronLine] = {
             "aws-neuronx-collectives": "2.33.10.0",
             "aws-neuronx-tools": "2.31.13.0",
         },
-        torch="2.9.0", engine_pip=ENGINE_TRANSFORMERS,
+        torch="2.9.0", torchvision="0.24.0", engine_pip=ENGINE_TRANSFORMERS,
         # The PyTorch 2.9 DLAMI family's parameter, whose last DLAMI is the SDK 2.31 one (SDK 2.32
         # stopped publishing that family: Neuron DLAMI release notes 2.32.0).
         parent_ami_name=None, parent_parameter="/aws/service/neuron/dlami/pytorch-2.9/ubuntu-24.04/latest/image_id",
@@ -150,6 +169,7 @@ NXDI_COMMIT = "6aa61216f7f57d7107f74cc897b19cc5f14f9a1e"
 NXDI_REF = "refs/pull/115/head"
 # torch-neuronx 2.9.0.x runs on PyTorch 2.9 (CPU wheels from download.pytorch.org).
 NEURON_TORCH_VERSION = neuron_line().torch
+NEURON_TORCHVISION_VERSION = neuron_line().torchvision
 
 
 def neuron_pip_specs(line: str | None = None) -> str:

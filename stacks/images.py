@@ -241,6 +241,7 @@ def neuron_spec(config: KitConfig, parent_ami: str | None = None) -> ImageSpec:
                 "PythonVersion": pins.PYTHON_VERSION, "AssetsS3Uri": assets,
                 "NeuronSdk": line.sdk, "NeuronPip": pins.neuron_pip_specs(line.line),
                 "NeuronApt": pins.neuron_apt_specs(line.line), "TorchVersion": line.torch,
+                "TorchvisionVersion": line.torchvision,
                 "EnginePip": engine_pip_specs(line.line), "NxdiRepo": pins.NXDI_REPO, "NxdiCommit": pins.NXDI_COMMIT,
                 "NxdiRef": pins.NXDI_REF,
                 "TorchIndexUrl": pins.TORCH_CPU_INDEX, "NeuronIndexUrl": pins.NEURON_PIP_INDEX,

@@ -160,6 +160,8 @@ def test_the_record_covers_every_pinned_package():
     assert (normalize("torch"), f"{pins.NEURON_TORCH_VERSION}+cpu") in recorded
     # PyPI's CUDA build is there too, as on the real default index: the installed CPU build must win.
     assert (normalize("torch"), pins.NEURON_TORCH_VERSION) in recorded
+    assert (normalize("torchvision"), f"{pins.NEURON_TORCHVISION_VERSION}+cpu") in recorded
+    assert (normalize("torchvision"), pins.NEURON_TORCHVISION_VERSION) in recorded  # PyPI's CUDA build
 
 
 @pytest.mark.parametrize("line", list(pins.NEURON_LINES))
@@ -189,6 +191,9 @@ def test_the_component_installs_neuron_with_its_pins_then_the_transformers_overr
         name, version = spec.split("==")
         assert have.get(normalize(name)) == version, (spec, have.get(normalize(name)))
     assert have["torch"] == f"{pins.NEURON_TORCH_VERSION}+cpu"  # from the CPU index, kept
+    # torchvision (NxD Inference requires it) is the CPU build too: PyPI's CUDA build cannot be
+    # imported next to the CPU torch, and transformers imports it (ami/pins.py).
+    assert have["torchvision"] == f"{pins.NEURON_TORCHVISION_VERSION}+cpu"
     # No conflict at all: every declared requirement holds (the step runs uv pip check itself too).
     check = subprocess.run([uv_binary(), "pip", "check", "--python", str(venv / "bin/python")],
                            capture_output=True, text=True, env=agent_env())
