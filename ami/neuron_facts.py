@@ -1,7 +1,7 @@
 """What upstream says about each Neuron SDK line, as recorded facts with their sources.
 
 Plain data (no aws-cdk-lib, no Neuron SDK): ami/pins.py pins the lines the kit builds, and
-tests/test_neuron_facts.py checks the pins against these rows and refuses a default line whose NxD
+tests/stacks/test_neuron_lines.py checks the pins against these rows and refuses a default line whose NxD
 Inference does not support inf2 and trn1 (``check_default_line``). Every row names its source:
 repository, path, tag or ref (with the commit it was read at), and a short quote. Nothing here was
 run by the kit: nothing of the kit has run on inf2 or trn1 (README, "What has run where").

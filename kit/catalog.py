@@ -230,9 +230,9 @@ SAGEMAKER_GPU = Hardware("x86_64", r"ml\..+", "an ml.* SageMaker type")
 # trn1n is trn1's Trainium chips with twice the network bandwidth (EC2 Trn1 page), so it runs
 # trn1's degrees and trn1's compiled graphs.
 NEURON_PLATFORMS: dict[str, str] = {"inf2": "inf2", "trn1": "trn1", "trn1n": "trn1"}
-# NxD Inference tensor-parallel degrees the Neuron runtime supports per platform (Neuron SDK 2.28
-# NxD Inference API guide, as recorded when the kit pinned 2.28; not re-checked against the 2.31
-# guide that ami/pins.py now pins); the engine serves the largest of them that fits the instance's
+# NxD Inference tensor-parallel degrees the Neuron runtime supports per platform (aws-neuron/
+# aws-neuron-sdk libraries/nxd-inference/api-guides/api-guide.rst at v2.28.1, the default line's
+# guide: "inf2: 1, 2, 4, 8, and 24", "trn1: 1, 2, 8, 16, and 32"); the engine serves the largest of them that fits the instance's
 # NeuronCores and divides the model's attention heads (ami/neuron/neuron_config.py).
 NEURON_TP_DEGREES: dict[str, tuple[int, ...]] = {"inf2": (1, 2, 4, 8, 24), "trn1": (1, 2, 8, 16, 32)}
 

@@ -41,7 +41,8 @@ GPU_DLAMI = "/aws/service/deeplearning/ami/{arch}/base-oss-nvidia-driver-gpu-ubu
 # type"); there is no per-SDK-version parameter. The PyTorch 2.9 family carries torch-neuronx for
 # PyTorch 2.9 and NxD Inference; SDK 2.32 stopped publishing it ("the PyTorch 2.9 single-framework
 # DLAMI ... no longer published", Neuron DLAMI release notes 2.32.0), so this parameter stays on
-# the SDK 2.31 DLAMI, the line pins.NEURON_SDK pins. ``neuron_parent_image`` (an ami-… id found
+# the SDK 2.31 DLAMI: the parent of the 2.31 line (-c neuron_sdk=2.31). The default 2.28 line
+# starts from its DLAMI found by name (PARENT_AMI_NAMES below). ``neuron_parent_image`` (an ami-… id found
 # with describe-images, docs/images.md) overrides it.
 NEURON_DLAMI = "/aws/service/neuron/dlami/pytorch-2.9/ubuntu-24.04/latest/image_id"
 
