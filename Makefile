@@ -17,12 +17,14 @@ export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export AWS_EC2_METADATA_DISABLED := true
 unexport CDK_DEFAULT_ACCOUNT
 
-.PHONY: help setup setup-run sysdeps synth lint ruff pytest test check run clean bench-fidelity bench-tunnel bench-engine patch-check demo
+.PHONY: help setup setup-run sysdeps synth lint ruff pytest test check run deploy leftovers clean bench-fidelity bench-tunnel bench-engine patch-check demo
 
 help:
 	@echo "make test   set up (.venv, npm ci, system packages), synth every stack, lint, pytest"
 	@echo "make check  the fast tier (~2 min): ruff, then the tests not marked slow"
 	@echo "make run    lean set-up, then python -m harness.run ARGS='...'"
+	@echo "make deploy ARGS='G6Stack ...'   check the machine images, then npx cdk deploy (no ARGS: all backends)"
+	@echo "make leftovers   after cdk destroy: what still exists, \$$/month, how to remove it"
 	@echo "make demo   the whole flow on this machine, no AWS: tiny engine, harness.run, report"
 	@echo "make bench-fidelity | bench-tunnel | bench-engine   the kit measuring itself (harness/calibration)"
 	@echo "make clean  remove .venv, node_modules, cdk.out"
@@ -90,6 +92,16 @@ check: $(STAMP_DEV) sysdeps ruff
 
 run: setup-run
 	$(PY) -m harness.run $(ARGS)
+
+# cdk deploy of the backends in ARGS (none: all), after checking their machine images exist
+# (harness/deploy.py): a missing image is one line with its build command, and nothing is created.
+deploy: setup-run
+	$(PY) -m harness.deploy $(ARGS)
+
+# After cdk destroy: what the kit made that still exists, per region, $$/month and removal command;
+# exit 1 while anything bills (harness/leftovers.py).
+leftovers: setup-run
+	$(PY) -m harness.leftovers $(ARGS)
 
 # Apply ami/patches (Turing shared memory) to the pinned vLLM sdist from PyPI; also in pytest.
 patch-check: setup-run

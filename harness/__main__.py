@@ -19,6 +19,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "cost": ("harness.cost.__main__:main", "prices, $/M tokens, break-even against Bedrock"),
     "report": ("harness.report.__main__:main", "re-render a results directory's report offline"),
     "package": ("harness.package.__main__:main", "build, check, size and publish quantized packages"),
+    "images": ("harness.images:main", "build, follow, list and share the kit's machine images"),
+    "deploy": ("harness.deploy:main", "cdk deploy after checking the machine images of what it deploys"),
+    "leftovers": ("harness.leftovers:main", "after cdk destroy: what still exists, $/month, how to remove it"),
 }
 
 

@@ -67,18 +67,9 @@ def quota_fix(service: str, code: str, desired: float, region: str) -> str:
 
 
 def build_commands(image: str, region: str) -> str:
-    """Deploy the image stack, then start its pipelines in order (docs/images.md)."""
-    from kit.image_facts import BUILD_HOSTS, IMAGE_STACKS
-
-    stack = IMAGE_STACKS[image]
-    starts = []
-    for key in BUILD_HOSTS[image]:
-        output = "".join(part.capitalize() for part in key.split("-")) + "PipelineArn"
-        starts.append(f"aws imagebuilder start-image-pipeline-execution --region {region} --image-pipeline-arn "
-                      f"$(aws cloudformation describe-stacks --region {region} --stack-name {stack} --query "
-                      f"\"Stacks[0].Outputs[?OutputKey=='{output}'].OutputValue\" --output text)")
-    then = " (wait until AVAILABLE), then " if len(starts) > 1 else ""
-    return f"npx cdk deploy {stack}, then " + then.join(starts)
+    """The one command that builds a kit image (harness/images.py: deploys the image stack when
+    missing, starts its pipelines in order and follows them)."""
+    return f"python -m harness.images build {image} --region {region}"
 
 
 def resolve_parameters(ssm: Any, names: Iterable[str]) -> dict[str, str | None]:

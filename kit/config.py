@@ -50,6 +50,10 @@ class BackendConfig:
     # backend's list (which block of subnet addresses it owns); None for the backend's own stack.
     variant: str | None = None
     slot: int = 0
+    # EC2 only: an AMI id to boot instead of the image parameter (``-c <id>_ami``): an image another
+    # account shared (harness.images share), or one of this account's. Checked at deploy time by
+    # Custom::ImagesReady (visible, available) before the instance is created.
+    ami: str | None = None
 
 
 @dataclass(frozen=True)
@@ -164,6 +168,17 @@ def _image_choice(backend_id: str, value: Any) -> str:
     return value
 
 
+_AMI_ID = re.compile(r"^ami-[0-9a-f]{8}([0-9a-f]{9})?$")  # EC2 image ids: 8 or 17 hex digits
+
+
+def _ami(key: str, value: Any) -> str | None:
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str) or not _AMI_ID.match(value):
+        raise ConfigError(f"{key}={value!r} is not an AMI id (ami- and 8 or 17 hex digits, e.g. ami-0123456789abcdef0)")
+    return value
+
+
 KNOWN_KEYS = {
     "region", "backends", "model", "hf_token_secret", "idle_stop_minutes",
     "ttl_hours", "max_model_len", "sagemaker_vllm_tag", "sagemaker_ami_version",
@@ -172,6 +187,7 @@ KNOWN_KEYS = {
     *(f"{b}_instance_type" for b in BACKEND_IDS if BACKENDS[b].instance_type),
     *(f"{b}_instance_types" for b in BACKEND_IDS if BACKENDS[b].service == "sagemaker"),
     *(f"{b}_image" for b in BACKEND_IDS if BACKENDS[b].image_choices),
+    *(f"{b}_ami" for b in BACKEND_IDS if BACKENDS[b].service == "ec2"),
     *(f"{b}_model" for b in BACKEND_IDS),
     *(kit_variants.key(b) for b in kit_variants.backends_with_variants()),
     *(kit_regions.region_key(b) for b in BACKEND_IDS),
@@ -243,6 +259,11 @@ def parse(context: Mapping[str, Any]) -> KitConfig:
     choices = {bid: _image_choice(bid, context.get(f"{bid}_image", BACKENDS[bid].image_choices[0][0]))
                for bid in BACKEND_IDS if BACKENDS[bid].image_choices}
 
+    # Every <id>_ami is checked, selected or not (a typo should not wait for the day it is).
+    for bid in BACKEND_IDS:
+        if BACKENDS[bid].service == "ec2":
+            _ami(f"{bid}_ami", context.get(f"{bid}_ami"))
+
     default_model = context.get("model")
     backends = []
     for bid in ids:
@@ -276,8 +297,9 @@ def parse(context: Mapping[str, Any]) -> KitConfig:
                 else " is not a string"
             if problem:
                 raise ConfigError(f"{bid}_az={az!r}{problem}")
+        ami = _ami(f"{bid}_ami", context.get(f"{bid}_ami")) if b.service == "ec2" else None
         backends.append(BackendConfig(bid, itype, model, itypes, az if b.service == "ec2" else None,
-                                      choices.get(bid), where_b))
+                                      choices.get(bid), where_b, ami=ami))
 
     variants = _variants(context, {b.id: b for b in backends})
 

@@ -68,6 +68,14 @@ PARENT_PARAMETERS: dict[str, str] = {
 PARENT_AMI_NAMES: dict[str, str] = {
     image: pins.neuron_line(line).parent_ami_name for line, image in NEURON_IMAGES.items()
     if pins.neuron_line(line).parent_ami_name}
+
+
+def pipeline_name(image: str, key: str) -> str:
+    """An Image Builder pipeline's name (and its recipe's, infrastructure's, distribution's and
+    lifecycle policy's): unique per account and region; harness.images finds pipelines by it."""
+    return f"inference-kit-{image}-{key}"
+
+
 IMAGE_STACKS: dict[str, str] = {
     "vllm-cuda": "VllmCudaImageStack", "vllm-sm75": "VllmSm75ImageStack",
     **{image: "NeuronImageStack" if line == pins.NEURON_DEFAULT_LINE else f"NeuronSdk{line.replace('.', '')}ImageStack"

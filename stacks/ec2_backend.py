@@ -24,6 +24,8 @@ from stacks.az_choice import BACKEND_CIDR_BASE, variant_cidr_base
 from kit.config import BackendConfig, KitConfig
 from stacks.guardrails import Ec2Guardrails
 from kit.image_families import boot_family
+from kit.image_needs import boot_need
+from stacks.image_guard import ImagesReady
 from stacks.inference_instance import InferenceInstance
 from stacks.outputs import add_outputs
 from stacks import package
@@ -33,7 +35,7 @@ from stacks.sizing import sizing
 class Ec2BackendStack(cdk.Stack):
     def __init__(self, scope: Construct, construct_id: str, *, backend: BackendConfig, config: KitConfig,
                  vpc: ec2.IVpc, eice_security_group: ec2.ISecurityGroup, ttl_expires_at: datetime | None,
-                 extra_statements: tuple[iam.PolicyStatement, ...] = (),
+                 extra_statements: tuple[iam.PolicyStatement, ...] = (), checked_at: str = "",
                  **kwargs) -> None:
         super().__init__(scope, construct_id, **kwargs)
         spec = BACKENDS[backend.id]
@@ -73,6 +75,10 @@ class Ec2BackendStack(cdk.Stack):
         cidr_base = BACKEND_CIDR_BASE + 8 * ec2_index if backend.variant is None else \
             variant_cidr_base(ec2_index, backend.slot, variants.MAX_PER_BACKEND)
         ready_minutes = family.readiness_timeout_minutes + size.extra_ready_minutes
+        # Before anything billable: every configured image exists (stacks/image_guard.py); the kit's
+        # own image or -c <id>_ami comes from that check, a public DLAMI from its SSM parameter.
+        self.images_ready = ImagesReady(self, "ImagesReady", config=config, own=boot_need(backend, config),
+                                        checked_at=checked_at)
         self.server = InferenceInstance(
             self, "Server", vpc=vpc, eice_security_group=eice_security_group,
             instance_type=backend.instance_type, image_parameter=family.ssm_parameter,
@@ -82,8 +88,12 @@ class Ec2BackendStack(cdk.Stack):
             root_device_name=family.root_device_name,
             readiness_timeout=cdk.Duration.minutes(ready_minutes),
             extra_statements=extra_statements, availability_zone=backend.az,
-            cidr_base=cidr_base,
+            cidr_base=cidr_base, image_id=self.images_ready.boot_ami,
         )
+        if self.images_ready.boot_ami is None:  # else its ImageId (GetAtt) already waits for the check
+            self.server.instance.node.add_dependency(self.images_ready.resource)
+        # The wait condition's clock starts when the instance's creation can (stacks/inference_instance.py).
+        self.server.ready.node.add_dependency(self.images_ready.resource)
         self.guardrails = Ec2Guardrails(self, "Guardrails", instance=self.server.instance,
                                         idle_stop_minutes=config.idle_stop_minutes, ttl_expires_at=ttl_expires_at,
                                         provisioning_minutes=ready_minutes)

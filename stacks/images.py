@@ -53,7 +53,7 @@ from kit.config import ConfigError, KitConfig
 from stacks.package import package_scheme
 from kit.image_facts import (BUILD_HOSTS, FAMILY_IMAGE, GPU_DLAMI, IMAGE_PARAMETERS,  # noqa: F401 (re-exported)
                              IMAGE_STACKS, NEURON_BUILD_INSTANCE, NEURON_DLAMI, PARAMETER_PREFIX,
-                             NEURON_IMAGES, PARENT_AMI_NAMES, SM75_CANDIDATE_PARAMETER, neuron_image)
+                             NEURON_IMAGES, PARENT_AMI_NAMES, SM75_CANDIDATE_PARAMETER, neuron_image, pipeline_name)
 from stacks.lambda_code import handler_code, handler_name
 
 AMI_DIR = Path(__file__).resolve().parent.parent / "ami"
@@ -363,7 +363,7 @@ class ImagePipelineStack(cdk.Stack):
         return found.get_att_string("ImageId")
 
     def _pipeline(self, name: str, p: PipelineSpec, profile: iam.CfnInstanceProfile) -> None:
-        pname = f"{name}-{p.key}"
+        pname = pipeline_name(self.spec.image, p.key)
         wrong = [t for t in p.instance_types if instance_arch(t) != self.spec.arch]
         if wrong:  # an arm64 image cannot be built or tested on x86_64, nor the reverse
             raise ConfigError(f"{pname}: {', '.join(wrong)} is not {self.spec.arch}, the image's architecture")

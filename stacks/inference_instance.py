@@ -146,6 +146,8 @@ class InferenceInstance(Construct):
         vpc, eice_security_group: from NetworkStack.
         instance_type: e.g. ``g6.xlarge``.
         image_parameter: SSM parameter name holding the AMI id (public DLAMI or an image pipeline's).
+        image_id: the AMI id itself instead (a token from Custom::ImagesReady, stacks/image_guard.py,
+            for the kit's own images and ``-c <id>_ami``); ``image_parameter`` then only names it.
         engine_script: file under userdata/ defining ``engine_install`` and ``engine_exec``.
         env: KIT_* variables for the engine (model, port, flags…); the construct adds
             KIT_REGION, KIT_STACK, KIT_SIGNAL_URL, KIT_HF_SECRET, KIT_PORT, KIT_READY_TIMEOUT_S;
@@ -168,7 +170,8 @@ class InferenceInstance(Construct):
                  root_volume_gib: int, readiness_timeout: cdk.Duration,
                  root_device_name: str = "/dev/sda1",
                  extra_statements: Sequence[iam.PolicyStatement] = (),
-                 availability_zone: str | None = None, cidr_base: int = 64) -> None:
+                 availability_zone: str | None = None, cidr_base: int = 64,
+                 image_id: str | None = None) -> None:
         super().__init__(scope, construct_id)
         stack = cdk.Stack.of(self)
         self.image_parameter = image_parameter
@@ -203,7 +206,8 @@ class InferenceInstance(Construct):
                     # early so the failure signal (with its reason) wins.
                     "KIT_READY_TIMEOUT_S": str(int(readiness_timeout.to_seconds()) - 300)}
         digest = hashlib.sha256(
-            (render_user_data(engine_script, base_env) + image_parameter + instance_type).encode()
+            (render_user_data(engine_script, base_env) + image_parameter + instance_type
+             + (image_id if image_id and not cdk.Token.is_unresolved(image_id) else "")).encode()
         ).hexdigest()[:8].upper()
         self.logical_id = f"{construct_id}Instance{digest}"
         self.ready_handle = cdk.CfnWaitConditionHandle(self, "ReadyHandle")
@@ -220,7 +224,8 @@ class InferenceInstance(Construct):
         self.instance = ec2.Instance(
             self, "Instance",
             instance_type=ec2.InstanceType(instance_type),
-            machine_image=ec2.MachineImage.from_ssm_parameter(image_parameter),
+            machine_image=(ec2.MachineImage.generic_linux({stack.region: image_id}) if image_id
+                           else ec2.MachineImage.from_ssm_parameter(image_parameter)),
             vpc=vpc,
             vpc_subnets=ec2.SubnetSelection(subnets=[self.placement.subnet]),
             security_group=self.security_group,

@@ -38,6 +38,7 @@ from stacks import nag
 from kit.config import BackendConfig, KitConfig
 from stacks.endpoint_ready import EndpointReady
 from stacks.guardrails import EndpointTtl
+from stacks.image_guard import ImagesReady
 from stacks.outputs import add_outputs
 from stacks import package
 from stacks.sizing import sizing
@@ -70,8 +71,11 @@ def endpoint_name(stack_name: str, instance_type: str) -> str:
 
 class SageMakerStack(cdk.Stack):
     def __init__(self, scope: Construct, construct_id: str, *, backend: BackendConfig, config: KitConfig,
-                 ttl_expires_at: datetime | None, **kwargs) -> None:
+                 ttl_expires_at: datetime | None, checked_at: str = "", **kwargs) -> None:
         super().__init__(scope, construct_id, **kwargs)
+        # Before anything billable: every configured machine image exists (stacks/image_guard.py),
+        # so a deploy of all backends cannot bring this endpoint up and then fail on a missing image.
+        self.images_ready = ImagesReady(self, "ImagesReady", config=config, own=None, checked_at=checked_at)
         region = backend.region or config.region
         registry = dlc_account(region)
         self.role = iam.Role(self, "ExecutionRole", assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"),
@@ -129,6 +133,8 @@ class SageMakerStack(cdk.Stack):
                 model_data_download_timeout_in_seconds=size.startup_seconds(MODEL_DATA_DOWNLOAD_TIMEOUT_S),
                 inference_ami_version=config.sagemaker_ami_version or None)
             endpoint_config = sagemaker.CfnEndpointConfig(self, f"EndpointConfig{sid}", production_variants=[variant])
+            model.node.add_dependency(self.images_ready.resource)
+            endpoint_config.node.add_dependency(self.images_ready.resource)
             endpoint = sagemaker.CfnEndpoint(self, f"Endpoint{sid}", endpoint_name=name,
                                              endpoint_config_name=endpoint_config.attr_endpoint_config_name)
             endpoint.node.add_dependency(self.role)  # its policy (ECR pull, logs) exists before the endpoint starts

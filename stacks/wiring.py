@@ -39,7 +39,9 @@ def build(app: cdk.App, config: KitConfig, now: datetime | None = None) -> dict[
     Every region the configuration uses (kit/regions.py) gets its own NetworkStack, image
     pipelines and package builder for the backends placed there: AMIs, SSM parameters and VPCs
     are regional, and no stack refers to another region."""
-    expires = ttl_expiry(now or datetime.now(timezone.utc), config.ttl_hours)
+    now = now or datetime.now(timezone.utc)
+    expires = ttl_expiry(now, config.ttl_hours)
+    checked_at = now.isoformat(timespec="seconds")  # Custom::ImagesReady runs again on every deploy
     stacks: dict[str, cdk.Stack] = {}
     networks: dict[str, NetworkStack] = {}
 
@@ -62,12 +64,12 @@ def build(app: cdk.App, config: KitConfig, now: datetime | None = None) -> dict[
             net = get_network(bc.region)
             stack = Ec2BackendStack(app, name, backend=bc, config=config, vpc=net.vpc,
                                     eice_security_group=net.eice_security_group, ttl_expires_at=expires,
-                                    env=env, description=desc)
+                                    checked_at=checked_at, env=env, description=desc)
         elif spec.service == "sagemaker":
             from stacks.sagemaker import SageMakerStack
 
             stack = SageMakerStack(app, name, backend=bc, config=config, ttl_expires_at=expires,
-                                   env=env, description=desc)
+                                   checked_at=checked_at, env=env, description=desc)
         else:
             from stacks.bedrock import BedrockStack
 

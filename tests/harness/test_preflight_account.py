@@ -95,12 +95,8 @@ def test_fresh_account_every_block_names_its_fix(aws, cdk_json, capsys):
     assert "--quota-code L-DB2E81BA --desired-value 8 --region us-east-1" in out
     # the kit images are not built: the commands that build them, in order
     assert ("image vllm-sm75 not built in us-east-1 (/imagebuilder/inference-kit/ami/vllm-sm75 missing); fix: "
-            "npx cdk deploy VllmSm75ImageStack, then aws imagebuilder start-image-pipeline-execution "
-            "--region us-east-1 --image-pipeline-arn $(aws cloudformation describe-stacks --region us-east-1 "
-            "--stack-name VllmSm75ImageStack --query \"Stacks[0].Outputs[?OutputKey=='BuildPipelineArn']"
-            ".OutputValue\" --output text) (wait until AVAILABLE), then") in out
-    assert "OutputKey=='GpuTestPipelineArn'" in out
-    assert "image neuron not built in us-east-1" in out and "npx cdk deploy NeuronImageStack" in out
+            "python -m harness.images build vllm-sm75 --region us-east-1") in out
+    assert "image neuron not built in us-east-1" in out and "python -m harness.images build neuron --region" in out
     # the build subnet: one AZ must offer c7g.8xlarge, c7g.16xlarge and g5g.2xlarge together (moto's data)
     assert "us-east-1a, us-east-1b, us-east-1c, us-east-1d offer c7g.8xlarge, c7g.16xlarge, g5g.2xlarge" in out
     # neuron: inf2.xlarge is 4 vCPUs, the Inf quota 8
@@ -144,7 +140,7 @@ def test_public_parameter_that_does_not_resolve_blocks(aws, cdk_json, capsys):
     assert rc == 1
     assert (f"{NEURON_DLAMI} does not resolve in us-east-1: the neuron-sdk231 build cannot start there; "
             "fix: use another region (-c region=<region>)") in out
-    assert f"{IMAGE_PARAMETERS['neuron-sdk231']} missing" in out and "npx cdk deploy NeuronSdk231ImageStack" in out
+    assert f"{IMAGE_PARAMETERS['neuron-sdk231']} missing" in out and "python -m harness.images build neuron-sdk231 --region us-east-1" in out
     assert "g6         ready" in out
 
 

@@ -26,6 +26,22 @@ SYSTEMD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 EC2_STACKS = {"g6": "G6Stack", "g5g": "G5gStack", "inf2": "Inf2Stack", "trn1": "Trn1Stack"}
 
 
+def boot_parameter(template: dict) -> str:
+    """The SSM parameter a backend stack's instance boots: a public DLAMI's is an SSM-typed stack
+    parameter; a kit image's is read by Custom::ImagesReady (stacks/image_guard.py), its own entry."""
+    (instance,) = [r for r in template["Resources"].values() if r["Type"] == "AWS::EC2::Instance"]
+    image = instance["Properties"]["ImageId"]
+    if "Ref" in image:
+        param = template["Parameters"][image["Ref"]]
+        assert param["Type"] == "AWS::SSM::Parameter::Value<AWS::EC2::Image::Id>"
+        return param["Default"]
+    lid, attr = image["Fn::GetAtt"]
+    check = template["Resources"][lid]
+    assert check["Type"] == "Custom::ImagesReady" and attr == "BootAmi"
+    (own,) = [i for i in check["Properties"]["Images"] if i["Key"] == attr]
+    return own["Parameter"] or own["Ami"]
+
+
 def config_error(**context) -> str:
     """The message kit.config.parse refuses ``context`` with, checked to be one line."""
     from kit.config import ConfigError, parse

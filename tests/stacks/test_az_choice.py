@@ -170,7 +170,7 @@ def test_a_preferred_az_reaches_the_choice(tmp_path):
 def test_the_chooser_may_only_read_offerings(kit):
     for stack in EC2_STACKS.values():
         roles = kit.resources(stack, "AWS::IAM::Role")
-        (lid,) = [k for k, v in roles.items() if "lambda.amazonaws.com" in json.dumps(v)]
+        (lid,) = [k for k, v in roles.items() if "lambda.amazonaws.com" in json.dumps(v) and k.startswith("AzChoice")]
         assert "ManagedPolicyArns" not in roles[lid]["Properties"]
         actions = {a for p in kit.resources(stack, "AWS::IAM::Policy").values()
                    if {"Ref": lid} in p["Properties"]["Roles"]

@@ -51,10 +51,19 @@ def test_instance_type_image_and_hardening(kit, backend, stack):
     _, instance = kit.one(stack, "AWS::EC2::Instance")
     (root,) = instance["Properties"]["BlockDeviceMappings"]
     assert root["Ebs"]["VolumeSize"] >= 150
-    # AMI id from an SSM parameter, resolved by CloudFormation at deploy time.
-    t.has_parameter(instance["Properties"]["ImageId"]["Ref"], {
-        "Type": "AWS::SSM::Parameter::Value<AWS::EC2::Image::Id>",
-        "Default": kit.stacks[stack].server.image_parameter})
+    # AMI id resolved at deploy time: a public DLAMI from its SSM-typed stack parameter; the kit's
+    # own images through Custom::ImagesReady, which reads their parameter (stacks/image_guard.py).
+    image = instance["Properties"]["ImageId"]
+    if "Ref" in image:
+        t.has_parameter(image["Ref"], {"Type": "AWS::SSM::Parameter::Value<AWS::EC2::Image::Id>",
+                                       "Default": kit.stacks[stack].server.image_parameter})
+        assert kit.stacks[stack].server.image_parameter.startswith("/aws/service/")
+    else:
+        check, attr = image["Fn::GetAtt"]
+        assert attr == "BootAmi"
+        props = kit.templates[stack]["Resources"][check]["Properties"]
+        (own,) = [i for i in props["Images"] if i["Key"] == "BootAmi"]
+        assert own["Parameter"] == kit.stacks[stack].server.image_parameter
 
 
 def test_ami_parameters_per_family(kit):

@@ -18,7 +18,7 @@ import yaml
 from ami import pins
 from kit.catalog import BACKENDS, instance_arch
 from stacks import images
-from tests.stacks.conftest import ROOT, config_error, synth
+from tests.stacks.conftest import ROOT, config_error, synth, boot_parameter
 
 IMAGE_STACKS = {"vllm-cuda": "VllmCudaImageStack", "vllm-sm75": "VllmSm75ImageStack", "neuron": "NeuronImageStack"}
 COMPONENT_NAMES = {f.name: yaml.safe_load(f.read_text())["name"] for f in images.COMPONENTS_DIR.glob("*.yaml")}
@@ -227,9 +227,7 @@ def test_pipelines_publish_to_ssm_and_never_run_on_a_schedule(kit, image):
     ("g6", "G6Stack", "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id"),
 ])
 def test_backend_stacks_read_the_image_parameter(kit, backend, stack, parameter):
-    params = kit.templates[stack]["Parameters"]
-    ami = [p for p in params.values() if p["Type"] == "AWS::SSM::Parameter::Value<AWS::EC2::Image::Id>"]
-    assert [p["Default"] for p in ami] == [parameter]
+    assert boot_parameter(kit.templates[stack]) == parameter
     # The instance boots an image of its own architecture (arm64 for g5g).
     _, instance = kit.one(stack, "AWS::EC2::Instance")
     image = images.FAMILY_IMAGE[BACKENDS[backend].image]
@@ -262,9 +260,7 @@ def test_g6_prebuilt_image_neuron_parent_override_and_backend_selection(tmp_path
                for v in s.resources("NeuronImageStack", "AWS::ImageBuilder::ImageRecipe").values()}
     assert recipes["inference-kit-neuron-build"]["ParentImage"] == "ami-0123456789abcdef0"
     assert "VllmSm75ImageStack" not in s.templates  # no g5g selected: no sm_75 pipelines
-    params = s.templates["G6Stack"]["Parameters"]
-    assert [p["Default"] for p in params.values()
-            if p["Type"] == "AWS::SSM::Parameter::Value<AWS::EC2::Image::Id>"] == ["/imagebuilder/inference-kit/ami/vllm-cuda"]
+    assert boot_parameter(s.templates["G6Stack"]) == "/imagebuilder/inference-kit/ami/vllm-cuda"
 
 
 def test_neuron_sdk_231_is_a_separate_image_and_parameter_and_228_stays_the_default(kit, tmp_path):
@@ -287,9 +283,7 @@ def test_neuron_sdk_231_is_a_separate_image_and_parameter_and_228_stays_the_defa
         "ParentImage": "ssm:/aws/service/neuron/dlami/pytorch-2.9/ubuntu-24.04/latest/image_id"}))
     other.resource_count_is("Custom::AmiByName", 0)
     for name in ("Inf2Stack", "Trn1Stack"):
-        ami = [p["Default"] for p in s.templates[name]["Parameters"].values()
-               if p["Type"] == "AWS::SSM::Parameter::Value<AWS::EC2::Image::Id>"]
-        assert ami == ["/imagebuilder/inference-kit/ami/neuron-sdk231"]
+        assert boot_parameter(s.templates[name]) == "/imagebuilder/inference-kit/ami/neuron-sdk231"
     # The 2.31 pins reach its component; the default's stay 2.28.
     comp = {c["Name"]: c for c in (r["Properties"] for r in s.resources("NeuronSdk231ImageStack", "AWS::ImageBuilder::ImageRecipe").values())}
     params = {p["Name"]: p["Value"][0] for c in comp["inference-kit-neuron-sdk231-build"]["Components"]

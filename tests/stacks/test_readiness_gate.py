@@ -79,7 +79,14 @@ def ungated(template: dict, replacements: set[str]) -> set[str]:
 
 
 def ami_parameter(template: dict, instance: dict) -> str:
-    name = instance["Properties"]["ImageId"]["Ref"]
+    """What moves when a new AMI is published: the SSM-typed parameter (public DLAMI), or the AMI id
+    Custom::ImagesReady reads again on every deploy (the kit's images, stacks/image_guard.py)."""
+    image = instance["Properties"]["ImageId"]
+    if "Fn::GetAtt" in image:
+        lid, attr = image["Fn::GetAtt"]
+        assert template["Resources"][lid]["Type"] == "Custom::ImagesReady"
+        return f"{lid}.{attr}"
+    name = image["Ref"]
     assert template["Parameters"][name]["Type"] == "AWS::SSM::Parameter::Value<AWS::EC2::Image::Id>"
     return name
 

@@ -1,0 +1,588 @@
+"""The kit's machine images as a command (issue 24 point 2):
+
+    python -m harness.images build IMAGE [--region R] [--no-deploy]   start the pipelines, follow to the end
+    python -m harness.images status [--region R]                      builds running now
+    python -m harness.images list [--region R]                        the kit's AMIs, snapshots, $/month
+    python -m harness.images share --account ID [--image IMAGE | --ami AMI] [--region R]
+
+IMAGE is one of the kit's images (kit image facts: vllm-cuda, vllm-sm75, neuron, ...). Context
+comes from cdk.json plus ``-c KEY=VALUE`` as for ``cdk deploy``; the region is the kit's
+(``--region``, else context ``region``), never the shell's.
+
+``build`` finds each pipeline of the image by name (``ListImagePipelines`` with a ``name``
+filter; the names are ``inference-kit-<image>-<key>``, stacks/images.py), deploys the image
+stack first when it is missing (``npx cdk deploy <ImageStack>``, unless ``--no-deploy``), starts
+it (``StartImagePipelineExecution``, which returns the ``imageBuildVersionArn``) and follows it
+with ``GetImage`` (state ``PENDING`` ... ``AVAILABLE`` | ``FAILED`` | ``CANCELLED``),
+``ListWorkflowExecutions`` and ``ListWorkflowStepExecutions`` (the step that runs now, and the
+build and test instances: a ``LaunchInstance`` step's outputs name the ``instanceId``,
+``DescribeInstances`` its type). Shapes: the AWS CLI's examples (aws/aws-cli
+awscli/examples/imagebuilder/*.rst) and botocore's model, which the tests validate against.
+
+The cost so far is each build/test instance's on-demand price (harness.cost: the Price List API
+with credentials, else the dated snapshot; "unknown" when neither has the type) times the hours
+from its launch step's start to its terminate step's end (or now); an estimate: EBS, data and
+the seconds between steps are left out.
+
+On failure it prints Image Builder's reason ("Workflow Execution ID: wf-... failed with reason:
+...", Image Builder User Guide, Troubleshoot), each failed step with its message, and the tail of
+the build log in CloudWatch Logs, group ``/aws/imagebuilder/<image name>``, stream
+``<image version>/<build version>`` (User Guide, "Monitor Image Builder logs with Amazon
+CloudWatch Logs"; the log is uploaded when the build ends), and exits 1.
+
+``list`` reads the AMIs the kit's distribution tags (``project=aws-inference-kit``,
+stacks/images.py) with ``DescribeImages`` and their snapshots with ``DescribeSnapshots``; a
+snapshot's monthly cost is its ``FullSnapshotSizeInBytes`` (all written blocks: an upper bound of
+the incremental size billed) at the EBS snapshot price (harness/cost/storage_prices.py).
+
+``share`` grants another account launch permission on an AMI (``ModifyImageAttribute``,
+``LaunchPermission.Add``) and volume creation from each of its snapshots
+(``ModifySnapshotAttribute``, ``createVolumePermission``, ``add``). An AMI whose snapshots are
+encrypted with the AWS managed key cannot be shared ("You can't share AMIs that are backed by
+snapshots that are encrypted with the default AWS managed key", EC2 User Guide, "Share an AMI with
+specific AWS accounts"): ``share`` checks the key with KMS ``DescribeKey`` (``KeyManager`` AWS or
+CUSTOMER) first and refuses in one line. The attendee then deploys with ``-c <id>_ami=ami-...``.
+
+Exit codes: 0 done, 1 a build failed / something refused, 2 bad input.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Iterable, TextIO
+
+from harness.cost.storage_prices import PRICES as STORAGE_PRICES, gb, monthly
+
+TAG_KEY, TAG_VALUE = "project", "aws-inference-kit"  # stacks.wiring KIT_TAGS, the distribution's AmiTags
+OK_STATES = {"AVAILABLE"}
+FAILED_STATES = {"CANCELLED", "FAILED", "DEPRECATED", "DELETED", "DISABLED"}
+LOG_TAIL_LINES = 30
+HEARTBEAT_S = 600  # a line at least this often while a build runs, even when nothing changed
+
+ClientFor = Callable[[str, str], Any]  # (service, region) -> boto3 client
+PriceFor = Callable[[str, str], "float | None"]  # (instance type, region) -> $/h
+
+
+class ImagesError(Exception):
+    """A refusal with one line to print (exit 1)."""
+
+
+@dataclass
+class Aws:
+    """What the commands touch, injectable for tests."""
+
+    client: ClientFor
+    price: PriceFor
+    sleep: Callable[[float], None] = time.sleep
+    now: Callable[[], datetime] = field(default=lambda: datetime.now(timezone.utc))
+
+
+def image_facts():
+    from kit import image_facts
+
+    return image_facts
+
+
+def pipeline_keys(image: str) -> list[str]:
+    return list(image_facts().BUILD_HOSTS[image])
+
+
+def published_parameter(image: str, key: str) -> str:
+    """Where a pipeline publishes: the sm_75 build its candidate, every last pipeline the image's."""
+    f = image_facts()
+    keys = pipeline_keys(image)
+    return f.IMAGE_PARAMETERS[image] if key == keys[-1] else f.SM75_CANDIDATE_PARAMETER
+
+
+def find_pipeline(ib: Any, name: str) -> str | None:
+    r = ib.list_image_pipelines(filters=[{"name": "name", "values": [name]}])
+    return next((p["arn"] for p in r.get("imagePipelineList", []) if p.get("name") == name), None)
+
+
+# -- following one build ----------------------------------------------------------------------
+
+@dataclass
+class Progress:
+    status: str
+    workflow: str = ""  # BUILD | TEST | DISTRIBUTION
+    step: str = ""
+    step_status: str = ""
+    instances: list[tuple[str, datetime, datetime | None]] = field(default_factory=list)  # id, start, end
+    failed_steps: list[tuple[str, str]] = field(default_factory=list)  # (name, message)
+
+
+def _ts(value: Any) -> datetime | None:
+    if value is None or isinstance(value, datetime):
+        return value
+    return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+
+
+def progress(ib: Any, version_arn: str, image: dict) -> Progress:
+    """Where the build is: its state, the step running now (else the last one), its instances."""
+    p = Progress(image["state"]["status"])
+    runs = ib.list_workflow_executions(imageBuildVersionArn=version_arn).get("workflowExecutions", [])
+    for run in sorted(runs, key=lambda r: str(r.get("startTime", ""))):
+        steps = ib.list_workflow_step_executions(workflowExecutionId=run["workflowExecutionId"]).get("steps", [])
+        for s in steps:
+            if s.get("status") in ("RUNNING", "COMPLETED", "FAILED"):
+                p.workflow, p.step, p.step_status = run.get("type", ""), s.get("name", ""), s.get("status", "")
+            if s.get("status") == "FAILED":
+                p.failed_steps.append((s.get("name", ""), s.get("message", "")))
+            if s.get("action") == "LaunchInstance" and s.get("outputs"):
+                iid = json.loads(s["outputs"]).get("instanceId")
+                if iid:
+                    p.instances.append((iid, _ts(s.get("startTime")), None))
+            if s.get("action") == "TerminateInstance" and s.get("endTime"):  # inputs: {"instanceId": ...}
+                for i, (iid, start, _) in enumerate(p.instances):
+                    if iid in (s.get("inputs") or ""):
+                        p.instances[i] = (iid, start, _ts(s["endTime"]))
+        if any(s.get("status") == "RUNNING" for s in steps):
+            run_step = next(s for s in steps if s.get("status") == "RUNNING")
+            p.workflow, p.step, p.step_status = run.get("type", ""), run_step["name"], "RUNNING"
+    return p
+
+
+class Coster:
+    """Estimated $ so far of a build's instances: type (DescribeInstances, cached) x hours."""
+
+    def __init__(self, ec2: Any, region: str, price: PriceFor, fallback_type: str):
+        self.ec2, self.region, self.price, self.fallback = ec2, region, price, fallback_type
+        self.types: dict[str, str] = {}
+
+    def type_of(self, iid: str) -> str:
+        if iid not in self.types:
+            try:
+                r = self.ec2.describe_instances(InstanceIds=[iid])
+                self.types[iid] = r["Reservations"][0]["Instances"][0]["InstanceType"]
+            except Exception:  # noqa: BLE001 - terminated long ago: assume the pipeline's first type
+                self.types[iid] = self.fallback
+        return self.types[iid]
+
+    def so_far(self, p: Progress, now: datetime) -> tuple[float | None, str]:
+        total, parts = 0.0, []
+        for iid, start, end in p.instances:
+            if start is None:
+                continue
+            itype = self.type_of(iid)
+            rate = self.price(itype, self.region)
+            if rate is None:
+                return None, f"no price for {itype}"
+            total += rate * max(0.0, ((end or now) - start).total_seconds()) / 3600
+            parts.append(f"{itype} ${rate:.4g}/h")
+        return total, ", ".join(dict.fromkeys(parts))
+
+
+def _clock(seconds: float) -> str:
+    s = int(seconds)
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+def log_tail(logs: Any, image: dict, lines: int = LOG_TAIL_LINES) -> list[str]:
+    group, stream = f"/aws/imagebuilder/{image['name']}", image["version"]
+    try:
+        events = logs.get_log_events(logGroupName=group, logStreamName=stream, startFromHead=False,
+                                     limit=lines).get("events", [])
+    except Exception as e:  # noqa: BLE001 - ResourceNotFoundException: no log uploaded (yet)
+        return [f"(no build log in {group} stream {stream}: {type(e).__name__})"]
+    return [f"{group} {stream}:"] + ["  " + ev.get("message", "").rstrip() for ev in events]
+
+
+def follow(aws: Aws, region: str, version_arn: str, fallback_type: str, out: TextIO,
+           poll_s: float = 30.0) -> tuple[dict, float | None, float]:
+    """Poll one build to its end. Returns (image, estimated $, seconds)."""
+    ib = aws.client("imagebuilder", region)
+    coster = Coster(aws.client("ec2", region), region, aws.price, fallback_type)
+    start = aws.now()
+    last, last_print = None, None
+    while True:
+        image = ib.get_image(imageBuildVersionArn=version_arn)["image"]
+        p = progress(ib, version_arn, image)
+        now = aws.now()
+        cost, rates = coster.so_far(p, now)
+        key = (p.status, p.workflow, p.step, p.step_status)
+        if key != last or last_print is None or (now - last_print).total_seconds() >= HEARTBEAT_S:
+            step = f"{p.workflow.lower()}: {p.step} ({p.step_status})" if p.step else "-"
+            money = f"est. ${cost:.2f} so far ({rates})" if cost is not None else f"cost unknown ({rates})"
+            print(f"[{_clock((now - start).total_seconds())}] {p.status:<12} {step}  {money}", file=out, flush=True)
+            last, last_print = key, now
+        if p.status in OK_STATES or p.status in FAILED_STATES:
+            if p.status in FAILED_STATES:
+                print(f"{image.get('name')} {image.get('version')}: {p.status}: "
+                      f"{image['state'].get('reason', 'no reason given')}", file=out)
+                for name, message in p.failed_steps:
+                    print(f"failed step {name}: {message}", file=out)
+                for line in log_tail(aws.client("logs", region), image):
+                    print(line, file=out)
+            return image, cost, (now - start).total_seconds()
+        aws.sleep(poll_s)
+
+
+def output_ami(image: dict, region: str) -> str | None:
+    amis = (image.get("outputResources") or {}).get("amis") or []
+    return next((a["image"] for a in amis if a.get("region") == region), amis[0]["image"] if amis else None)
+
+
+# -- commands ---------------------------------------------------------------------------------
+
+def build(aws: Aws, region: str, image: str, stack: str, out: TextIO,
+          deploy: Callable[[str], int] | None, poll_s: float = 30.0) -> int:
+    f = image_facts()
+    ib = aws.client("imagebuilder", region)
+    total_cost: float | None = 0.0
+    total_s = 0.0
+    ami = None
+    for key in pipeline_keys(image):
+        name = f.pipeline_name(image, key)
+        arn = find_pipeline(ib, name)
+        if arn is None:
+            if deploy is None:
+                print(f"pipeline {name} does not exist in {region}: deploy its stack first: npx cdk deploy {stack}"
+                      f" (or drop --no-deploy)", file=out)
+                return 1
+            print(f"pipeline {name} does not exist in {region}: deploying {stack} (pipelines build nothing "
+                  "until started)", file=out, flush=True)
+            rc = deploy(stack)
+            if rc != 0:
+                print(f"npx cdk deploy {stack} failed (exit {rc}); nothing was built", file=out)
+                return 1
+            arn = find_pipeline(ib, name)
+            if arn is None:
+                print(f"pipeline {name} still missing in {region} after deploying {stack}", file=out)
+                return 1
+        r = ib.start_image_pipeline_execution(imagePipelineArn=arn, clientToken=str(uuid.uuid4()))
+        version_arn = r["imageBuildVersionArn"]
+        print(f"started {name}: {version_arn}", file=out, flush=True)
+        result, cost, seconds = follow(aws, region, version_arn, f.BUILD_HOSTS[image][key][0], out, poll_s)
+        total_s += seconds
+        total_cost = None if cost is None or total_cost is None else total_cost + cost
+        money = f"est. ${total_cost:.2f}" if total_cost is not None else "cost unknown"
+        if result["state"]["status"] not in OK_STATES:
+            print(f"{image}: build failed in {name} after {_clock(total_s)} ({money}); nothing was published "
+                  f"to {published_parameter(image, key)}", file=out)
+            return 1
+        ami = output_ami(result, region)
+        if key != pipeline_keys(image)[-1]:
+            print(f"{name} done: {ami} published to {published_parameter(image, key)}", file=out, flush=True)
+    parameter = f.IMAGE_PARAMETERS[image]
+    money = f"est. ${total_cost:.2f}" if total_cost is not None else "cost unknown"
+    print(f"{image}: {ami} in {region}, published to {parameter} ({_clock(total_s)}, {money})", file=out)
+    return 0
+
+
+def kit_pipelines(ib: Any) -> list[dict]:
+    """Every pipeline named inference-kit-* in the region."""
+    out, token = [], None
+    while True:
+        kw = {"nextToken": token} if token else {}
+        r = ib.list_image_pipelines(**kw)
+        out += [p for p in r.get("imagePipelineList", []) if p.get("name", "").startswith("inference-kit-")]
+        token = r.get("nextToken")
+        if not token:
+            return out
+
+
+def status(aws: Aws, region: str, out: TextIO) -> int:
+    ib = aws.client("imagebuilder", region)
+    running = 0
+    coster = Coster(aws.client("ec2", region), region, aws.price, "")
+    for pipe in kit_pipelines(ib):
+        images = ib.list_image_pipeline_images(imagePipelineArn=pipe["arn"]).get("imageSummaryList", [])
+        for summary in images:
+            state = summary["state"]["status"]
+            if state in OK_STATES or state in FAILED_STATES:
+                continue
+            running += 1
+            p = progress(ib, summary["arn"], summary)
+            now = aws.now()
+            cost, rates = coster.so_far(p, now)
+            started = _ts(summary.get("dateCreated")) or now
+            step = f"{p.workflow.lower()}: {p.step} ({p.step_status})" if p.step else "-"
+            money = f"est. ${cost:.2f} so far ({rates})" if cost is not None else f"cost unknown ({rates})"
+            print(f"{pipe['name']} {summary['version']}: {state}, {step}, {_clock((now - started).total_seconds())}"
+                  f" elapsed, {money}", file=out)
+    if not running:
+        print(f"no image build running in {region}", file=out)
+    return 0
+
+
+@dataclass
+class SnapshotRow:
+    snapshot_id: str
+    gib: float
+    usd_month: float
+    encrypted: bool
+    kms_key: str
+
+
+def _snapshots(ec2: Any, ids: list[str]) -> dict[str, dict]:
+    if not ids:
+        return {}
+    return {s["SnapshotId"]: s for s in ec2.describe_snapshots(SnapshotIds=ids).get("Snapshots", [])}
+
+
+def kit_amis(ec2: Any) -> list[dict]:
+    r = ec2.describe_images(Owners=["self"], Filters=[{"Name": f"tag:{TAG_KEY}", "Values": [TAG_VALUE]}])
+    return sorted(r.get("Images", []), key=lambda i: i.get("CreationDate", ""))
+
+
+def snapshot_ids(image: dict) -> list[str]:
+    return [b["Ebs"]["SnapshotId"] for b in image.get("BlockDeviceMappings", [])
+            if b.get("Ebs", {}).get("SnapshotId")]
+
+
+def snapshot_size_gb(s: dict) -> float:
+    """Billed size bound: all blocks written (FullSnapshotSizeInBytes), else the volume size."""
+    if s.get("FullSnapshotSizeInBytes") is not None:
+        return gb(s["FullSnapshotSizeInBytes"])
+    return float(s.get("VolumeSize", 0))
+
+
+def list_images(aws: Aws, regions: Iterable[str], out: TextIO) -> int:
+    f = image_facts()
+    price = STORAGE_PRICES["ebs_snapshot"]
+    grand = 0.0
+    for region in regions:
+        ec2 = aws.client("ec2", region)
+        amis = kit_amis(ec2)
+        current = _current_amis(aws.client("ssm", region), [*f.IMAGE_PARAMETERS.values(), f.SM75_CANDIDATE_PARAMETER])
+        snaps = _snapshots(ec2, [s for a in amis for s in snapshot_ids(a)])
+        region_total = 0.0
+        print(f"{region}: {len(amis)} kit AMI{'s' if len(amis) != 1 else ''}", file=out)
+        for a in amis:
+            tags = {t["Key"]: t["Value"] for t in a.get("Tags", [])}
+            cost = 0.0
+            parts = []
+            for sid in snapshot_ids(a):
+                s = snaps.get(sid, {})
+                size = snapshot_size_gb(s)
+                cost += monthly("ebs_snapshot", size)
+                parts.append(f"{sid} {size:.1f} GB")
+            region_total += cost
+            mark = f"  <- {current[a['ImageId']]}" if a["ImageId"] in current else ""
+            print(f"  {a['ImageId']}  {tags.get('kit-image', '?'):<16} {a.get('CreationDate', '')[:19]}  "
+                  f"{', '.join(parts) or 'no snapshots'}  ${cost:.2f}/month{mark}", file=out)
+        print(f"  {region} total: ${region_total:.2f}/month", file=out)
+        grand += region_total
+    print(f"snapshot storage ${price.usd}/{price.unit} (us-east-1 price, {price.source}); sizes are all blocks "
+          f"written, an upper bound of what is billed. Total ${grand:.2f}/month", file=out)
+    return 0
+
+
+def _current_amis(ssm: Any, names: list[str]) -> dict[str, str]:
+    """AMI id -> the parameter that points at it (the images backends boot now)."""
+    out: dict[str, str] = {}
+    for i in range(0, len(names), 10):
+        r = ssm.get_parameters(Names=names[i:i + 10])
+        out.update({p["Value"]: p["Name"] for p in r.get("Parameters", [])})
+    return out
+
+
+ACCOUNT = re.compile(r"^[0-9]{12}$")
+
+
+def share(aws: Aws, region: str, account: str, amis: list[tuple[str, str]], out: TextIO) -> int:
+    """``amis``: (AMI id, what it is). Checks every AMI's snapshots before changing anything."""
+    ec2 = aws.client("ec2", region)
+    kms = aws.client("kms", region)
+    plan: list[tuple[str, str, list[str]]] = []
+    for ami, what in amis:
+        found = ec2.describe_images(ImageIds=[ami]).get("Images", [])
+        if not found:
+            raise ImagesError(f"{ami} ({what}) does not exist in {region}")
+        sids = snapshot_ids(found[0])
+        for sid, s in _snapshots(ec2, sids).items():
+            if s.get("Encrypted") and s.get("KmsKeyId"):
+                manager = kms.describe_key(KeyId=s["KmsKeyId"])["KeyMetadata"].get("KeyManager")
+                if manager == "AWS":
+                    raise ImagesError(
+                        f"{ami} ({what}): snapshot {sid} is encrypted with the AWS managed key, which cannot "
+                        "be shared (EC2 User Guide, 'Share an AMI with specific AWS accounts'); nothing was "
+                        "shared. Rebuild the image with a customer managed KMS key, or the attendee builds it: "
+                        "python -m harness.images build <image>")
+        plan.append((ami, what, sids))
+    for ami, what, sids in plan:
+        ec2.modify_image_attribute(ImageId=ami, LaunchPermission={"Add": [{"UserId": account}]})
+        for sid in sids:
+            ec2.modify_snapshot_attribute(SnapshotId=sid, Attribute="createVolumePermission",
+                                          OperationType="add", UserIds=[account])
+        print(f"shared {ami} ({what}) and {len(sids)} snapshot{'s' if len(sids) != 1 else ''} with {account} "
+              f"in {region}", file=out)
+    return 0
+
+
+def backends_booting(image: str) -> list[str]:
+    """Backend ids whose boot image is ``image`` (for the attendee's -c <id>_ami line)."""
+    from kit.catalog import BACKENDS
+
+    f = image_facts()
+    out = []
+    for bid, b in BACKENDS.items():
+        fam = f.FAMILY_IMAGE.get(b.image or "")
+        if fam == image or (fam == "neuron" and image in f.NEURON_IMAGES.values()):
+            out.append(bid)
+    return out
+
+
+# -- CLI --------------------------------------------------------------------------------------
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:
+        raise ValueError(f"harness.images: {message} (see --help)")
+
+
+def _context(path: Path, overrides: list[str]) -> dict[str, Any]:
+    from kit.regions import read_context
+
+    ctx = read_context(path)
+    for o in overrides:
+        k, sep, v = o.partition("=")
+        if not sep or not k:
+            raise ValueError(f"-c {o!r}: expected KEY=VALUE")
+        ctx[k] = v
+    return ctx
+
+
+def _stack_name(image: str, region: str, kit_region: str) -> str:
+    name = image_facts().IMAGE_STACKS[image]
+    return name if region == kit_region else f"{name}-{region}"
+
+
+def _stack_context(ctx: dict[str, Any], image: str) -> list[str]:
+    """The -c values the app needs to synthesize ``image``'s stack: a Neuron line's image exists
+    only with ``neuron_sdk`` set to its line (kit/image_facts.py), and every image only while a
+    backend that boots it is selected (kit/image_needs.py pipeline_images). Raises ValueError."""
+    from kit.config import ConfigError, parse
+    from kit.image_needs import pipeline_images
+
+    extra = []
+    line = next((ln for ln, im in image_facts().NEURON_IMAGES.items() if im == image), None)
+    if line is not None and ctx.get("neuron_sdk", _default_line()) != line:
+        extra.append(f"neuron_sdk={line}")
+    try:
+        config = parse({**ctx, **dict(e.split("=", 1) for e in extra)})
+    except ConfigError as e:
+        raise ValueError(f"config error: {e}") from None
+    if image not in pipeline_images(config):
+        boots = ", ".join(backends_booting(image))
+        raise ValueError(f"harness.images build: no selected backend boots {image} (backends="
+                         f"{','.join(config.backend_ids)}); select one of {boots}, e.g. -c backends={boots.split(',')[0]}")
+    return extra
+
+
+def _default_line() -> str:
+    from ami import pins
+
+    return pins.NEURON_DEFAULT_LINE
+
+
+def _cdk_deploy(context_args: list[str]) -> Callable[[str], int]:
+    import subprocess
+
+    def run(stack: str) -> int:
+        cmd = ["npx", "cdk", "deploy", stack, *[a for c in context_args for a in ("-c", c)]]
+        print("$ " + " ".join(cmd), flush=True)
+        return subprocess.call(cmd)
+    return run
+
+
+def _price_book() -> PriceFor:
+    from harness.cost.prices import PriceBook
+
+    book = PriceBook.auto()
+    return lambda itype, region: book.instance(itype, region).usd_per_hour
+
+
+def main(argv: list[str] | None = None, *, aws: Aws | None = None, out: TextIO = sys.stdout,
+         deploy: Callable[[str], int] | None = None) -> int:
+    f = image_facts()
+    images = list(f.IMAGE_PARAMETERS)
+    p = _Parser(prog="python -m harness.images", description=__doc__.split("\n\n")[0])
+    p.add_argument("command", choices=["build", "status", "list", "share"])
+    p.add_argument("image", nargs="?", help=f"build: one of {', '.join(images)}")
+    p.add_argument("--image", dest="image_option", help="share: only this image (default: every published one)")
+    p.add_argument("--region", help="default: context region (cdk.json), not the shell's")
+    p.add_argument("--account", help="share: the 12-digit account to grant")
+    p.add_argument("--ami", help="share: this AMI id instead of the image's current one")
+    p.add_argument("--no-deploy", action="store_true", help="build: refuse instead of deploying a missing image stack")
+    p.add_argument("--poll", type=float, default=30.0, help="build: seconds between polls (default 30)")
+    p.add_argument("--cdk-json", type=Path, default=Path("cdk.json"))
+    p.add_argument("-c", "--context", action="append", default=[], metavar="KEY=VALUE")
+    try:
+        a = p.parse_args(argv)
+        a.image = a.image or a.image_option
+        ctx = _context(a.cdk_json, a.context)
+        from kit.regions import RegionError, resolve
+
+        try:
+            kit = resolve(a.region, context=ctx, cdk_json=a.cdk_json)
+        except RegionError as e:
+            raise ValueError(f"harness.images: {e}") from None
+        region = kit.region
+        if a.command == "build" and a.image not in images:
+            raise ValueError(f"harness.images build: image {a.image!r} is not a kit image; valid: {', '.join(images)}")
+        if a.command == "build":
+            _stack_context(ctx, a.image)  # a stack the app would not build: say so now (exit 2)
+        if a.command == "share":
+            if not a.account or not ACCOUNT.match(a.account):
+                raise ValueError(f"harness.images share: --account {a.account!r} is not a 12-digit AWS account id")
+            if a.ami and not re.fullmatch(r"ami-[0-9a-f]{8,17}", a.ami):
+                raise ValueError(f"harness.images share: --ami {a.ami!r} is not an AMI id (ami-0123456789abcdef0)")
+            if a.image and a.image not in images:
+                raise ValueError(f"harness.images share: image {a.image!r} is not a kit image; valid: {', '.join(images)}")
+        if a.poll <= 0:
+            raise ValueError(f"harness.images: --poll {a.poll} must be > 0 seconds")
+    except ValueError as e:
+        print(e, file=sys.stderr)
+        return 2
+    if aws is None:
+        import boto3
+
+        aws = Aws(client=lambda service, r: boto3.client(service, region_name=r), price=_price_book())
+    try:
+        if a.command == "build":
+            if deploy is None and not a.no_deploy:
+                deploy = _cdk_deploy(a.context + _stack_context(ctx, a.image))
+            return build(aws, region, a.image, _stack_name(a.image, region, kit.region), out,
+                         None if a.no_deploy else deploy, a.poll)
+        if a.command == "status":
+            return status(aws, region, out)
+        if a.command == "list":
+            return list_images(aws, [region] if a.region else kit.regions, out)
+        # share
+        if a.ami:
+            amis = [(a.ami, "--ami")]
+        else:
+            wanted = [a.image] if a.image else images
+            params = _current_amis(aws.client("ssm", region), [f.IMAGE_PARAMETERS[i] for i in wanted])
+            amis = [(ami, name) for ami, name in params.items()]
+            if not amis:
+                raise ImagesError(f"no kit image is published in {region} ({', '.join(wanted)}): build one first: "
+                                  f"python -m harness.images build {wanted[0]} --region {region}")
+        rc = share(aws, region, a.account, amis, out)
+        for ami, what in amis:
+            image = next((i for i, prm in f.IMAGE_PARAMETERS.items() if prm == what), None)
+            for bid in backends_booting(image) if image else []:
+                print(f"attendee (account {a.account}): npx cdk deploy -c region={region} -c {bid}_ami={ami} ...",
+                      file=out)
+        return rc
+    except ImagesError as e:
+        print(e, file=out)
+        return 1
+    except Exception as e:  # botocore's ClientError / NoCredentialsError ...: one line, not a traceback
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        if not isinstance(e, (BotoCoreError, ClientError)):
+            raise
+        print(f"harness.images {a.command}: {(str(e).splitlines() or [type(e).__name__])[0][:300]}", file=out)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,98 @@
+"""Nothing billable before every configured machine image exists (issue 24 point 1).
+
+In a fresh account the kit's images (``/imagebuilder/inference-kit/ami/*``) do not exist until a
+pipeline has run. ``cdk deploy --all`` deploys stack after stack (aws-cdk 2.1148.1, toolkit-lib
+work-graph: one stack at a time by default, in dependency order, ties by stack name; the first
+failure skips the rest), so without this a deploy could bring up SageMakerStack (billed from
+creation) and G6Stack before G5gStack's turn came and CloudFormation refused its missing
+parameter.
+
+So every backend stack (EC2 and SageMaker; Bedrock bills per token only) holds a
+``Custom::ImagesReady`` resource (stacks/lambdas/images_ready/index.py) that checks *every*
+image the configuration boots (kit/image_needs.py), in every region it uses, and every
+billable resource of the stack depends on it: the instance (whose AMI id it also provides, so
+the kit's images are no longer SSM-typed stack parameters that CloudFormation would refuse with
+its own message first) and the SageMaker model, endpoint config and endpoint. Whichever backend
+stack deploys first refuses the whole selection, one line per missing image with the command
+that builds it, and what it creates before that (the check's role, function and log group) bills
+nothing at rest. A selection narrower than the configuration (``cdk deploy G6Stack`` while g5g is
+configured) is refused too, since the app cannot see which stacks the CLI was given: pass the
+narrower ``-c backends=`` the refusal names, or use ``python -m harness.deploy``, which does.
+
+The check re-runs on every deploy (``CheckedAt`` changes with each synth) and hands back the
+AMI id the parameter holds then: a new image behind the parameter replaces the instance, as the
+SSM-typed parameter did.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import aws_cdk as cdk
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from constructs import Construct
+
+from stacks import nag
+from kit.config import KitConfig
+from kit.image_needs import ImageNeed, image_needs
+from stacks.lambda_code import handler_code, handler_name
+
+BOOT_KEY = "BootAmi"
+
+
+def properties(needs: Sequence[ImageNeed], own: ImageNeed | None, backends: Sequence[str],
+               checked_at: str) -> dict:
+    """The custom resource's properties (what the handler reads)."""
+    return {
+        "Images": [{"Image": n.image, "Region": n.region, "Parameter": n.parameter, "Ami": n.ami,
+                    "Stacks": ", ".join(n.stacks), "BackendIds": ",".join(n.backend_ids), "Build": n.fix(),
+                    "Key": BOOT_KEY if own is not None and n.key == own.key else ""} for n in needs],
+        "Backends": ",".join(backends),
+        "CheckedAt": checked_at,
+    }
+
+
+class ImagesReady(Construct):
+    """Attributes: ``resource`` (every billable resource depends on it), ``boot_ami`` (a token with
+    the AMI id of ``own``, or None when the stack boots a public image or nothing)."""
+
+    def __init__(self, scope: Construct, construct_id: str, *, config: KitConfig, own: ImageNeed | None,
+                 checked_at: str) -> None:
+        super().__init__(scope, construct_id)
+        stack = cdk.Stack.of(self)
+        needs = image_needs(config)
+        if own is not None and own.key not in {n.key for n in needs}:
+            needs.append(own)
+        log_group = logs.LogGroup(self, "Logs", retention=logs.RetentionDays.ONE_WEEK,
+                                  removal_policy=cdk.RemovalPolicy.DESTROY)
+        role = iam.Role(self, "Role", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
+                        description="Custom::ImagesReady: read the kit's image parameters")
+        parameters = sorted({(n.region, n.parameter) for n in needs if n.parameter})
+        if parameters:
+            role.add_to_policy(iam.PolicyStatement(
+                sid="ReadImageParameters", actions=["ssm:GetParameters"],
+                resources=[f"arn:{stack.partition}:ssm:{r}:{stack.account}:parameter{p}" for r, p in parameters]))
+        if any(n.ami for n in needs):
+            role.add_to_policy(iam.PolicyStatement(sid="SeeAmis", actions=["ec2:DescribeImages"], resources=["*"]))
+            nag.acknowledge(role, "AwsSolutions-IAM5[Resource::*]",
+                            "ec2:DescribeImages supports no resource-level permissions (Service Authorization "
+                            "Reference, Amazon EC2); it only reads whether -c <id>_ami is visible")
+        role.add_to_policy(iam.PolicyStatement(
+            sid="OwnLogs", actions=["logs:CreateLogStream", "logs:PutLogEvents"],
+            resources=[log_group.log_group_arn, f"{log_group.log_group_arn}:*"]))
+        logs_id = stack.resolve(stack.get_logical_id(log_group.node.default_child))
+        nag.acknowledge(role, f"AwsSolutions-IAM5[Resource::<{logs_id}.Arn>:*]",
+                        "log streams inside the function's own log group, whose stream names Lambda chooses")
+        fn = lambda_.Function(
+            self, "Function", runtime=lambda_.Runtime.PYTHON_3_14, handler=handler_name("images_ready"),
+            code=handler_code("images_ready"), role=role, log_group=log_group, timeout=cdk.Duration.minutes(1),
+            memory_size=128, description="Custom::ImagesReady: every configured machine image exists "
+                                         "(stacks/image_guard.py)")
+        fn.node.default_child.add_deletion_override("DependsOn")  # as Custom::AzChoice: cfn-lint W3005
+        self.resource = cdk.CustomResource(
+            self, "Check", service_token=fn.function_arn, resource_type="Custom::ImagesReady",
+            service_timeout=cdk.Duration.minutes(2),
+            properties=properties(needs, own, config.backend_ids, checked_at))
+        self.resource.node.add_dependency(role)  # invoked once the role carries its policy
+        self.boot_ami = self.resource.get_att_string(BOOT_KEY) if own is not None else None

@@ -1,0 +1,146 @@
+"""Custom resource Custom::ImagesReady: before anything billable in a backend stack is created,
+check that every machine image the configured backends boot exists, and hand this stack's own
+boot AMI id to its instance.
+
+Why a custom resource (stacks/image_guard.py says where it sits): ``cdk deploy --all`` deploys
+the stacks one by one, and a stack whose image parameter does not exist is refused by
+CloudFormation only when its own turn comes ("ValidationError ... when calling the
+CreateChangeSet operation: Unable to fetch parameters [<name>] from parameter store for this
+account", awslabs/aws-deployment-framework#659; aws-samples/amazon-connect-custom-ccp#2 shows
+the same line from a CDK deploy), by which time SageMakerStack or G6Stack may be up and billing.
+Every billable resource of every backend stack depends on this resource, and it checks the
+images of *all* configured backends, so the first backend stack that deploys refuses the whole
+selection, one line per missing image with the command that builds it.
+
+Properties: ``Images``, a list of {Image, Region, Parameter | Ami, Stacks, BackendIds, Build,
+Key}; ``Backends``, the configured backend ids (for the "deploy without them" line);
+``CheckedAt``, which changes on every synth so every deploy checks again and re-reads the
+parameters (as CloudFormation re-resolves an SSM-typed parameter on every update: a new AMI
+behind the parameter replaces the instance). Data: ``<Key>`` -> the AMI id, for the entries that
+carry a Key.
+
+Calls: SSM ``GetParameters`` (names it cannot find come back in ``InvalidParameters``, at most 10
+names a call: SSM API reference, GetParameters) per region, and for an explicit ``-c <id>_ami``
+EC2 ``DescribeImages`` (an AMI that is neither the account's nor shared with it is not returned:
+``InvalidAMIID.NotFound``). Delete does nothing. Standard library and boto3 only.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any, Callable, Mapping
+
+from ..cfn_response import respond
+
+ClientFor = Callable[[str, str], Any]  # (service, region) -> boto3 client
+
+
+class NotReady(Exception):
+    """Some image is missing; str(e) is the reason CloudFormation shows (one line per image)."""
+
+
+def _parameters(ssm: Any, names: list[str]) -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for i in range(0, len(names), 10):
+        r = ssm.get_parameters(Names=names[i:i + 10])
+        out.update({p["Name"]: p.get("Value") for p in r.get("Parameters", [])})
+        out.update({n: None for n in r.get("InvalidParameters", [])})
+    return out
+
+
+def _ami_state(ec2: Any, ami: str) -> str | None:
+    """The AMI's state when this account can see it, else None."""
+    try:
+        images = ec2.describe_images(ImageIds=[ami]).get("Images", [])
+    except Exception as e:
+        code = getattr(e, "response", {}).get("Error", {}).get("Code", "")
+        if code.startswith("InvalidAMIID"):
+            return None
+        raise
+    return images[0].get("State") if images else None
+
+
+def check(images: list[Mapping[str, Any]], backends: list[str], client: ClientFor) -> dict[str, str]:
+    """Key -> AMI id of every entry with a Key. Raises NotReady naming every missing image."""
+    by_region: dict[str, list[str]] = {}
+    for im in images:
+        if im.get("Parameter"):
+            by_region.setdefault(im["Region"], []).append(im["Parameter"])
+    values: dict[tuple[str, str], str | None] = {}
+    for region, names in by_region.items():
+        got = _parameters(client("ssm", region), sorted(set(names)))
+        values.update({(region, n): v for n, v in got.items()})
+    found: dict[str, str] = {}
+    lines: list[str] = []
+    left_out: set[str] = set()
+    for im in images:
+        where = f"{im['Region']}"
+        if im.get("Parameter"):
+            ami = values.get((im["Region"], im["Parameter"]))
+            problem = None if ami else f"{im['Parameter']} does not exist"
+        else:
+            ami = im["Ami"]
+            state = _ami_state(client("ec2", im["Region"]), ami)
+            problem = (None if state == "available" else
+                       f"{ami} is not visible to this account" if state is None else f"{ami} is {state}")
+        if problem:
+            verb = "boots" if "," not in im["Stacks"] else "boot"
+            lines.append(f"image {im['Image']} ({where}): {problem} ({im['Stacks']} {verb} it); {im['Build']}")
+            left_out.update(im.get("BackendIds", "").split(","))
+        elif im.get("Key"):
+            found[im["Key"]] = ami
+    if lines:
+        rest = [b for b in backends if b not in left_out]
+        head = (f"{len(lines)} machine image{'s are' if len(lines) > 1 else ' is'} missing; nothing billable "
+                "was created")
+        tail = (f"or deploy without {', '.join(sorted(left_out - {''}))}: -c backends={','.join(rest)}"
+                if rest else "")
+        raise NotReady("\n".join([head, *lines, *([tail] if tail else [])]))
+    return found
+
+
+def _boto_client(service: str, region: str) -> Any:
+    import boto3
+
+    return boto3.client(service, region_name=region)
+
+
+PHYSICAL = "images-ready"
+
+
+def physical_id(data: Mapping[str, str]) -> str:
+    """The physical id carries the AMI handed out (``images-ready/ami-...``), so a rollback, which
+    gets it back in the event, can hand the same AMI to the instance it restores."""
+    ami = next(iter(data.values()), "")
+    return f"{PHYSICAL}/{ami}" if ami else PHYSICAL
+
+
+def is_rollback(event: Mapping[str, Any]) -> bool:
+    """An Update whose properties are older than the ones it replaces: CloudFormation putting back
+    the previous properties after a failed update (the custom resource gets the old ones as
+    ResourceProperties; CheckedAt is the synth time, ISO 8601 UTC, so it orders as text)."""
+    new = str(event.get("ResourceProperties", {}).get("CheckedAt", ""))
+    old = str(event.get("OldResourceProperties", {}).get("CheckedAt", ""))
+    return event["RequestType"] == "Update" and bool(new) and bool(old) and new < old
+
+
+def handler(event: Mapping[str, Any], context: Any, client: ClientFor | None = None, send=respond) -> None:
+    physical = event.get("PhysicalResourceId") or PHYSICAL
+    if event["RequestType"] == "Delete":
+        return send(event, "SUCCESS", physical, {})
+    props = event["ResourceProperties"]
+    try:
+        data = check(list(props.get("Images", [])), [b for b in str(props.get("Backends", "")).split(",") if b],
+                     client or _boto_client)
+    except Exception as e:  # noqa: BLE001 - NotReady, or cannot check (e.g. access denied)
+        if is_rollback(event):
+            # Never fail a rollback (that would leave the stack UPDATE_ROLLBACK_FAILED): hand back
+            # the AMI the restored instance had, kept in the physical id.
+            previous = physical.partition("/")[2]
+            keys = [i["Key"] for i in props.get("Images", []) if i.get("Key")]
+            print(json.dumps({"rollback": physical, "not_ready": str(e)}))
+            return send(event, "SUCCESS", physical, {k: previous for k in keys if previous})
+        reason = str(e) if isinstance(e, NotReady) else f"could not check the machine images: {type(e).__name__}: {e}"
+        print(json.dumps({"missing": reason}))
+        return send(event, "FAILED", physical, {}, reason)
+    print(json.dumps({"found": data}))
+    return send(event, "SUCCESS", physical_id(data), data)
