@@ -314,6 +314,11 @@ class Backend:
     # Its engine loads the kit's compressed-tensors int4 packages (harness/package, stacks/package.py):
     # vLLM on x86 NVIDIA GPUs does; the sm_75 build and the Neuron engine do not.
     loads_packages: bool = False
+    # EC2 backends: the address blocks of its subnets in the kit's VPC, declared here and never
+    # derived from the row's position (kit/subnets.py): the third octet of the first /24 of each
+    # block of 8, the first for the backend's own stack, one more per variant slot (kit/variants.py).
+    # A new row takes free blocks (kit/subnets.py free_blocks); existing rows never move.
+    subnet_blocks: tuple[int, ...] = ()
 
     def instance_problem(self, instance_type: str) -> str | None:
         """Why this backend cannot run on ``instance_type``, None when it can. The text follows
@@ -374,17 +379,20 @@ BACKENDS: dict[str, Backend] = {
                 DEFAULT_MODEL["int4"], "int4", tool_calls=True, instance_type="g6.xlarge", port=8000,
                 image="gpu-x86", hardware=GPU_X86, color="#2ca02c", loads_packages=True,
                 image_choices=(("dlami", "install vLLM at boot"),
-                               ("prebuilt", "the vllm-cuda image pipeline's AMI"))),
+                               ("prebuilt", "the vllm-cuda image pipeline's AMI")),
+                subnet_blocks=(64, 160, 168, 176)),
         Backend("g5g", "G5gStack", "vLLM on EC2 g5g (Graviton2 + T4G)", "ec2", "openai", "vllm",
                 "vLLM built from source for sm_75, shared-memory patch", DEFAULT_MODEL["fp16"], "fp16",
                 tool_calls=True, instance_type="g5g.2xlarge", port=8000, image="gpu-arm64", hardware=GPU_ARM64,
-                color="#9467bd"),
+                color="#9467bd", subnet_blocks=(72, 184, 192, 200)),
         Backend("inf2", "Inf2Stack", "Neuron engine on EC2 inf2 (Inferentia2)", "ec2", "openai", "neuron",
                 "kit Neuron engine (ami/neuron)", DEFAULT_MODEL["bf16"], "bf16", tool_calls=True,
-                instance_type="inf2.xlarge", port=8000, image="neuron", hardware=NEURON, color="#d62728"),
+                instance_type="inf2.xlarge", port=8000, image="neuron", hardware=NEURON, color="#d62728",
+                subnet_blocks=(80, 208, 216, 224)),
         Backend("trn1", "Trn1Stack", "Neuron engine on EC2 trn1 (Trainium)", "ec2", "openai", "neuron",
                 "kit Neuron engine (ami/neuron)", DEFAULT_MODEL["bf16"], "bf16", tool_calls=True,
-                instance_type="trn1.2xlarge", port=8000, image="neuron", hardware=NEURON, color="#8c564b"),
+                instance_type="trn1.2xlarge", port=8000, image="neuron", hardware=NEURON, color="#8c564b",
+                subnet_blocks=(88, 232, 240, 248)),
     ]
 }
 

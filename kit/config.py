@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping
 
 from ami import pins
-from kit import awsdata, dlc
+from kit import awsdata, dlc, subnets
 from kit import regions as kit_regions
 from kit import variants as kit_variants
 from kit.catalog import BACKEND_IDS, BACKENDS
@@ -302,6 +302,18 @@ def parse(context: Mapping[str, Any]) -> KitConfig:
                                       choices.get(bid), where_b, ami=ami))
 
     variants = _variants(context, {b.id: b for b in backends})
+    # Every EC2 stack's subnet block is declared in its catalog row (kit/subnets.py): a row
+    # without one, or more variants than its row declares blocks for, is refused here.
+    ec2_ids = [b.id for b in backends if BACKENDS[b.id].service == "ec2"]
+    plan = subnets.problems(ec2_ids)
+    if plan:
+        raise ConfigError(plan[0])
+    for bid in dict.fromkeys(v.id for v in variants if v.id in ec2_ids):
+        n, room = sum(v.id == bid for v in variants), subnets.variant_room(bid)
+        if n > room:
+            raise ConfigError(f"{kit_variants.key(bid)}: {n} variants, but kit/catalog.py declares subnet blocks "
+                              f"for {room} ({bid} subnet_blocks: the stack's, then one per variant); free blocks: "
+                              f"{', '.join(map(str, subnets.free_blocks())) or 'none'}")
 
     secret = get("hf_token_secret")
     if not isinstance(secret, str) or not _SECRET_NAME.match(secret):

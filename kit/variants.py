@@ -11,8 +11,8 @@ Grammar: ``NAME=MODEL`` items, comma-separated. NAME is 1-16 lowercase letters, 
 CreateStack API reference, StackName), unique per backend. MODEL is what ``<id>_model`` takes (a
 Hugging Face id, or ``package[:scheme]``) and is checked the same way (kit/config.py). Which
 backends take variants is a catalog fact (``open_weights``: a self-hosted backend whose model is
-configuration); at most ``MAX_PER_BACKEND`` per backend (each owns a block of subnet addresses,
-stacks/az_choice.py).
+configuration); at most ``MAX_PER_BACKEND`` per backend, and for an EC2 backend no more than its
+catalog row declares subnet blocks for (each variant owns one: kit/subnets.py; kit.config checks).
 
 Plain Python (no aws-cdk-lib): kit/config.py, discovery and the report all read this.
 """

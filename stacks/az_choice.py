@@ -27,23 +27,10 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from stacks import nag
+from kit.subnets import CIDR_PREFIX
 from stacks.lambda_code import handler_code, handler_name
 
-CIDR_PREFIX = "10.42"  # NetworkStack's VPC is 10.42.0.0/16
-# Third octets: NetworkStack's own subnets use the lowest /24s (two per AZ it spans, 12 at most);
-# each chooser owns a block of 8 (one /24 per AZ letter a-h, index.py MAX_LETTERS).
-BACKEND_CIDR_BASE = 64  # + 8 x the EC2 backend's index in the catalog: 64..127
-IMAGE_CIDR_BASE = 128  # + 8 x the image's index: 128..159
-# Variant stacks (kit/variants.py): + 8 x (MAX_PER_BACKEND x the EC2 backend's index + the
-# variant's position): 160..255 for four EC2 backends with three variants each.
-VARIANT_CIDR_BASE = 160
-
-
-def variant_cidr_base(ec2_index: int, slot: int, per_backend: int) -> int:
-    base = VARIANT_CIDR_BASE + 8 * (per_backend * ec2_index + slot)
-    if base + 7 > 255:
-        raise ValueError(f"no subnet block left for variant slot {slot} of EC2 backend {ec2_index}")
-    return base
+# Which /24s each stack's subnets take: kit/subnets.py, the VPC's declared address plan.
 _FUNCTION_ID = "AzChoiceFunction"
 
 

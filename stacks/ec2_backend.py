@@ -19,8 +19,7 @@ from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
 from kit.catalog import BACKENDS
-from kit import variants
-from stacks.az_choice import BACKEND_CIDR_BASE, variant_cidr_base
+from kit import subnets
 from kit.config import BackendConfig, KitConfig
 from stacks.guardrails import Ec2Guardrails
 from kit.image_families import boot_family
@@ -70,10 +69,9 @@ class Ec2BackendStack(cdk.Stack):
         if engine.tp_degrees:
             env["KIT_TP_DEGREES"] = ",".join(map(str, engine.tp_degrees))
             env["KIT_NEURON_PLATFORM"] = engine.neuron_platform
-        ec2_index = [b for b in BACKENDS if BACKENDS[b].service == "ec2"].index(backend.id)
-        # Each stack owns a block of /24s in the shared VPC: the backend's, or its variant's.
-        cidr_base = BACKEND_CIDR_BASE + 8 * ec2_index if backend.variant is None else \
-            variant_cidr_base(ec2_index, backend.slot, variants.MAX_PER_BACKEND)
+        # Each stack owns a block of /24s in the shared VPC, declared in its catalog row: the
+        # backend's, or its variant slot's (kit/subnets.py; kit.config refused a missing one).
+        cidr_base = subnets.backend_block(backend.id, None if backend.variant is None else backend.slot)
         ready_minutes = family.readiness_timeout_minutes + size.extra_ready_minutes
         # Before anything billable: every configured image exists (stacks/image_guard.py); the kit's
         # own image or -c <id>_ami comes from that check, a public DLAMI from its SSM parameter.

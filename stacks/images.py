@@ -47,7 +47,8 @@ from constructs import Construct
 
 from ami import pins
 from stacks import nag
-from stacks.az_choice import IMAGE_CIDR_BASE, OfferedSubnet
+from stacks.az_choice import OfferedSubnet
+from kit import subnets
 from kit.catalog import BACKENDS, instance_arch
 from kit.config import ConfigError, KitConfig
 from stacks.package import package_scheme
@@ -275,7 +276,7 @@ class ImagePipelineStack(cdk.Stack):
         build_types = list(dict.fromkeys(t for p in spec.pipelines("s3://unused") for t in p.instance_types))
         self.placement = OfferedSubnet(
             self, "BuildPlacement", vpc=vpc, instance_types=build_types, preferred_az=config.image_az,
-            cidr_base=IMAGE_CIDR_BASE + 8 * list(IMAGE_PARAMETERS).index(spec.image), map_public_ip_on_launch=True)
+            cidr_base=subnets.image_block(spec.image), map_public_ip_on_launch=True)
         self.subnet = self.placement.subnet
         self.security_group = ec2.SecurityGroup(
             self, "BuildSecurityGroup", vpc=vpc, allow_all_outbound=False,
