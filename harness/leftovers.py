@@ -47,6 +47,8 @@ LOG_PREFIXES = ("/aws/imagebuilder/inference-kit-", "/aws/imagebuilder/pipeline/
 PARAMETER_PREFIXES = ("/imagebuilder/inference-kit/", "/inference-kit/")
 IB_PREFIX = "inference-kit-"
 TTL_TARGETS = ("aws-sdk:sagemaker:deleteEndpoint", "aws-sdk:ec2:stopInstances")
+# Image Builder image states of a build still under way (botocore's ImageStatus enum).
+RUNNING_BUILD = {"PENDING", "CREATING", "BUILDING", "TESTING", "DISTRIBUTING", "INTEGRATING"}
 
 ClientFor = Callable[[str, str], Any]
 PriceFor = Callable[[str, str], "float | None"]
@@ -258,14 +260,19 @@ class Finder:
                                 f"aws ssm delete-parameter --name {p['Name']} {self.r()}"))
         return out
 
-    def log_groups(self) -> list[Leftover]:
+    def log_groups(self, tagged_arns: Iterable[str] = ()) -> list[Leftover]:
         logs = self.c("logs", self.region)
         seen: dict[str, dict] = {}
-        for prefix in LOG_PREFIXES + tuple(f"{s}-" for s in self.stacks) + tuple(f"/aws/lambda/{s}-" for s in self.stacks):
+        # Tagged groups by their exact name (arn:aws:logs:<region>:<account>:log-group:<name>[:*]).
+        named = tuple(a.split(":log-group:", 1)[1].removesuffix(":*") for a in tagged_arns if ":log-group:" in a)
+        for prefix in LOG_PREFIXES + tuple(f"{s}-" for s in self.stacks) + tuple(f"/aws/lambda/{s}-" for s in self.stacks) + named:
             for g in _pages(logs.describe_log_groups, "logGroups", "nextToken", "nextToken", logGroupNamePrefix=prefix):
                 seen[g["logGroupName"]] = g
         out = []
         for name, g in sorted(seen.items()):
+            if named and name not in named and not name.startswith(LOG_PREFIXES + tuple(f"{s}-" for s in self.stacks)
+                                                                   + tuple(f"/aws/lambda/{s}-" for s in self.stacks)):
+                continue  # another group that merely starts with a tagged group's name
             self.found_ids.add(name)
             stored = g.get("storedBytes", 0)
             keep = f"{g['retentionInDays']} d" if g.get("retentionInDays") else "never expires"
@@ -314,7 +321,14 @@ class Finder:
                 continue
             for b in _pages(ib.list_image_build_versions, "imageSummaryList", "nextToken", "nextToken",
                             imageVersionArn=version["arn"]):
-                out.append(Leftover("ib image", f"{b['name']} {b['version']}", b.get("state", {}).get("status", ""),
+                state = b.get("state", {}).get("status", "")
+                if state in RUNNING_BUILD:  # its build or test instance bills until the build ends
+                    out.append(Leftover("ib build running", f"{b['name']} {b['version']}", f"{state}: its instance "
+                                        "bills until it ends", None, True,
+                                        f"aws imagebuilder cancel-image-creation --image-build-version-arn {b['arn']} "
+                                        f"{self.r()}"))
+                    continue
+                out.append(Leftover("ib image", f"{b['name']} {b['version']}", state,
                                     0.0, False, f"aws imagebuilder delete-image --image-build-version-arn {b['arn']} {self.r()}"))
         return out
 
@@ -368,7 +382,7 @@ def find(client: ClientFor, region: str, stack_names: Iterable[str], secret: str
     run("amis/snapshots", f.images_and_snapshots)
     run("s3", lambda: f.buckets(a for a in arns if a.startswith("arn:aws:s3:::")))
     run("ssm parameters", f.parameters)
-    run("log groups", f.log_groups)
+    run("log groups", lambda: f.log_groups(a for a in arns if ":log-group:" in a))
     run("scheduler", f.schedules)
     run("image builder", f.imagebuilder)
     run("token secret", f.token_secret)

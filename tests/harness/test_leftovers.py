@@ -297,3 +297,39 @@ def test_bad_input_is_one_line(capsys):
                         price=lambda t, r: None, out=io.StringIO())
     err = capsys.readouterr().err.strip()
     assert rc == 2 and "zz-fake-9" in err and "\n" not in err
+
+
+def test_a_build_still_running_bills_and_a_tagged_log_group_is_found_by_its_name():
+    handlers = empty_account()
+    base_ib = handlers["imagebuilder"]
+
+    def ib(op, p):
+        if op == "list_images":
+            return {"imageVersionList": [{"arn": f"{IB}:image/inference-kit-neuron-build/1.0.7", "name":
+                                          "inference-kit-neuron-build"}]}
+        if op == "list_image_build_versions":
+            return {"imageSummaryList": [{"arn": f"{IB}:image/inference-kit-neuron-build/1.0.7/2",
+                                          "name": "inference-kit-neuron-build", "version": "1.0.7/2",
+                                          "state": {"status": "BUILDING"}}]}
+        return base_ib(op, p)
+
+    def tagging(op, p):
+        return {"ResourceTagMappingList": [{"ResourceARN": f"arn:aws:logs:{R}:{ACCOUNT}:log-group:OddName-Flow:*",
+                                            "Tags": KIT}]}
+
+    def logs(op, p):
+        if p["logGroupNamePrefix"] == "OddName-Flow":
+            return {"logGroups": [{"logGroupName": "OddName-Flow", "storedBytes": 0, "retentionInDays": 7},
+                                  {"logGroupName": "OddName-Flowers-not-ours", "storedBytes": 10}]}
+        return {"logGroups": []}
+    handlers.update(imagebuilder=ib, resourcegroupstaggingapi=tagging, logs=logs)
+    rc, out, _ = run(handlers)
+    assert rc == 1
+    row, rm = entry(out, "ib build running", "inference-kit-neuron-build")
+    assert row.lstrip().startswith("BILLS") and "?/month" in row
+    assert rm == (f"remove: aws imagebuilder cancel-image-creation --image-build-version-arn "
+                  f"{IB}:image/inference-kit-neuron-build/1.0.7/2 --region us-east-1")
+    row, _ = entry(out, "log group", "OddName-Flow")
+    assert "7 d" in row and "Flowers-not-ours" not in out
+    assert out.splitlines()[-1] == "1 still bills: $0.00/month or more (some prices unknown); remove them with the " \
+                                   "commands above"
