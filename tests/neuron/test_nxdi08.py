@@ -12,6 +12,7 @@ boundary (nxdi08/neuron_stubs.py), nothing else.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -124,3 +125,26 @@ def test_without_the_kits_compat_loaders_gemma4_does_not_load_under_the_pinned_t
     out = on_image["without"]
     assert "gemma4" in out["config_error"]
     assert "tokenizer_error" in out
+
+
+def test_transformers_imports_the_installed_torchvision_on_nxd_inferences_import_path(image_python, tmp_path):
+    """Why the image installs torchvision's CPU build (ami/pins.py): transformers 4.57.6 imports
+    torchvision whenever it is installed (and Pillow, which NxD Inference requires), on the way to
+    every PreTrainedModel (modeling_utils -> loss_for_object_detection -> image_transforms ->
+    image_utils), so a torchvision that cannot load takes hf_adapter down with it. The stand-in
+    fails at import as PyPI's CUDA build does next to a CPU torch (torchvision/_meta_registrations.py
+    registers a fake for torchvision::nms, which does not exist when its _C.so did not load)."""
+    pkg = tmp_path / "torchvision"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text('raise RuntimeError("operator torchvision::nms does not exist")\n')
+    info = tmp_path / "torchvision-0.24.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: torchvision\nVersion: 0.24.0\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    r = subprocess.run([image_python, str(PROBE), "imports"], capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    hf_adapter = json.loads(r.stdout.strip().splitlines()[-1])["modules"]["neuronx_distributed_inference.utils.hf_adapter"]
+    assert "PreTrainedModel" in hf_adapter, hf_adapter  # transformers' lazy import wraps the cause:
+    r = subprocess.run([image_python, "-c", "import transformers.modeling_utils"], capture_output=True, text=True,
+                       timeout=300, env=env)
+    assert r.returncode != 0 and "torchvision::nms" in r.stderr and "image_utils" in r.stderr, r.stderr[-3000:]
