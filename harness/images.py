@@ -385,6 +385,10 @@ def _current_amis(ssm: Any, names: list[str]) -> dict[str, str]:
 
 
 ACCOUNT = re.compile(r"^[0-9]{12}$")
+# What another account needs on the key of a shared encrypted snapshot (EBS User Guide, "Share the
+# KMS key used to encrypt a shared Amazon EBS snapshot"), as CreateGrant operation names.
+SHARE_KEY_OPERATIONS = ("Decrypt", "DescribeKey", "CreateGrant", "GenerateDataKey", "GenerateDataKeyWithoutPlaintext",
+                        "ReEncryptFrom", "ReEncryptTo")
 
 
 def share(aws: Aws, region: str, account: str, amis: list[tuple[str, str]], out: TextIO) -> int:
@@ -392,6 +396,7 @@ def share(aws: Aws, region: str, account: str, amis: list[tuple[str, str]], out:
     ec2 = aws.client("ec2", region)
     kms = aws.client("kms", region)
     plan: list[tuple[str, str, list[str]]] = []
+    keys: dict[str, str] = {}  # customer managed key ARN -> the AMI that needs it
     for ami, what in amis:
         found = ec2.describe_images(ImageIds=[ami]).get("Images", [])
         if not found:
@@ -399,13 +404,16 @@ def share(aws: Aws, region: str, account: str, amis: list[tuple[str, str]], out:
         sids = snapshot_ids(found[0])
         for sid, s in _snapshots(ec2, sids).items():
             if s.get("Encrypted") and s.get("KmsKeyId"):
-                manager = kms.describe_key(KeyId=s["KmsKeyId"])["KeyMetadata"].get("KeyManager")
+                meta = kms.describe_key(KeyId=s["KmsKeyId"])["KeyMetadata"]
+                manager = meta.get("KeyManager")
+                keys.setdefault(meta.get("Arn", s["KmsKeyId"]), ami)
                 if manager == "AWS":
                     raise ImagesError(
                         f"{ami} ({what}): snapshot {sid} is encrypted with the AWS managed key, which cannot "
                         "be shared (EC2 User Guide, 'Share an AMI with specific AWS accounts'); nothing was "
-                        "shared. Rebuild the image with a customer managed KMS key, or the attendee builds it: "
-                        "python -m harness.images build <image>")
+                        "shared. Copy it under a customer managed key first (aws ec2 copy-image --source-image-id "
+                        f"{ami} --source-region {region} --name <name> --encrypted --kms-key-id <key arn>) and share "
+                        "the copy with --ami, or the other account builds its own: python -m harness.images build <image>")
         plan.append((ami, what, sids))
     for ami, what, sids in plan:
         ec2.modify_image_attribute(ImageId=ami, LaunchPermission={"Add": [{"UserId": account}]})
@@ -414,6 +422,15 @@ def share(aws: Aws, region: str, account: str, amis: list[tuple[str, str]], out:
                                           OperationType="add", UserIds=[account])
         print(f"shared {ami} ({what}) and {len(sids)} snapshot{'s' if len(sids) != 1 else ''} with {account} "
               f"in {region}", file=out)
+    for key_arn, ami in keys.items():
+        # "you must also share the customer managed key used to encrypt the snapshot": DescribeKey,
+        # CreateGrant, GenerateDataKey, GenerateDataKeyWithoutPlaintext, ReEncrypt, Decrypt (EBS User
+        # Guide, share-kms-key.html); a grant's grantee may be an account (KMS API, CreateGrant).
+        partition = key_arn.split(":")[1] if key_arn.startswith("arn:") else "aws"
+        kms.create_grant(KeyId=key_arn, GranteePrincipal=f"arn:{partition}:iam::{account}:root",
+                         Operations=list(SHARE_KEY_OPERATIONS), Name=f"inference-kit-share-{account}")
+        print(f"granted {account} the use of {key_arn} (the snapshots' key): {', '.join(SHARE_KEY_OPERATIONS)}",
+              file=out)
     return 0
 
 

@@ -163,6 +163,9 @@ def _share_clients(key_manager):
         raise AssertionError(op)
 
     def kms(op, p):
+        if op == "create_grant":
+            return {"GrantToken": "AQpAM2RhZTk1MGMyNTk2ZmZmMzEyYWVhOWViN2I1MWM4Mzc0MWFiYjc0ZDE1ODkyNGFlNTIzODZhMzgy",
+                    "GrantId": "0c237476b39f8bc44e45212e08498fbe3151305030726c0590dd8d3e9f3d6a60"}
         assert op == "describe_key"
         return {"KeyMetadata": {"KeyId": "1234abcd-12ab-34cd-56ef-1234567890ab", "KeyManager": key_manager,
                                 "Arn": p["KeyId"], "Enabled": True, "KeyState": "Enabled"}}
@@ -183,6 +186,13 @@ def test_share_grants_launch_permission_and_each_snapshot_then_names_the_attende
         ("modify_snapshot_attribute", {"SnapshotId": "snap-0bbbbbbbbbbbbbbbb", "Attribute": "createVolumePermission",
                                        "OperationType": "add", "UserIds": ["111122223333"]})]
     assert "-c g5g_ami=ami-0abcdef1234567890" in out
+    # the snapshots' customer managed key, once, to the account (EBS User Guide, share-kms-key.html)
+    grants = [c for c in clients["kms"].calls if c[0] == "create_grant"]
+    assert grants == [("create_grant", {
+        "KeyId": "arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab",
+        "GranteePrincipal": "arn:aws:iam::111122223333:root",
+        "Operations": ["Decrypt", "DescribeKey", "CreateGrant", "GenerateDataKey", "GenerateDataKeyWithoutPlaintext",
+                       "ReEncryptFrom", "ReEncryptTo"], "Name": "inference-kit-share-111122223333"})]
 
 
 def test_share_refuses_an_ami_on_the_aws_managed_key_before_changing_anything():
@@ -190,7 +200,9 @@ def test_share_refuses_an_ami_on_the_aws_managed_key_before_changing_anything():
     rc, out = run(["share", "--account", "111122223333", "--ami", "ami-0abcdef1234567890"], clients)
     assert rc == 1
     assert "encrypted with the AWS managed key, which cannot be shared" in out
+    assert "aws ec2 copy-image --source-image-id ami-0abcdef1234567890 --source-region us-east-1" in out
     assert not [c for c in clients["ec2"].calls if c[0].startswith("modify")]
+    assert not [c for c in clients["kms"].calls if c[0] == "create_grant"]
 
 
 @pytest.mark.parametrize("argv, words", [
