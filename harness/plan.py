@@ -18,7 +18,6 @@ import argparse
 import json
 import sys
 
-from ami.neuron import neuron_config as neuron_engine
 from harness.cost import formulas
 from harness.cost.prices import PriceBook
 from kit import catalog
@@ -146,13 +145,13 @@ def configured_fit_lines(context: dict | None = None) -> list[str]:
             if spec is None:
                 lines.append(f"  {name:<11} {itype:<16} not in the catalog: not planned")
                 continue
-            p = kp.place(b, spec, choice, config.max_model_len, 1, neuron_engine)
+            p = kp.place(b, spec, choice, config.max_model_len, 1)
             if p.deployable:
                 lines.append(f"  {name:<11} {itype:<16} {bc.model_id} ({choice.precision}): fits, TP {p.tp}, "
                              f"{_gb(p.per_device_bytes):.1f} of {_gb(p.per_device_budget):.1f} GB per device, "
                              f"ceiling {p.ceiling_tok_s:.0f} tok/s")
             else:
-                best = kp.smallest_fit(bc.id, choice, config.max_model_len, 1, neuron_engine)
+                best = kp.smallest_fit(bc.id, choice, config.max_model_len, 1)
                 why = p.reason if not p.fits else "; ".join(p.warnings[-1:])
                 lines.append(f"  {name:<11} {itype:<16} {bc.model_id} ({choice.precision}): DOES NOT FIT: {why}; "
                              + (f"smallest that fits: {best.instance_type}" if best else "no catalog type fits"))
@@ -185,8 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         ids = tuple(x.strip() for x in args.backends.split(",") if x.strip())
         for bid in ids:
             catalog.backend(bid)
-        placements = kp.plan(choice, context=args.context, concurrency=args.concurrency, backends=ids,
-                             neuron_engine=neuron_engine)
+        placements = kp.plan(choice, context=args.context, concurrency=args.concurrency, backends=ids)
     except ValueError as e:
         print(f"plan: {e}", file=sys.stderr)
         return 2

@@ -15,9 +15,9 @@ Rules, and where each comes from:
   attention layer asserts both). Weights and K/V shard across the degree; a layer with fewer KV
   heads than the degree keeps one head per GPU. A GPU offers ``GPU_MEMORY_UTILIZATION`` of its
   memory (vLLM's ``--gpu-memory-utilization`` default 0.9) for weights, activations and cache.
-- Neuron: the kit's engine decides (ami/neuron/neuron_config.py ``plan``, called, not copied; the
-  caller hands the module in as ``neuron_engine``, since the core never imports the engine, which
-  the Neuron image ships alone):
+- Neuron: the kit's engine's rules (ami/neuron/neuron_config.py ``plan``), restated here because
+  the core and the harness never import the engine (the Neuron image ships it alone, and it never
+  imports the core); tests/kit/test_plan.py checks both give the same degree, bytes and refusals:
   the largest catalog degree that fits the NeuronCores and divides the heads, the largest
   embedding table split so no NeuronCore gathers more than 4 GB (the seed's silent zeros above
   ~4-5 GB), weights over the degree plus the engine's K/V bound within 85% of 16 GiB per core,
@@ -29,8 +29,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-
-from types import ModuleType
 
 from kit import catalog
 from kit import models as km
@@ -46,7 +44,13 @@ KV_BYTES = 2  # bf16/fp16 K/V cache
 DOWNLOAD_BYTES_PER_S = 50e6  # conservative: Hugging Face to an instance, then load
 VOLUME_HEADROOM = 1.25
 DEFAULT_CONTEXT = 4096  # the kit's max_model_len default (stacks/config.py)
-NEURON_PROMPT_BUCKETS = (128, 512, 2048)  # the engine's default prompt buckets (DEFAULT_SHAPES)
+# The Neuron engine's rules (ami/neuron/neuron_config.py, same names; tests/kit/test_plan.py
+# compares): 16 GiB per NeuronCore of which 85% for weights and cache, no single gather above
+# 4 GB (the seed's silent zeros at ~4-5 GB), 16-bit weights only.
+NEURON_HBM_PER_CORE_BYTES = 16 * 2**30
+NEURON_HBM_USABLE = 0.85
+NEURON_MAX_GATHER_BYTES = 4 * 10**9
+NEURON_DTYPES = ("bf16", "fp16")
 
 
 @dataclass(frozen=True)
@@ -174,48 +178,62 @@ def plan_gpu(backend: catalog.Backend, spec: catalog.InstanceSpec, choice: Model
                      need, budget, ceiling, read, warnings, gib, minutes)
 
 
+def _neuron_kv_bound(text: dict, tokens: int, batch: int) -> int:
+    """The engine's K/V bound on one NeuronCore (``kv_cache_bytes``): every layer owning K/V, at
+    the widest head, all KV heads (replicated, not split), the whole compiled batch and length."""
+    layers = text["num_hidden_layers"] - (text.get("num_kv_shared_layers") or 0)
+    head = max(text.get("head_dim") or 0, text.get("global_head_dim") or 0,
+               text["hidden_size"] // text["num_attention_heads"])
+    return layers * 2 * text["num_key_value_heads"] * head * tokens * batch * KV_BYTES
+
+
 def plan_neuron(backend: catalog.Backend, spec: catalog.InstanceSpec, choice: ModelChoice,
-                context: int, concurrency: int, neuron_engine: ModuleType | None) -> Placement:
+                context: int, concurrency: int) -> Placement:
     arch = choice.arch
     weights = checkpoint_bytes(choice)
     read = arch.weights_read_per_token(choice.precision, choice.embed_precision) + arch.kv_read_per_token(context)
     warnings = _precision_warnings(spec, choice)
     gib, minutes = _extras(choice, neuron=True)
-    text = dict(km.TEXT_CONFIGS[choice.facts.size]) if choice.facts else None
-    if neuron_engine is None:
-        return Placement(backend.id, spec.name, False, False, "not planned: the Neuron engine's rules were not "
-                         "given (pass ami.neuron.neuron_config)", None, spec.devices, weights, 0.0, None, None, None,
-                         read, warnings, gib, minutes)
-    if text is None:
-        return Placement(backend.id, spec.name, False, False, "the Neuron engine plans known Gemma 4 sizes only",
-                         None, spec.devices, weights, 0.0, None, None, None, read, warnings, gib, minutes)
-    cfg = {"text_config": text}
-    buckets = tuple(b for b in NEURON_PROMPT_BUCKETS if b < context) or (context // 2,)
-    kv_total = float(neuron_engine.kv_cache_bytes(cfg, neuron_engine.make_shapes(buckets, context, 1), KV_BYTES))
-    try:
-        shapes = neuron_engine.make_shapes(buckets, context, concurrency)
-        kv_total = float(neuron_engine.kv_cache_bytes(cfg, shapes, KV_BYTES))
-        engine = neuron_engine.plan(cfg, neuron_cores=spec.neuron_cores, tp_degrees=catalog.neuron_tp_degrees(spec.name),
-                                    platform=catalog.neuron_platform(spec.name), shapes=shapes,
-                                    dtype=choice.precision, weight_bytes=int(weights))
-    except neuron_engine.ConfigError as e:
-        return Placement(backend.id, spec.name, False, False, f"Neuron engine: {e}", None, spec.devices, weights,
-                         kv_total, None, neuron_engine.HBM_PER_CORE_BYTES * neuron_engine.HBM_USABLE, None, read,
-                         warnings, gib, minutes)
-    tp = engine.tp_degree
-    budget = neuron_engine.HBM_PER_CORE_BYTES * neuron_engine.HBM_USABLE
-    ceiling = spec.bandwidth_per_device_gb_s * tp * 1e9 / read
+    budget = NEURON_HBM_PER_CORE_BYTES * NEURON_HBM_USABLE
+
+    def refuse(reason: str, kv: float = 0.0) -> Placement:
+        return Placement(backend.id, spec.name, False, False, f"Neuron engine: {reason}", None, spec.devices,
+                         weights, kv, None, budget, None, read, warnings, gib, minutes)
+
+    if choice.facts is None:
+        return refuse("plans known Gemma 4 sizes only")
+    if choice.precision not in NEURON_DTYPES:
+        return refuse(f"--dtype {choice.precision} refused: it compiles 16-bit weights only"
+                      + (" (int4 is widened to bf16 before every matmul on NeuronCore-v2, 27x slower per call)"
+                         if choice.precision == "int4" else ""))
+    text = km.TEXT_CONFIGS[choice.facts.size]
+    kv = float(_neuron_kv_bound(text, context, concurrency))
+    degrees = catalog.neuron_tp_degrees(spec.name)
+    fits = [d for d in degrees if d <= spec.neuron_cores and arch.heads % d == 0]
+    if not fits:
+        return refuse(f"none of the tp degrees {list(degrees)} fits the {spec.neuron_cores} NeuronCores and "
+                      f"divides the model's {arch.heads} attention heads", kv)
+    tp = max(fits)
     table = max(arch.embed_params, arch.ple_table_params) * 2
-    reason = (f"{_gb(weights)} weights / TP {tp} + {_gb(kv_total)} KV (engine bound, not split) = "
-              f"{_gb(engine.bytes_per_core)} per NeuronCore <= {_gb(budget)} (85% of 16 GiB); largest table "
-              f"{_gb(table)} split {tp} ways = {_gb(engine.largest_gather_bytes)} per gather (limit 4 GB)")
+    gather = math.ceil(table / tp)
+    if gather > NEURON_MAX_GATHER_BYTES:
+        return refuse(f"tp degree {tp} leaves the largest embedding table at {gather / 1e9:.2f} GB per NeuronCore, "
+                      f"above the 4.00 GB single-gather limit (silent zeros)", kv)
+    per_core = math.ceil(weights / tp) + kv
+    if per_core > budget:
+        return refuse(f"{weights / 1e9:.1f} GB of weights over tp degree {tp} plus a {kv / 1e9:.2f} GB KV cache "
+                      f"needs {per_core / 2**30:.1f} GiB per NeuronCore, over the {budget / 2**30:.1f} GiB usable", kv)
+    ceiling = spec.bandwidth_per_device_gb_s * tp * 1e9 / read
+    reason = (f"{_gb(weights)} weights / TP {tp} + {_gb(kv)} KV (engine bound, not split) = "
+              f"{_gb(per_core)} per NeuronCore <= {_gb(budget)} (85% of 16 GiB); largest table "
+              f"{_gb(table)} split {tp} ways = {_gb(gather)} per gather (limit 4 GB)")
     port = choice.facts.neuron_port
     if port is None:
         warnings.append(f"no public Neuron port of {arch.name}: the kit's Neuron engine cannot serve it")
     elif port != km.KIT_NEURON_PORT:
         warnings.append(port)
     return Placement(backend.id, spec.name, True, port == km.KIT_NEURON_PORT, reason, tp, spec.devices, weights,
-                     kv_total, float(engine.bytes_per_core), budget, ceiling, read, warnings, gib, minutes)
+                     kv, float(per_core), budget, ceiling, read, warnings, gib, minutes)
 
 
 def _precision_warnings(spec: catalog.InstanceSpec, choice: ModelChoice) -> list[str]:
@@ -247,9 +265,9 @@ def size_key(s: catalog.InstanceSpec) -> tuple:
 
 
 def place(backend: catalog.Backend, spec: catalog.InstanceSpec, choice: ModelChoice, context: int,
-          concurrency: int, neuron_engine: ModuleType | None = None) -> Placement:
+          concurrency: int) -> Placement:
     if backend.engine_kind == "neuron":
-        return plan_neuron(backend, spec, choice, context, concurrency, neuron_engine)
+        return plan_neuron(backend, spec, choice, context, concurrency)
     return plan_gpu(backend, spec, choice, context, concurrency)
 
 
@@ -264,31 +282,28 @@ def check_inputs(choice: ModelChoice, context: int, concurrency: int) -> None:
 
 
 def plan(choice: ModelChoice, *, context: int = DEFAULT_CONTEXT, concurrency: int = 1,
-         backends: tuple[str, ...] = catalog.BACKEND_IDS,
-         neuron_engine: ModuleType | None = None) -> dict[str, list[Placement]]:
+         backends: tuple[str, ...] = catalog.BACKEND_IDS) -> dict[str, list[Placement]]:
     """Placements per backend id (an empty list for a backend with no open weights)."""
     check_inputs(choice, context, concurrency)
     out: dict[str, list[Placement]] = {}
     for bid in backends:
         b = catalog.backend(bid)
-        out[bid] = ([place(b, s, choice, context, concurrency, neuron_engine) for s in candidates(b)]
+        out[bid] = ([place(b, s, choice, context, concurrency) for s in candidates(b)]
                     if b.open_weights else [])
     return out
 
 
-def smallest_fit(backend_id: str, choice: ModelChoice, context: int, concurrency: int = 1,
-                 neuron_engine: ModuleType | None = None) -> Placement | None:
+def smallest_fit(backend_id: str, choice: ModelChoice, context: int, concurrency: int = 1) -> Placement | None:
     """The smallest catalog instance type where the backend can serve the model, None if none."""
     b = catalog.backend(backend_id)
     for s in candidates(b):
-        p = place(b, s, choice, context, concurrency, neuron_engine)
+        p = place(b, s, choice, context, concurrency)
         if p.deployable:
             return p
     return None
 
 
-def check_deploy(backend_id: str, instance_type: str, model_id: str, context: int,
-                 neuron_engine: ModuleType | None = None) -> Placement | None:
+def check_deploy(backend_id: str, instance_type: str, model_id: str, context: int) -> Placement | None:
     """The placement a deployment of ``model_id`` on ``instance_type`` gets (sizing for the stack),
     None for a model the kit has no facts for (it deploys as configured), PlanError (one line
     naming the smallest type that fits) when the type cannot serve it."""
@@ -301,10 +316,10 @@ def check_deploy(backend_id: str, instance_type: str, model_id: str, context: in
         return None  # an instance the catalog does not know: the config checks have spoken
     choice = choose_model(model_id)
     check_inputs(choice, context, 1)
-    p = place(b, spec, choice, context, 1, neuron_engine)
+    p = place(b, spec, choice, context, 1)
     if p.deployable:
         return p
-    best = smallest_fit(backend_id, choice, context, 1, neuron_engine)
+    best = smallest_fit(backend_id, choice, context, 1)
     where = (f"smallest {b.id} type that fits: {best.instance_type} (TP {best.tp})" if best
              else f"no {b.id} type in the catalog serves it")
     why = p.reason if not p.fits else "; ".join(p.warnings)

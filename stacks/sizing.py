@@ -11,15 +11,13 @@ For a Gemma 4 size the kit knows (kit/models.py), on a catalog instance type:
 - on SageMaker, the startup health-check and download windows stretched the same way (the API
   accepts 60-3600 s).
 
-Any other model (a package id, another family) deploys as configured, as before. The Neuron
-engine's own rules (ami/neuron/neuron_config.py) decide for inf2/trn1; the stacks may import the
-engine's pure planning module, the core may not.
+Any other model (a package id, another family) deploys as configured, as before. For inf2/trn1
+the planner applies the Neuron engine's own rules (kit/plan.py restates them; a test compares).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ami.neuron import neuron_config
 from kit import plan as kp
 from kit.config import ConfigError
 
@@ -39,7 +37,7 @@ class Sizing:
 def sizing(backend_id: str, instance_type: str, model_id: str, max_model_len: int, key: str) -> Sizing:
     """The deployment's sizing; ConfigError (one line, ``key=value: ...``) when it cannot serve."""
     try:
-        p = kp.check_deploy(backend_id, instance_type, model_id, max_model_len, neuron_engine=neuron_config)
+        p = kp.check_deploy(backend_id, instance_type, model_id, max_model_len)
     except kp.PlanError as e:
         hint = ""
         best = str(e).rpartition("that fits: ")[2].partition(" ")[0]

@@ -61,8 +61,7 @@ def test_31b_refuses_one_l4_with_its_numbers():
 
 
 def test_e2b_on_inf2_xlarge_follows_the_neuron_engine():
-    p = kp.place(catalog.backend("inf2"), catalog.INSTANCES["inf2.xlarge"], kp.choose_model("E2B"), 4096, 1,
-                 neuron_engine)
+    p = kp.place(catalog.backend("inf2"), catalog.INSTANCES["inf2.xlarge"], kp.choose_model("E2B"), 4096, 1)
     assert p.tp == 2  # the catalog's inf2 degrees up to 2 cores that divide 8 heads
     # The engine's K/V bound: 15 owning layers x 2 x 1 KV head x 512 (widest head) x 4096 x batch 1 x 2 bytes.
     kv = 15 * 2 * 1 * 512 * 4096 * 2
@@ -74,16 +73,35 @@ def test_e2b_on_inf2_xlarge_follows_the_neuron_engine():
 
 def test_neuron_refuses_int4_and_sizes_without_a_port():
     int4 = kp.place(catalog.backend("inf2"), catalog.INSTANCES["inf2.xlarge"],
-                    kp.choose_model("google/gemma-4-E2B-it-qat-w4a16-ct"), 4096, 1, neuron_engine)
+                    kp.choose_model("google/gemma-4-E2B-it-qat-w4a16-ct"), 4096, 1)
     assert not int4.fits and "int4" in int4.reason
-    moe = kp.place(catalog.backend("inf2"), catalog.INSTANCES["inf2.48xlarge"], kp.choose_model("26B"), 4096, 1,
-                   neuron_engine)
+    moe = kp.place(catalog.backend("inf2"), catalog.INSTANCES["inf2.48xlarge"], kp.choose_model("26B"), 4096, 1)
     assert moe.fits and not moe.deployable and "no public Neuron port" in moe.warnings[-1]
 
 
-def test_neuron_needs_the_engines_rules():
-    p = kp.place(catalog.backend("inf2"), catalog.INSTANCES["inf2.xlarge"], kp.choose_model("E2B"), 4096, 1)
-    assert not p.fits and "not planned" in p.reason
+@pytest.mark.parametrize("size,instance,context,batch", [
+    ("E2B", "inf2.xlarge", 4096, 1), ("E2B", "inf2.xlarge", 4096, 4), ("E2B", "trn1.2xlarge", 2048, 1),
+    ("31B", "inf2.48xlarge", 4096, 1), ("31B", "trn1.32xlarge", 4096, 1), ("26B-A4B", "inf2.24xlarge", 4096, 2),
+    ("E4B", "inf2.xlarge", 8192, 4), ("12B", "inf2.8xlarge", 4096, 1)])
+def test_neuron_rules_agree_with_the_engine(size, instance, context, batch):
+    """kit/plan.py restates ami/neuron/neuron_config.py's rules (the core cannot import the
+    engine): the same degree, bytes per NeuronCore and refusals, case by case."""
+    from kit.models import TEXT_CONFIGS
+
+    p = kp.place(catalog.backend("inf2"), catalog.INSTANCES[instance], kp.choose_model(size), context, batch)
+    cfg = {"text_config": dict(TEXT_CONFIGS[size])}
+    shapes = neuron_engine.make_shapes((128, 512, 2048) if context > 2048 else (128, 512), context, batch)
+    assert (kp.NEURON_HBM_PER_CORE_BYTES, kp.NEURON_HBM_USABLE, kp.NEURON_MAX_GATHER_BYTES) == \
+        (neuron_engine.HBM_PER_CORE_BYTES, neuron_engine.HBM_USABLE, neuron_engine.MAX_GATHER_BYTES)
+    assert p.kv_bytes == neuron_engine.kv_cache_bytes(cfg, shapes, 2)
+    try:
+        e = neuron_engine.plan(cfg, neuron_cores=catalog.INSTANCES[instance].neuron_cores,
+                               tp_degrees=catalog.neuron_tp_degrees(instance), shapes=shapes,
+                               weight_bytes=int(p.weights_bytes))
+    except neuron_engine.ConfigError:
+        assert not p.fits
+    else:
+        assert p.fits and (p.tp, p.per_device_bytes) == (e.tp_degree, e.bytes_per_core)
 
 
 def test_moe_needs_all_experts_in_memory_but_reads_eight():
