@@ -26,7 +26,6 @@ import re
 import stat
 import time
 import urllib.error
-import urllib.request
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -34,7 +33,8 @@ from typing import Any, Iterable, Mapping
 
 from kit import catalog, variants
 from kit.contracts import outputs as outputs_contract
-from harness.endpoint import Endpoint
+from harness.endpoint import Endpoint, redact, split_credentials
+from harness.http_deadline import fetch
 
 READY_STATUSES = {"CREATE_COMPLETE", "UPDATE_COMPLETE", "UPDATE_ROLLBACK_COMPLETE", "IMPORT_COMPLETE"}
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,39}$")
@@ -337,24 +337,41 @@ def from_regions(client_for: Any, kit: Any, backends: Iterable[str] | None = Non
 
 # --------------------------------------------------------------------------- --endpoint NAME=URL
 def parse_endpoint_arg(value: str) -> tuple[str, str]:
-    """``NAME=URL`` -> (name, base URL ending in /v1). Raises DiscoveryError with one line."""
-    name, sep, url = value.partition("=")
-    if not sep or not _NAME.match(name) or not re.match(r"^https?://[^/\s]+", url):
-        raise DiscoveryError(f"--endpoint {value!r}: expected NAME=URL, e.g. "
-                             "local=http://127.0.0.1:8000/v1 (NAME: letters, digits, . _ -)")
-    url = url.rstrip("/")
-    if not url.endswith("/v1"):
-        url += "/v1"
+    """``NAME=URL`` -> (name, base URL ending in /v1, without credentials). Raises
+    DiscoveryError with one line (credentials in it shown as ***)."""
+    name, url, _ = parse_endpoint(value)
     return name, url
 
 
-def probe_model_id(base_url: str, timeout: float = 10.0) -> str:
-    """The first model an OpenAI-compatible server lists at ``GET /v1/models``."""
+def parse_endpoint(value: str) -> tuple[str, str, str | None]:
+    """``NAME=URL`` -> (name, base URL ending in /v1, the Authorization header for credentials
+    in the URL or None). ``http://user:TOKEN@host/v1`` is sent to host with HTTP Basic
+    authentication; the credentials never appear in a message or a saved file."""
+    name, sep, url = value.partition("=")
+    if not sep or not _NAME.match(name) or not re.match(r"^https?://[^/\s]+", url):
+        raise DiscoveryError(f"--endpoint {redact(value)!r}: expected NAME=URL, e.g. "
+                             "local=http://127.0.0.1:8000/v1 (NAME: letters, digits, . _ -)")
+    url, auth = split_credentials(url)
+    if not re.match(r"^https?://[^/\s:@]+", url):  # e.g. http://user:TOKEN@/v1: no host
+        raise DiscoveryError(f"--endpoint {redact(value)!r}: the URL names no host")
+    url = url.rstrip("/")
+    if not url.endswith("/v1"):
+        url += "/v1"
+    return name, url, auth
+
+
+def probe_model_id(base_url: str, timeout: float = 10.0, auth: str | None = None) -> str:
+    """The first model an OpenAI-compatible server lists at ``GET /v1/models``, asked within a
+    total deadline of ``timeout`` seconds (harness.http_deadline: a server that drips its reply
+    cannot hold discovery)."""
     try:
-        with urllib.request.urlopen(base_url + "/models", timeout=timeout) as r:
-            data = json.loads(r.read())
+        status, raw = fetch(base_url + "/models", deadline_s=timeout, cap=4 * 1024 * 1024,
+                            headers={"Authorization": auth} if auth else {})
+        if status != 200:
+            raise ValueError(f"HTTP {status}")
+        data = json.loads(raw)
         return str(data["data"][0]["id"])
-    except (urllib.error.URLError, OSError, ValueError, KeyError, IndexError, TypeError) as e:
+    except (urllib.error.URLError, OSError, ValueError, KeyError, IndexError, TypeError, RecursionError) as e:
         reason = getattr(e, "reason", None) or e
         raise DiscoveryError(f"{base_url}/models: no model id ({reason}); pass --model") from None
 
@@ -396,18 +413,18 @@ def from_endpoint_args(values: Iterable[str], models: Iterable[str] = (),
     plain = set(plain)
     out: list[Endpoint] = []
     for v in values:
-        name, url = parse_endpoint_arg(v)
+        name, url, auth = parse_endpoint(v)
         if any(e.name == name for e in out):
-            raise DiscoveryError(f"--endpoint {v!r}: name {name!r} given twice")
+            raise DiscoveryError(f"--endpoint {redact(v)!r}: name {name!r} given twice")
         model_id = per_model.get(name) or default_model
         if not model_id:
             try:
-                model_id = probe_model_id(url)
+                model_id = probe_model_id(url, auth=auth)
             except DiscoveryError as e:
                 if unreachable is None:
                     raise
                 unreachable[name] = str(e)
                 model_id = ""
         out.append(Endpoint(name=name, protocol="openai", model_id=model_id, label=f"{name} ({url})",
-                            base_url=url, tool_calls=name not in plain))
+                            base_url=url, tool_calls=name not in plain, auth=auth))
     return out

@@ -9,7 +9,10 @@ a server given as ``--endpoint``. An EC2 backend speaks ``openai`` and bills as 
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+import base64
+import re
+import urllib.parse
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 Protocol = Literal["openai", "sagemaker", "bedrock"]
@@ -39,12 +42,42 @@ class Endpoint:
     # and the weight scheme its model id names (package scheme, bf16, w4a16; None when unknown).
     variant: str | None = None
     scheme: str | None = None
+    # The Authorization header value for ``base_url`` (from credentials in an --endpoint URL,
+    # ``split_credentials``): sent with every request, never shown (repr) or saved (to_dict).
+    auth: str | None = field(default=None, repr=False, compare=False)
 
     def with_base_url(self, base_url: str) -> "Endpoint":
         return replace(self, base_url=base_url)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        d.pop("auth", None)
+        return d
+
+
+def split_credentials(url: str) -> tuple[str, str | None]:
+    """``http://user:TOKEN@host/v1`` -> (``http://host/v1``, the HTTP Basic ``Authorization``
+    value for user and TOKEN, RFC 7617; the userinfo is percent-decoded first, RFC 3986 section
+    3.2.1). A URL without userinfo comes back as it is, with None. Only the URL without them is
+    ever printed or saved; the credentials travel in the header (a URL's userinfo is not sent by
+    HTTP clients, urllib resolved ``user:TOKEN@host`` as a host name)."""
+    parts = urllib.parse.urlsplit(url)
+    if "@" not in parts.netloc:
+        return url, None
+    userinfo, _, hostport = parts.netloc.rpartition("@")
+    user, _, password = userinfo.partition(":")
+    pair = f"{urllib.parse.unquote(user)}:{urllib.parse.unquote(password)}"
+    clean = urllib.parse.urlunsplit(parts._replace(netloc=hostport))
+    return clean, "Basic " + base64.b64encode(pair.encode("utf-8")).decode("ascii")
+
+
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@'\"]*@")
+
+
+def redact(text: str) -> str:
+    """``text`` with the userinfo of every URL in it replaced by ``***``: for messages and
+    argument lists that may quote an --endpoint value as given."""
+    return _USERINFO.sub(r"\1***@", text)
 
 
 def saved_endpoint(d: dict[str, Any]) -> dict[str, Any]:

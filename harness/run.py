@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from kit import catalog, variants
-from harness.endpoint import Endpoint
+from harness.endpoint import Endpoint, redact
 from harness.results import DEFAULT_ROOT, append_jsonl, new_run_dir, writable_problem, write_json
 
 STAGES = ("agent", "scoreboard", "bench", "accuracy", "cost", "report")
@@ -44,12 +44,18 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"harness.run: {message} (see --help)")
 
 
+def _nonempty_path(text: str) -> Path:
+    if not text.strip():  # Path('') is '.': the current directory, silently
+        raise argparse.ArgumentTypeError(f"{text!r}: give a path")
+    return Path(text)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m harness.run", description=__doc__.split("\n\n")[0])
     p.add_argument("--region", help="the kit's region (default: cdk.json context region; the shell's "
                                     "AWS_REGION is not used, see kit/regions.py); <id>_region "
                                     "in cdk.json moves one backend")
-    p.add_argument("--outputs-file", type=Path, help="cdk deploy --outputs-file JSON instead of CloudFormation")
+    p.add_argument("--outputs-file", type=_nonempty_path, help="cdk deploy --outputs-file JSON instead of CloudFormation")
     p.add_argument("--endpoint", action="append", default=[], metavar="NAME=URL",
                    help="an OpenAI-compatible server to include (repeatable)")
     p.add_argument("--model", action="append", default=[], metavar="[NAME=]MODEL_ID",
@@ -61,8 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"run only these stages (repeatable or comma-separated): {', '.join(STAGES)}")
     p.add_argument("--runs", type=int, default=3, help="agent-trial runs per backend (default 3)")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds per agent run / question (default 120)")
-    p.add_argument("--results", type=Path, default=DEFAULT_ROOT, help="results root (default results/)")
-    p.add_argument("--json", type=Path, metavar="PATH", help="also write a JSON summary here")
+    p.add_argument("--results", type=_nonempty_path, default=DEFAULT_ROOT, help="results root (default results/)")
+    p.add_argument("--json", type=_nonempty_path, metavar="PATH", help="also write a JSON summary here")
     p.add_argument("--scoreboard-model", default=catalog.NOVA_MICRO,
                    help=f"Bedrock model of the scoreboard agent (default {catalog.NOVA_MICRO})")
     p.add_argument("--os-user", default=None, help="OS user for EC2 Instance Connect (default: stack output, else ubuntu)")
@@ -86,8 +92,47 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+# Options read by one stage only (or by EC2 backends only): given while nothing reads them, they
+# would be silently ignored and the user left believing e.g. that accuracy was measured.
+STAGE_OPTIONS: dict[str, tuple[str, ...]] = {
+    "bench": ("bench_profile", "concurrency", "rate", "bench_requests", "slo", "bench_from"),
+    "scoreboard": ("scoreboard_model",),
+    "agent": ("runs",),
+}
+EC2_ONLY = ("os_user", "forwarder")  # what reaches an EC2 instance (harness/access.py); also --bench-from instance
+
+
+def given_options(argv: list[str] | None) -> dict[str, str]:
+    """dest -> the option as spelled (e.g. ``accuracy_items`` -> ``--accuracy-items``) of every
+    option given on the command line (argparse's own parse, so abbreviations count too)."""
+    p = build_parser()
+    flags = {}
+    for act in p._actions:  # argparse keeps its actions here (a parser of our own, changed only here)
+        act.default = argparse.SUPPRESS
+        if act.option_strings:
+            flags[act.dest] = act.option_strings[-1]
+    return {dest: flags.get(dest, dest) for dest in vars(p.parse_args(argv))}
+
+
+def _stage_unused(a: argparse.Namespace, given: dict[str, str]) -> str | None:
+    """The first option given for a stage that does not run, as one line."""
+    options = {**STAGE_OPTIONS, "accuracy": tuple(d for d in given if d.startswith("accuracy_"))}
+    for stage, dests in options.items():
+        for d in dests:
+            if d in given and stage not in a.stages:
+                how = "add --accuracy, or " if stage == "accuracy" else ""
+                return (f"harness.run: {given[d]} is read by the {stage} stage, which does not run "
+                        f"(stages: {', '.join(a.stages) or 'none'}); {how}add {stage} to --only, or drop "
+                        f"{given[d]}")
+    return None
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     a = build_parser().parse_args(argv)
+    a.given = given_options(argv)
+    if a.region is not None and not a.region.strip():  # '' would silently mean cdk.json's region
+        raise UsageError("harness.run: --region '': give a region code, e.g. us-east-1, or leave "
+                         "--region out for cdk.json's region")
     stages: list[str] = []
     for v in a.only:
         for s in (x.strip() for x in v.split(",")):
@@ -96,6 +141,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             stages.append(s)
     a.stages = [s for s in STAGES if s in stages] if stages else \
         [s for s in STAGES if s not in OFF_BY_DEFAULT or getattr(a, s, False)]
+    unused = _stage_unused(a, a.given)
+    if unused:
+        raise UsageError(unused)
     if "accuracy" in a.stages:
         from harness.accuracy.stage import UsageError as AccuracyUsage, check_stage_options
 
@@ -115,6 +163,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             if base not in catalog.BACKENDS or (variant is not None and not variants.NAME.match(variant)):
                 raise UsageError(f"harness.run: --backends: unknown backend {b!r}; valid: {', '.join(catalog.BACKEND_IDS)}"
                                  " (a backend takes its variants too; <id>@<variant> names one)")
+            if variant is not None and base not in variants.backends_with_variants():
+                raise UsageError(f"harness.run: --backends {b!r}: {base} has no variants (its model is not "
+                                 "configuration); <id>@<variant> names a variant of "
+                                 f"{', '.join(variants.backends_with_variants())}; give {base} alone")
     _parse_bench_args(a)
     from harness.discovery import DiscoveryError, check_endpoint_names, load_outputs_file
 
@@ -298,11 +350,26 @@ def main(argv: list[str] | None = None, *, session: Any = None,
         if shell:
             echo(f"note       {shell}")
 
+    asked = [args.given[d] for d in args.given if d not in ("region", "results", "json")]
     if not creds and not args.endpoint:
         echo(offline_plan_text(kit))
         echo("")
-        echo(f"harness.run: nothing measured: {NEEDS}.")
-        return 0
+        if not asked:  # the bare command: the offline plan is what it is for
+            echo(f"harness.run: nothing measured: {NEEDS}.")
+            return 0
+        # options that ask for a measurement: this command could not do its job
+        print(f"harness.run: nothing measured: no AWS credentials were found (aws configure, or "
+              f"AWS_PROFILE) and no --endpoint was given, so {', '.join(asked[:4])} had no backend to "
+              "act on; deploy a backend stack and configure credentials, or pass --endpoint NAME=URL",
+              file=sys.stderr)
+        return 1
+    ec2 = [args.given[d] for d in EC2_ONLY if d in args.given]
+    ec2 += ["--bench-from instance"] if args.bench_from == "instance" else []
+    if not creds and ec2:  # only --endpoint servers: nothing is reached through EC2 Instance Connect
+        print(f"harness.run: {ec2[0]} applies to EC2 backends, which are found and reached with AWS "
+              "credentials, and none were found (aws configure, or AWS_PROFILE); drop it to measure "
+              "only the --endpoint servers", file=sys.stderr)
+        return 2
 
     try:
         check_writable(args)
@@ -346,7 +413,8 @@ def main(argv: list[str] | None = None, *, session: Any = None,
 
     run_dir = new_run_dir(args.results)
     meta: dict[str, Any] = {"run_id": run_dir.name, "started_at": time.time(), "region": region,
-                            "argv": list(sys.argv[1:] if argv is None else argv), "stages": {},
+                            # an --endpoint URL's credentials are never saved (harness.endpoint)
+                            "argv": [redact(x) for x in (sys.argv[1:] if argv is None else argv)], "stages": {},
                             "endpoints": [e.to_dict() for e in endpoints], "notes": d.notes,
                             "versions": _versions(), "interrupted": False}
     write_json(run_dir / "meta.json", meta)

@@ -40,6 +40,12 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"harness.accuracy: {message} (see --help)")
 
 
+def _nonempty_path(text: str) -> Path:
+    if not text.strip():  # Path("") is ".": the current directory, silently
+        raise argparse.ArgumentTypeError(f"{text!r}: give a path")
+    return Path(text)
+
+
 def _out_dir(text: str) -> Path:
     if not text.strip():  # Path("") is ".": the run would write into the current directory
         raise argparse.ArgumentTypeError(f"{text!r}: give a directory (an empty path would write "
@@ -64,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def add_options(p: argparse.ArgumentParser, prefix: str = "") -> None:
     """Options shared with harness.run's accuracy stage (there prefixed ``accuracy-``)."""
-    p.add_argument(f"--{prefix}items", type=Path, metavar="FILE.jsonl",
+    p.add_argument(f"--{prefix}items", type=_nonempty_path, metavar="FILE.jsonl",
                    help='your own items, {"id","question","answer"} per line, exact match on the final number or letter')
     p.add_argument(f"--{prefix}tasks", default="", metavar="T1,T2",
                    help="lm-evaluation-harness tasks, e.g. gsm8k,ifeval,arc_challenge,mmlu (needs requirements-accuracy.txt)")
@@ -81,7 +87,7 @@ def add_options(p: argparse.ArgumentParser, prefix: str = "") -> None:
     p.add_argument(f"--{prefix}filter", default=None, metavar="NAME",
                    help="lm-eval filter to score by where a task has it, e.g. flexible-extract "
                         "(default: each task's first, e.g. strict-match for gsm8k)")
-    p.add_argument(f"--{prefix}task-path", type=Path, action="append", default=[], metavar="DIR",
+    p.add_argument(f"--{prefix}task-path", type=_nonempty_path, action="append", default=[], metavar="DIR",
                    help="extra lm-eval task YAML directory (repeatable)")
 
 
@@ -125,13 +131,13 @@ def check_options(a: argparse.Namespace, prog: str, prefix: str = "") -> dict[st
 
 def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, dict[str, Any]]:
     a = build_parser().parse_args(argv)
-    from harness.discovery import DiscoveryError, parse_endpoint_arg, parse_model_args
+    from harness.discovery import DiscoveryError, check_endpoint_names, parse_endpoint_arg
 
     if not a.endpoint:
         raise UsageError("harness.accuracy: no backend: give --endpoint NAME=URL (repeatable)")
     try:
         names = [parse_endpoint_arg(e)[0] for e in a.endpoint]
-        parse_model_args(a.model)
+        check_endpoint_names(a.endpoint, a.model)  # --model NAME=ID names an --endpoint
     except DiscoveryError as e:
         raise UsageError(f"harness.accuracy: {e}") from None
     if len(set(names)) != len(names):
@@ -351,8 +357,8 @@ def main(argv: list[str] | None = None, *, echo: Callable[[str], None] = print) 
         print(f"harness.accuracy: {e}", file=sys.stderr)
         return 1
     s: Settings = opts["settings"]
-    targets = [Target(e.name, e.model_id, "openai", openai_ask(e.base_url, e.model_id, s), e.label,
-                      base_url=e.base_url) for e in eps]
+    targets = [Target(e.name, e.model_id, "openai", openai_ask(e.base_url, e.model_id, s, e.auth), e.label,
+                      base_url=e.base_url, auth=e.auth) for e in eps]
     try:
         run = run_accuracy(targets, opts, a.out, echo=echo)
     except KeyboardInterrupt:

@@ -10,12 +10,12 @@ from __future__ import annotations
 import json
 import time
 import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from harness import protocols
 from harness.endpoint import Endpoint
+from harness.http_deadline import Deadline, TooLarge, fetch
 
 Messages = list[dict[str, str]]
 
@@ -52,6 +52,7 @@ class Target:
     base_url: str | None = None  # set for OpenAI-compatible servers (lm-eval talks to these)
     completions_echo: bool | None = None  # /v1/completions with echo (None: not probed)
     chat_refusal: str | None = None  # the server's 400 to lm-eval's seed/stop ("" when accepted; None: not probed)
+    auth: str | None = field(default=None, repr=False)  # Authorization for base_url (harness.endpoint)
 
 
 def _with_retries(call: Callable[[], str], s: Settings) -> str:
@@ -77,9 +78,10 @@ class OpenAIAsk:
     """POST /v1/chat/completions, non-streaming, greedy and seeded; ``dropped`` lists the optional
     fields this server refused (then sent without)."""
 
-    def __init__(self, base_url: str, model: str, s: Settings) -> None:
+    def __init__(self, base_url: str, model: str, s: Settings, auth: str | None = None) -> None:
         self.url = base_url.rstrip("/") + "/chat/completions"
         self.model, self.s = model, s
+        self.auth = {"Authorization": auth} if auth else {}
         self.dropped: set[str] = set()
 
     def body(self, msgs: Messages, max_tokens: int | None = None) -> dict[str, Any]:
@@ -89,24 +91,28 @@ class OpenAIAsk:
 
     def once(self, msgs: Messages, max_tokens: int | None = None) -> str:
         sent = self.body(msgs, max_tokens)
-        req = urllib.request.Request(self.url, data=json.dumps(sent).encode(),
-                                     headers={"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(req, timeout=self.s.timeout) as r:
-                data = json.loads(r.read())
-        except urllib.error.HTTPError as e:
-            detail = e.read()[:300].decode("utf-8", "replace")
-            if e.code == 429 or e.code >= 500:
-                raise BackendDown(f"HTTP {e.code} from {self.url}: {detail}") from None
+        try:  # --request-timeout is the whole request's deadline, not one socket read's
+            status, raw = fetch(self.url, deadline_s=self.s.timeout, data=json.dumps(sent).encode(),
+                                headers={"Content-Type": "application/json", **self.auth})
+        except Deadline as e:
+            raise BackendDown(f"{self.url}: {e} (--request-timeout)") from None
+        except TooLarge as e:
+            raise ItemFailed(f"{self.url}: {e}") from None
+        except (urllib.error.URLError, OSError) as e:  # refused, reset
+            raise BackendDown(f"{self.url}: {getattr(e, 'reason', None) or e}") from None
+        if status >= 400:
+            detail = raw[:300].decode("utf-8", "replace")
+            if status == 429 or status >= 500:
+                raise BackendDown(f"HTTP {status} from {self.url}: {detail}")
             refused = [f for f in OPTIONAL_FIELDS if f in sent and f in detail]
-            if e.code == 400 and refused:
+            if status == 400 and refused:
                 self.dropped.update(refused)
                 return self.once(msgs, max_tokens)
-            raise ItemFailed(f"HTTP {e.code} from {self.url}: {detail}") from None
-        except (urllib.error.URLError, OSError) as e:  # refused, reset, timed out
-            raise BackendDown(f"{self.url}: {getattr(e, 'reason', None) or e}") from None
-        except ValueError as e:
-            raise ItemFailed(f"{self.url}: reply is not JSON ({e})") from None
+            raise ItemFailed(f"HTTP {status} from {self.url}: {detail}")
+        try:
+            data = json.loads(raw)
+        except (ValueError, RecursionError) as e:
+            raise ItemFailed(f"{self.url}: reply is not JSON ({str(e)[:100]})") from None
         try:
             return str(data["choices"][0]["message"]["content"] or "")
         except (KeyError, IndexError, TypeError):
@@ -116,8 +122,8 @@ class OpenAIAsk:
         return _with_retries(lambda: self.once(msgs, max_tokens), self.s)
 
 
-def openai_ask(base_url: str, model: str, s: Settings) -> OpenAIAsk:
-    return OpenAIAsk(base_url, model, s)
+def openai_ask(base_url: str, model: str, s: Settings, auth: str | None = None) -> OpenAIAsk:
+    return OpenAIAsk(base_url, model, s, auth)
 
 
 _RETRYABLE = ("throttl", "toomanyrequests", "serviceunavailable", "servicequotaexceeded", "modelnotready")
@@ -173,7 +179,7 @@ def bedrock_ask(ep: Endpoint, s: Settings, client: Any) -> Callable[[Messages], 
 
 
 def openai_for(ep: Endpoint, s: Settings, boto_session: Any = None) -> Callable[[Messages], str]:
-    return openai_ask(ep.base_url or "", ep.model_id, s)
+    return openai_ask(ep.base_url or "", ep.model_id, s, ep.auth)
 
 
 def sagemaker_for(ep: Endpoint, s: Settings, boto_session: Any = None) -> Callable[[Messages], str]:
@@ -201,4 +207,4 @@ def target_for(ep: Endpoint, s: Settings, *, boto_session: Any = None) -> Target
     except ValueError as e:  # a missing field (tunnel not open) or a protocol the kit does not know
         raise BackendDown(str(e)) from None
     return Target(ep.name, ep.model_id, ep.protocol, build(ep, s, boto_session), ep.label or ep.name,
-                  base_url=ep.base_url)
+                  base_url=ep.base_url, auth=ep.auth)

@@ -79,7 +79,8 @@ def openai_gateway(target: Target) -> Iterator[Target]:
     thread = threading.Thread(target=httpd.serve_forever, name=f"gateway-{target.name}", daemon=True)
     thread.start()
     try:
-        yield replace(target, base_url=f"http://127.0.0.1:{httpd.server_address[1]}/v1", completions_echo=False)
+        yield replace(target, base_url=f"http://127.0.0.1:{httpd.server_address[1]}/v1", completions_echo=False,
+                      auth=None)  # the gateway asks through target.ask, which carries the credentials
     finally:
         httpd.shutdown()
         httpd.server_close()

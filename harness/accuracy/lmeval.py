@@ -25,12 +25,14 @@ import contextlib
 import difflib
 import json
 import logging
+import math
 import os
 import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
+
+from harness.http_deadline import fetch
 
 LOGLIK_TYPES = ("loglikelihood", "multiple_choice", "loglikelihood_rolling")
 REQUIREMENTS = "pip install -c constraints.txt -r requirements-accuracy.txt"
@@ -84,34 +86,93 @@ def check_tasks(tasks: list[str], task_paths: list[Path]) -> None:
             hint = f"; did you mean {', '.join(close)}?" if close else ""
             raise TaskError(f"--tasks {t!r}: not an lm-eval task{hint} "
                             "(python -m lm_eval ls tasks lists them)")
+    for t in tasks:  # its dataset too, before anything is asked (a missing one is one line)
+        leaf_tasks(t, task_paths)
+
+
+HUB_PROBE_S = 5.0  # how long the Hugging Face Hub gets to answer before only the cache is used
+_TRUE = ("1", "ON", "YES", "TRUE")
+_LEAVES: dict[tuple[str, tuple[str, ...]], dict[str, str]] = {}
+
+
+def _hub_unreachable() -> str | None:
+    """Why datasets must come from the local cache (None: the Hub answers). Offline already
+    (HF_HUB_OFFLINE / HF_DATASETS_OFFLINE), or the Hub (HF_ENDPOINT) gives no answer within
+    HUB_PROBE_S: then datasets and huggingface_hub are switched to cached files only, so a
+    dataset that is not cached fails at once instead of after a minute of retries."""
+    if any(os.environ.get(k, "").upper() in _TRUE for k in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")):
+        return "HF_HUB_OFFLINE is set"
+    hub = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
+    try:
+        fetch(hub + "/api/datasets?limit=1", deadline_s=HUB_PROBE_S, cap=1 << 20)  # any HTTP answer will do
+        return None
+    except (urllib.error.URLError, OSError, ValueError) as e:
+        why = f"{hub} did not answer within {HUB_PROBE_S:g} s ({getattr(e, 'reason', None) or e})"
+    import datasets.config
+    import huggingface_hub.constants
+
+    # both libraries read these module attributes when they are about to go online
+    datasets.config.HF_HUB_OFFLINE = huggingface_hub.constants.HF_HUB_OFFLINE = True
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    return why
+
+
+def _dataset_of(tm: Any, task: str) -> str:
+    """The Hugging Face dataset a task names in its YAML (``dataset_path``/``dataset_name``)."""
+    entry = getattr(tm, "task_index", {}).get(task)
+    cfg = getattr(entry, "cfg", None) or {}
+    path, name = cfg.get("dataset_path"), cfg.get("dataset_name")
+    return f"{path} ({name})" if path and name else str(path or "")
 
 
 def leaf_tasks(task: str, task_paths: list[Path]) -> dict[str, str]:
-    """leaf task name -> output type, for a task, group or tag name."""
+    """leaf task name -> output type, for a task, group or tag name. Loads the task, and with it
+    its dataset: one that cannot be had is a TaskError naming it and how to provide it."""
+    key = (task, tuple(str(p) for p in task_paths))
+    if key in _LEAVES:
+        return _LEAVES[key]
     tm = _task_manager(task_paths, [task])
-    loaded = tm.load([task])
-    return {name: str(getattr(t, "OUTPUT_TYPE", None) or t.config.output_type)
-            for name, t in loaded["tasks"].items()}
+    offline = _hub_unreachable()
+    try:
+        loaded = tm.load([task])
+    except Exception as e:  # noqa: BLE001 - datasets/lm-eval raise many types for a missing dataset
+        dataset = _dataset_of(tm, task)
+        where = os.environ.get("HF_HOME") or "~/.cache/huggingface"
+        raise TaskError(
+            f"--tasks {task}: the dataset{' ' + dataset if dataset else ''} could not be loaded "
+            f"({type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''})"
+            + (f"; {offline}, so only the local cache ({where}) was looked in" if offline else "")
+            + "; download it once where huggingface.co is reachable (python -c \"import datasets; "
+            f"datasets.load_dataset('{dataset.split(' ')[0] or '<path>'}'"
+            + (f", '{dataset.split('(')[1].rstrip(')')}'" if "(" in dataset else "")
+            + ")\") and run with HF_HOME pointing at that cache") from None
+    _LEAVES[key] = {name: str(getattr(t, "OUTPUT_TYPE", None) or t.config.output_type)
+                    for name, t in loaded["tasks"].items()}
+    return _LEAVES[key]
 
 
-def serves_echo(base_url: str | None, model: str, timeout: float = 30.0) -> bool:
-    """Does POST /v1/completions with echo return the prompt's token logprobs?"""
+def serves_echo(base_url: str | None, model: str, timeout: float = 30.0, auth: str | None = None) -> bool:
+    """Does POST /v1/completions with echo return the prompt's token logprobs? (``timeout``:
+    the probe's whole deadline, harness.http_deadline)"""
     if not base_url:
         return False
     body = json.dumps({"model": model, "prompt": "1 2 3", "max_tokens": 1, "temperature": 0,
                        "logprobs": 1, "echo": True}).encode()
-    req = urllib.request.Request(base_url.rstrip("/") + "/completions", data=body,
-                                 headers={"Content-Type": "application/json"})
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            data = json.loads(r.read())
-        lp = data["choices"][0]["logprobs"]["token_logprobs"]
+        status, raw = fetch(base_url.rstrip("/") + "/completions", deadline_s=timeout, data=body,
+                            headers={"Content-Type": "application/json", **_auth(auth)})
+        lp = json.loads(raw)["choices"][0]["logprobs"]["token_logprobs"] if status == 200 else None
         return isinstance(lp, list) and len(lp) >= 2
-    except (urllib.error.URLError, OSError, ValueError, KeyError, IndexError, TypeError):
+    except (urllib.error.URLError, OSError, ValueError, KeyError, IndexError, TypeError, RecursionError):
         return False
 
 
-def refused_chat_fields(base_url: str, model: str, seed: int, timeout: float = 60.0) -> str | None:
+def _auth(auth: str | None) -> dict[str, str]:
+    return {"Authorization": auth} if auth else {}
+
+
+def refused_chat_fields(base_url: str, model: str, seed: int, timeout: float = 60.0,
+                        auth: str | None = None) -> str | None:
     """lm-eval's chat requests carry ``seed`` and ``stop`` (openai_completions.py
     LocalChatCompletion._create_payload). A server that refuses them with a 400 (the kit's Neuron
     engine: ami/neuron/api.py) is reached through the local gateway instead, which sends neither
@@ -119,17 +180,13 @@ def refused_chat_fields(base_url: str, model: str, seed: int, timeout: float = 6
     refusal, or None when it accepts them (or answers anything but a 400)."""
     body = json.dumps({"model": model, "messages": [{"role": "user", "content": "Say OK."}], "max_tokens": 1,
                        "temperature": 0, "seed": seed, "stop": ["\n\n"]}).encode()
-    req = urllib.request.Request(base_url.rstrip("/") + "/chat/completions", data=body,
-                                 headers={"Content-Type": "application/json"})
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            r.read()
+        status, raw = fetch(base_url.rstrip("/") + "/chat/completions", deadline_s=timeout, data=body,
+                            headers={"Content-Type": "application/json", **_auth(auth)})
+    except (urllib.error.URLError, OSError, ValueError):
         return None
-    except urllib.error.HTTPError as e:
-        detail = e.read()[:300].decode("utf-8", "replace")
-        return detail if e.code == 400 and ("seed" in detail or "stop" in detail) else None
-    except (urllib.error.URLError, OSError):
-        return None
+    detail = raw[:300].decode("utf-8", "replace")
+    return detail if status == 400 and ("seed" in detail or "stop" in detail) else None
 
 
 def _chat_target(target: Any, kind: str, opts: dict[str, Any], res: TaskResult,
@@ -138,7 +195,8 @@ def _chat_target(target: Any, kind: str, opts: dict[str, Any], res: TaskResult,
     if kind != "chat" or target.protocol != "openai" or not target.base_url:
         return target
     if target.chat_refusal is None:
-        target.chat_refusal = refused_chat_fields(target.base_url, target.model_id, opts["settings"].seed) or ""
+        target.chat_refusal = refused_chat_fields(target.base_url, target.model_id, opts["settings"].seed,
+                                                  auth=target.auth) or ""
     why = target.chat_refusal
     if not why:
         return target
@@ -152,7 +210,9 @@ def _chat_target(target: Any, kind: str, opts: dict[str, Any], res: TaskResult,
 def _model_args(target: Any, kind: str, opts: dict[str, Any]) -> dict[str, Any]:
     s = opts["settings"]
     common = {"model": target.model_id, "num_concurrent": opts["concurrency"], "max_retries": s.retries,
-              "timeout": int(s.timeout), "seed": s.seed, "max_gen_toks": s.max_tokens}
+              "timeout": max(1, math.ceil(s.timeout)), "seed": s.seed, "max_gen_toks": s.max_tokens}
+    if target.auth:  # lm-eval's TemplateAPI sends ``header`` instead of its Bearer api_key (api_models.py)
+        common["header"] = {"Authorization": target.auth}
     if kind == "chat":
         return {**common, "base_url": target.base_url.rstrip("/") + "/chat/completions"}
     # Prompts go as text (tokenized_requests=False); the tokenizer only counts the context's
@@ -218,7 +278,7 @@ def run_task(task: str, targets: list[Any], writer: Any, out_dir: Path, opts: di
     tm = _task_manager(opts["task_paths"], [task])
     if evaluate is None:
         from lm_eval import simple_evaluate as evaluate
-    keys_by_leaf: dict[str, list[tuple[str, str, str]]] = {}
+    keys_by_leaf: dict[str, dict[tuple[str, str, str], None]] = {}  # ordered sets: linear in the docs
     gen = [t for t, ty in leaves.items() if ty not in LOGLIK_TYPES]
     ll = [t for t, ty in leaves.items() if ty in LOGLIK_TYPES]
     for target in targets:
@@ -228,7 +288,7 @@ def run_task(task: str, targets: list[Any], writer: Any, out_dir: Path, opts: di
             runs.append(("chat", gen))
         if ll:
             if target.completions_echo is None:
-                target.completions_echo = serves_echo(target.base_url, target.model_id)
+                target.completions_echo = serves_echo(target.base_url, target.model_id, auth=target.auth)
             if target.completions_echo:
                 runs.append(("completions", ll))
             else:
@@ -270,18 +330,17 @@ def run_task(task: str, targets: list[Any], writer: Any, out_dir: Path, opts: di
                     res.skipped.append({"backend": target.name, "task": leaf, "reason": str(e)})
                     continue
                 res.info.setdefault("scoring", {})[leaf] = f"{metric} under filter {filt}" if metric else ""
-                keys = keys_by_leaf.setdefault(leaf, [])
+                keys = keys_by_leaf.setdefault(leaf, {})
                 for r in recs:
                     key = (leaf, str(r["doc_id"]), str(r["prompt_hash"]))
-                    if key not in keys:
-                        keys.append(key)
+                    keys[key] = None
                     if done.get(key) is None:
                         writer.write({"backend": r["backend"], "model": r["model"], "task": leaf,
                                       "id": str(r["doc_id"]), "prompt_hash": str(r["prompt_hash"]),
                                       "response": r["response"], "extracted": r["extracted"],
                                       "correct": r["correct"], "answer": r["answer"]})
     for leaf in leaves:
-        res.keys += sorted(keys_by_leaf.get(leaf, []), key=lambda k: (k[0], int(k[1]) if k[1].isdigit() else 0, k[1]))
+        res.keys += sorted(keys_by_leaf.get(leaf, {}), key=lambda k: (k[0], int(k[1]) if k[1].isdigit() else 0, k[1]))
     return res
 
 

@@ -35,9 +35,12 @@ def openai_model(endpoint: Endpoint, *, timeout: float, max_tokens: int, tempera
                  client: Any = None, boto_session: Any = None):
     from strands.models.openai import OpenAIModel
 
+    client_args: dict[str, Any] = {"base_url": endpoint.base_url, "api_key": PLACEHOLDER_API_KEY,
+                                   "timeout": timeout, "max_retries": 0}
+    if endpoint.auth:  # credentials from an --endpoint URL; the SDK lets default_headers win
+        client_args["default_headers"] = {"Authorization": endpoint.auth}
     return OpenAIModel(
-        client_args={"base_url": endpoint.base_url, "api_key": PLACEHOLDER_API_KEY,
-                     "timeout": timeout, "max_retries": 0},
+        client_args=client_args,
         model_id=endpoint.model_id,
         params={"max_tokens": max_tokens, "temperature": temperature},
     )

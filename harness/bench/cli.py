@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from harness.bench.api import BenchError, run_bench
-from harness.endpoint import Endpoint
+from harness.endpoint import Endpoint, redact, split_credentials
 
 
 class _Parser(argparse.ArgumentParser):
@@ -114,19 +114,20 @@ def _endpoint(args, ap) -> Endpoint:
     if len(targets) != 1:
         ap.error("give exactly one of --base-url, --sagemaker-endpoint, --bedrock-model")
     if args.base_url:
-        url = args.base_url.rstrip("/")
+        # user:TOKEN@ in the URL is sent as HTTP Basic authentication, never printed or saved
+        url, auth = split_credentials(args.base_url.rstrip("/"))
         if not url.startswith(("http://", "https://")):
-            ap.error(f"--base-url {args.base_url!r}: must start with http:// or https://")
+            ap.error(f"--base-url {redact(args.base_url)!r}: must start with http:// or https://")
         if not url.endswith("/v1"):
             url += "/v1"
         model = args.model
         if not model:
             from harness.bench.clients.openai import discover_model
             try:
-                model = asyncio.run(discover_model(url, api_key=os.environ.get("OPENAI_API_KEY")))
+                model = asyncio.run(discover_model(url, api_key=os.environ.get("OPENAI_API_KEY"), auth=auth))
             except Exception as e:  # noqa: BLE001 - any failure to discover the model is one usage line
-                ap.error(f"--model not given and {url}/models could not tell it: {e}")
-        return Endpoint(name=args.name or "openai", protocol="openai", model_id=model, base_url=url)
+                ap.error(f"--model not given and {url}/models could not tell it: {redact(str(e))}")
+        return Endpoint(name=args.name or "openai", protocol="openai", model_id=model, base_url=url, auth=auth)
     if args.sagemaker_endpoint:
         return Endpoint(name=args.name or args.sagemaker_endpoint, protocol="sagemaker",
                         service="sagemaker", model_id=args.model or "", region=args.region,
@@ -138,6 +139,8 @@ def _endpoint(args, ap) -> Endpoint:
 def main(argv: list[str] | None = None) -> int:
     ap = build_parser()
     args = ap.parse_args(argv)
+    if args.region is not None and not args.region.strip():  # '' would mean the shell's region
+        ap.error("--region '': give a region code, e.g. us-east-1")
     endpoint = _endpoint(args, ap)
     concurrency = args.concurrency if args.concurrency is not None else ([] if args.rate else [1, 16, 64])
     if args.rate == "auto" and args.rate_start > args.rate_max:

@@ -103,7 +103,7 @@ class OpenAIClient:
     round_trip_how = "GET /models"
 
     def __init__(self, base_url: str, model: str, *, vllm_extras: bool = True,
-                 api_key: str | None = None) -> None:
+                 api_key: str | None = None, auth: str | None = None) -> None:
         self.base_url = base_url.rstrip("/")
         self.url = self.base_url + "/chat/completions"
         self.model = model
@@ -113,6 +113,8 @@ class OpenAIClient:
         self.headers = {"Content-Type": "application/json", "Accept-Encoding": "identity"}
         if api_key:
             self.headers["Authorization"] = f"Bearer {api_key}"
+        if auth:  # credentials from the URL (harness.endpoint.split_credentials) win
+            self.headers["Authorization"] = auth
         self.session: aiohttp.ClientSession | None = None
 
     async def start(self, max_concurrency: int) -> None:
@@ -185,9 +187,10 @@ class OpenAIClient:
         return record
 
 
-async def discover_model(base_url: str, *, api_key: str | None = None, timeout: float = 15.0) -> str:
+async def discover_model(base_url: str, *, api_key: str | None = None, timeout: float = 15.0,
+                         auth: str | None = None) -> str:
     """The first model id the server lists at ``/models``."""
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    headers = {"Authorization": auth} if auth else {"Authorization": f"Bearer {api_key}"} if api_key else {}
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout)) as s:
         async with s.get(base_url.rstrip("/") + "/models", headers=headers) as resp:
             if resp.status != 200:
@@ -210,4 +213,4 @@ def for_endpoint(endpoint: Endpoint, *, client: Any = None, vllm_extras: bool = 
     """The ``openai`` entry of harness.protocols (``client`` and ``request_timeout`` are the boto3
     clients' options: a stream here is bounded by the driver's timeout)."""
     return OpenAIClient(endpoint.base_url or "", endpoint.model_id, vllm_extras=vllm_extras,
-                        api_key=api_key)
+                        api_key=api_key, auth=endpoint.auth)

@@ -1,0 +1,156 @@
+"""Every accuracy request has a total deadline (issue 21, point 6).
+
+A real loopback server drips its reply one byte every DRIP seconds, less than the request
+timeout, so a per-read timeout (what urllib's ``timeout`` is) never fires and the request used to
+hang forever. Every way of dripping (the status line, the headers, a sized body, a chunked body,
+nothing at all) against every request the accuracy stage makes (harness.accuracy's chat request,
+harness.run --accuracy, the model probe of /v1/models, lm-eval's two probes) must end within the
+deadline plus a grace that a hang would blow by any margin (the subprocess is killed at HANG).
+"""
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.http_deadline import Deadline, fetch
+
+REPO = Path(__file__).resolve().parents[2]
+DRIP = 2.0  # seconds between two bytes: below the deadline, so no single read times out
+DEADLINE = 3.0  # --request-timeout / --accuracy-request-timeout of every run here
+GRACE = 12.0  # process start, imports and the other steps of a run on a busy 2-core machine
+HANG = 60.0  # the subprocess is killed here: a request without a deadline would still be waiting
+
+BODY = json.dumps({"choices": [{"message": {"content": "Answer: 2"}}], "data": [{"id": "m"}]}).encode()
+MODES = {
+    "status_line": b"HTTP/1.1 200 OK\r\n",
+    "headers": b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Slow: " + b"a" * 40,
+    "sized_body": (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+                   % len(BODY)) + BODY,
+    "chunked_body": b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+                    + b"".join(b"1\r\n" + bytes([c]) + b"\r\n" for c in BODY) + b"0\r\n\r\n",
+    "silent": b"",
+}
+
+
+class DripServer:
+    """Answers every request by sending ``MODES[mode]`` one byte every DRIP seconds (``silent``:
+    reads the request and sends nothing), until the client hangs up."""
+
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}/v1"
+        self.closed = threading.Event()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while not self.closed.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._drip, args=(conn,), daemon=True).start()
+
+    def _drip(self, conn: socket.socket) -> None:
+        with conn:
+            conn.settimeout(1.0)
+            try:
+                conn.recv(65536)
+            except OSError:
+                return
+            data = MODES[self.mode]
+            for i in range(len(data) if data else 10_000):
+                if self.closed.wait(DRIP):
+                    return
+                try:
+                    if data:
+                        conn.sendall(data[i:i + 1])
+                    elif conn.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b"":
+                        return  # silent: the client went away
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    return
+
+    def close(self) -> None:
+        self.closed.set()
+        self.sock.close()
+
+
+@pytest.fixture(params=sorted(MODES))
+def drip(request):
+    srv = DripServer(request.param)
+    yield srv
+    srv.close()
+
+
+def _items(tmp_path: Path) -> Path:
+    p = tmp_path / "items.jsonl"
+    p.write_text(json.dumps({"id": "q1", "question": "Q1: what is 1 plus 1?", "answer": "2"}) + "\n")
+    return p
+
+
+def _timed(cmd: list[str]) -> tuple[subprocess.CompletedProcess, float]:
+    t0 = time.monotonic()
+    p = subprocess.run([sys.executable, *cmd], cwd=REPO, capture_output=True, text=True, timeout=HANG)
+    return p, time.monotonic() - t0
+
+
+def test_harness_accuracy_request_stops_at_its_deadline(drip, tmp_path):
+    p, took = _timed(["-m", "harness.accuracy", "--endpoint", f"a={drip.url}", "--model", "m",
+                      "--items", str(_items(tmp_path)), "--out", str(tmp_path / "o"), "--retries", "0",
+                      "--request-timeout", str(DEADLINE)])
+    assert took < DEADLINE + GRACE, took
+    assert p.returncode == 1 and "Traceback" not in p.stderr, (p.stdout, p.stderr)
+    status = json.loads((tmp_path / "o" / "run.json").read_text())["backends"]["a"]["status"]
+    assert f"no complete reply within {DEADLINE:g} s" in status
+
+
+def test_harness_run_accuracy_stage_stops_at_its_deadline(drip, tmp_path):
+    p, took = _timed(["-m", "harness.run", "--endpoint", f"a={drip.url}", "--model", "m", "--only", "accuracy",
+                      "--accuracy-items", str(_items(tmp_path)), "--accuracy-retries", "0",
+                      "--accuracy-request-timeout", str(DEADLINE), "--results", str(tmp_path / "r")])
+    assert took < DEADLINE + GRACE, took
+    assert "Traceback" not in p.stderr, p.stderr
+    [run] = list((tmp_path / "r").iterdir())
+    status = json.loads((run / "accuracy" / "run.json").read_text())["backends"]["a"]["status"]
+    assert f"no complete reply within {DEADLINE:g} s" in status
+
+
+@pytest.mark.parametrize("probe", ["models", "serves_echo", "refused_chat_fields", "fetch"])
+def test_every_probe_has_a_total_deadline(drip, probe):
+    from harness.accuracy import lmeval
+    from harness.discovery import DiscoveryError, probe_model_id
+
+    calls = {
+        "models": lambda: probe_model_id(drip.url, timeout=DEADLINE),
+        "serves_echo": lambda: lmeval.serves_echo(drip.url, "m", timeout=DEADLINE),
+        "refused_chat_fields": lambda: lmeval.refused_chat_fields(drip.url, "m", 1, timeout=DEADLINE),
+        "fetch": lambda: fetch(drip.url + "/models", deadline_s=DEADLINE),
+    }
+    out: dict = {}
+
+    def call() -> None:
+        try:
+            out["value"] = calls[probe]()
+        except (DiscoveryError, Deadline) as e:
+            out["error"] = e
+
+    t0 = time.monotonic()
+    th = threading.Thread(target=call, daemon=True)
+    th.start()
+    th.join(HANG)
+    assert not th.is_alive(), f"{probe} still waiting after {HANG} s"
+    assert time.monotonic() - t0 < DEADLINE + 2.0
+    if probe in ("models", "fetch"):  # one line saying why
+        assert "no complete reply within" in str(out["error"]), out
+    else:  # a probe that gets no answer reads as "not served" / "not refused"
+        assert out == {"value": False if probe == "serves_echo" else None}, out
