@@ -52,7 +52,8 @@ SLOW_PATHS = (
     "tests/harness/test_trial.py", "tests/harness/test_access.py", "tests/harness/test_tunnel_openssh.py",
     "tests/harness/test_tunnel_proc.py", "tests/harness/test_bench_remote.py", "tests/harness/test_run_hostile.py",
     "tests/harness/test_preflight_account.py", "tests/neuron/test_hostile.py", "tests/neuron/test_nxdi08.py",
-    "tests/report/test_hostile.py",
+    "tests/report/test_hostile.py", "tests/package/test_hostile_tensors.py", "tests/package/test_hostile_files.py",
+    "tests/package/test_hostile_out.py",
 )
 
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import argparse
-import json
+import os
 import sys
 from pathlib import Path
 
@@ -34,25 +34,37 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _check(directory: Path) -> int:
-    from harness.package.ignore import check_ignore
+    """Exit 0: a package vLLM can load as described; 1: problems, one per line; 2: not readable."""
+    from harness.package import checkpoint, tensors
+    from harness.package.ignore import check_ignore, qconfig_problem
     from harness.package.manifest import MANIFEST, verify
-    from harness.package.source import PackageError, _tensor_files
+    from harness.package.sizes import text_shapes
+    from harness.package.source import PackageError
 
-    cfg = json.loads((directory / "config.json").read_text())
-    qcfg = cfg.get("quantization_config") or (cfg.get("text_config") or {}).get("quantization_config")
+    if not directory.is_dir():
+        raise PackageError(f"{directory}: not a directory")
+    where = str(directory / "config.json")
+    cfg = checkpoint.read_json(directory / "config.json", directory)
+    expected = text_shapes(cfg, where)  # checks the config first
+    text = cfg.get("text_config", cfg)
+    qcfg = cfg.get("quantization_config") or text.get("quantization_config")
     if not qcfg:
-        raise PackageError(f"{directory}/config.json: no quantization_config")
-    from safetensors import safe_open
-
-    shapes = {}
-    for name, f in _tensor_files(directory).items():
-        with safe_open(str(f), framework="pt") as h:
-            shapes[name] = tuple(h.get_slice(name).get_shape())
-    tied = (cfg.get("text_config") or cfg).get("tie_word_embeddings", cfg.get("tie_word_embeddings", True))
+        raise PackageError(f"{where}: no quantization_config")
+    if qconfig_problem(qcfg):
+        raise PackageError(f"{where}: {qconfig_problem(qcfg)}")
+    found = checkpoint.tensors(directory)
+    shapes = {n: t.shape for n, t in found.items()}
+    tied = text.get("tie_word_embeddings", cfg.get("tie_word_embeddings", True))
     tied = tied and "lm_head.weight" not in shapes and "lm_head.weight_packed" not in shapes
     result = check_ignore(shapes, qcfg, tied_lm_head=tied)
     problems = list(result.problems)
-    if (directory / MANIFEST).is_file():
+    problems += tensors.package_problems(found, expected, cfg, qcfg, directory,
+                                         lambda info, name: checkpoint.load(info, name, directory))
+    for name, info in found.items():
+        bad = tensors.non_finite(name, info, directory)
+        if bad:
+            problems.append(bad)
+    if os.path.lexists(directory / MANIFEST):
         problems += verify(directory)
     for line in problems:
         print(line)
@@ -62,12 +74,16 @@ def _check(directory: Path) -> int:
 
 
 def _sizes(config_path: Path) -> int:
+    from harness.package.checkpoint import read_json
     from harness.package.reads import bytes_read_per_token
     from harness.package.resident import load
     from harness.package.sizes import sizes, table_rows, text_shapes
+    from harness.package.textconfig import resident_fields, text_config
 
-    config = json.loads(config_path.read_text())
-    shapes = text_shapes(config)
+    where = str(config_path)
+    config = read_json(config_path)  # bounded: never a FIFO or /dev/zero
+    resident_fields(text_config(config, where), where)  # types and ranges before anything is built
+    shapes = text_shapes(config, where)
     rows = table_rows(shapes)
     for name, s in SCHEMES.items():
         z = sizes(shapes, s)
@@ -104,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "check":
             return _check(Path(args.directory))
         return _sizes(Path(args.config))
-    except (PackageError, OffGrid, ValueError, FileNotFoundError) as e:
+    except (PackageError, OffGrid, ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
 

@@ -1,29 +1,38 @@
-"""Build a package: read the source, convert each tensor per the scheme, write, check, publish.
+"""Build a package: check DEST and the source, convert each tensor per the scheme, write, publish.
 
-Nothing half-written is left at DEST: a local package is written to a hidden sibling directory
-and renamed onto DEST at the end; an S3 package is written locally first and uploaded with
-``manifest.json`` last (a prefix without a manifest is not a package). Any failure removes the
-work directory.
+Before any work, a local DEST is checked without following links (a symlink, a file, /dev/null,
+a file as parent, a non-empty or unwritable directory are each one line). Before converting, the
+source's tensor set, shapes, dtypes and values are checked against its config.json
+(harness.package.tensors). Nothing half-written is left at DEST: a local package is written to a
+hidden sibling directory and renamed onto DEST at the end (one atomic rename); an S3 package is
+written locally first and uploaded with ``manifest.json`` last (a prefix without a manifest is not
+a package). Any failure, a full disk included, removes the work directory and the parent
+directories the build created. Every byte of the package is written through ``_save_shard``,
+``_write_text`` and ``_copy`` (the write seam a failing disk is tested at).
 """
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
+import stat
 import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError
 from safetensors.torch import save_file
 
-from harness.package import grid, layout
+from harness.package import checkpoint, grid, layout, tensors
 from harness.package.ignore import check_ignore
-from harness.package.manifest import write_manifest
+from harness.package.manifest import MANIFEST, manifest_of
 from harness.package.reads import bytes_read_per_token
-from kit.schemes import GROUPS, Scheme
+from harness.package.sizes import text_shapes
 from harness.package.source import PackageError, Source, resolve
+from kit.schemes import GROUPS, Scheme
 
 GIB = 2**30
 SHARD_BYTES = 2 * GIB
@@ -71,7 +80,7 @@ class Shards:
         if not self.current:
             return
         path = self.dir / f"shard-{len(self.written):05d}.safetensors"
-        save_file(self.current, str(path), metadata={"format": "pt"})
+        _save_shard(self.current, path)
         self.written.append((path, list(self.current)))
         self.current, self.size = {}, 0
 
@@ -80,21 +89,81 @@ class Shards:
         total = len(self.written)
         weight_map = {}
         names = []
-        for i, (path, tensors) in enumerate(self.written):
+        for i, (path, held) in enumerate(self.written):
             final = self.dir / f"model-{i + 1:05d}-of-{total:05d}.safetensors"
             path.rename(final)
             names.append(final.name)
-            for t in tensors:
+            for t in held:
                 weight_map[t] = final.name
         index = {"metadata": {"total_size": sum((self.dir / n).stat().st_size for n in names)},
                  "weight_map": dict(sorted(weight_map.items()))}
-        (self.dir / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
+        _write_text(self.dir / checkpoint.INDEX, json.dumps(index, indent=2) + "\n")
         return names
 
 
+class WriteFailed(PackageError):
+    """Writing the package failed (a full disk, a file size limit, an I/O error)."""
+
+    def __init__(self, path: Path, reason: str):
+        self.path, self.reason = path, reason
+        super().__init__(f"{path}: {reason}")
+
+
+# The write seam: every file of a package is written by one of these three.
+def _save_shard(tensors: dict[str, torch.Tensor], path: Path) -> None:
+    """safetensors' save_file. It reports an I/O failure as a SafetensorError, e.g. "Error while
+    serializing: I/O error: File too large (os error 27)" (safetensors 0.8.0, seen under a file
+    size limit), and removes its own partial file."""
+    try:
+        save_file(tensors, str(path), metadata={"format": "pt"})
+    except SafetensorError as e:
+        m = re.search(r"\(os error (\d+)\)", str(e))
+        raise WriteFailed(path, os.strerror(int(m.group(1))) if m else str(e).splitlines()[0]) from None
+
+
+def _write_text(path: Path, text: str) -> None:
+    try:
+        path.write_text(text)
+    except OSError as e:
+        raise WriteFailed(path, e.strerror or str(e)) from None
+
+
+def _copy(src: Path, dst: Path) -> None:
+    try:
+        shutil.copyfile(src, dst)
+    except OSError as e:
+        raise WriteFailed(dst, e.strerror or str(e)) from None
+
+
 def _load(src: Source, name: str) -> torch.Tensor:
-    with safe_open(str(src.files[name]), framework="pt") as f:
-        return f.get_tensor(name)
+    return checkpoint.load(src.tensors[name], name, src.dir)
+
+
+def _int4_groups(s: Scheme) -> set[str]:
+    groups = {g for g in ("linear", "per_layer_embeddings", "token_embeddings") if s.format_of(g) == "int4"}
+    return groups | ({"lm_head"} if s.untied_lm_head else set())
+
+
+def check_source(src: Source, s: Scheme, log=print) -> None:
+    """Refuse, before converting anything, a source whose tensors do not match what its config
+    implies (names, shapes, dtypes, an untied config's lm_head) or that holds NaN/inf; one line
+    naming the first problem."""
+    expected = text_shapes(src.config, str(src.dir / "config.json"))
+    mm = layout.is_multimodal(src.tensors)
+    found = {}
+    for n, info in src.tensors.items():
+        p = layout.package_name(n, mm)
+        if p is not None:
+            found[p] = (n, info)
+    problems = tensors.source_problems(found, expected, src.config, _int4_groups(s))
+    if problems:
+        more = f" ({len(problems) - 1} more problem(s) after this one)" if len(problems) > 1 else ""
+        raise PackageError(problems[0] + more)
+    for p, (n, info) in found.items():
+        bad = tensors.non_finite(n, info, src.dir)
+        if bad:
+            raise PackageError(bad)
+    log(f"source checked: {len(found)} text tensors named and shaped as config.json implies, all finite")
 
 
 @dataclass
@@ -171,6 +240,7 @@ def convert(src: Source, s: Scheme, work: Path, log=print) -> dict:
     if problem:
         raise PackageError(problem)
     pairs, tied_source, notes = plan(src, s)
+    check_source(src, s, log)
     shards = Shards(work)
     tables: dict[str, Table] = {}
     before = dict.fromkeys(GROUPS, 0)
@@ -243,9 +313,9 @@ def convert(src: Source, s: Scheme, work: Path, log=print) -> dict:
     if not check.ok:
         raise PackageError("ignore list check failed: " + "; ".join(check.problems))
     cfg = layout.text_config(src.config, s, qconfig)
-    (work / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+    _write_text(work / "config.json", json.dumps(cfg, indent=2, sort_keys=True) + "\n")
     for f in src.carried_files():
-        shutil.copyfile(f, work / f.name)
+        _copy(f, work / f.name)
 
     for t in tables.values():
         share = f"{t.bit_identical / t.values:.2%} bit-identical" if t.values else "copied as is"
@@ -255,30 +325,103 @@ def convert(src: Source, s: Scheme, work: Path, log=print) -> dict:
         log(n)
     log(f"total {_size(sum(before.values()))} -> {_size(sum(after.values()))} "
         f"({len(files)} safetensors file(s)); ignore check ok ({check.quantized_modules} packed modules)")
-    return write_manifest(work, src, s, before, after, [t.as_dict() for t in tables.values()],
-                          check.as_dict(), notes, CT_VERSION, bytes_read_per_token(after, rows))
+    manifest = manifest_of(work, src, s, before, after, [t.as_dict() for t in tables.values()],
+                           check.as_dict(), notes, CT_VERSION, bytes_read_per_token(after, rows))
+    _write_text(work / MANIFEST, json.dumps(manifest, indent=2) + "\n")
+    return manifest
 
 
 def _size(n: int) -> str:
     return f"{n / GIB:.3f} GiB" if n >= GIB // 100 else f"{n / 2**20:.3f} MiB"
 
 
+def check_dest(out: str) -> Path:
+    """A local DEST, checked before any work and without following a link at DEST itself: it
+    must not exist or be an empty directory, and its nearest existing ancestor must be a directory
+    this process can create entries in (probed: as root, permission bits say little)."""
+    dest = Path(out)
+    if not out.strip() or dest.name in ("", ".", ".."):
+        raise PackageError(f"--out {out!r}: name a new directory (or s3://bucket/prefix)")
+    try:
+        st = os.lstat(dest)
+    except (FileNotFoundError, NotADirectoryError):
+        st = None  # a file among the ancestors is named below
+    except OSError as e:
+        raise PackageError(f"--out {out}: {e.strerror or type(e).__name__}") from None
+    if st is not None:
+        if stat.S_ISLNK(st.st_mode):
+            raise PackageError(f"--out {out}: a symbolic link (to {os.readlink(dest)}); the build renames its "
+                               "finished package onto DEST and does not follow links: name a new directory")
+        if not stat.S_ISDIR(st.st_mode):
+            raise PackageError(f"--out {out}: exists and is not a directory; choose a new directory")
+        with os.scandir(dest) as entries:
+            if any(True for _ in entries):
+                raise PackageError(f"--out {out}: already exists and is not empty; choose a new directory")
+    probe = dest.parent
+    while True:
+        try:
+            pst = os.stat(probe)  # ancestors may be links (a linked home directory is ordinary)
+            break
+        except (FileNotFoundError, NotADirectoryError):
+            if probe == probe.parent:
+                raise PackageError(f"--out {out}: no existing directory above it") from None
+            probe = probe.parent
+        except OSError as e:
+            raise PackageError(f"--out {out}: {probe}: {e.strerror or type(e).__name__}") from None
+    if not stat.S_ISDIR(pst.st_mode):
+        raise PackageError(f"--out {out}: {probe} is not a directory")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".write-probe-", dir=probe))
+    except OSError as e:
+        raise PackageError(f"--out {out}: cannot create directories in {probe} "
+                           f"({e.strerror or type(e).__name__})") from None
+    return dest
+
+
+def _make_parents(d: Path) -> list[Path]:
+    """mkdir -p ``d``; the directories it created, deepest first (removed again on failure)."""
+    missing = []
+    while not os.path.lexists(d):
+        missing.append(d)
+        d = d.parent
+    for m in reversed(missing):
+        m.mkdir()
+    return missing
+
+
+def _remove_empty(dirs: list[Path]) -> None:
+    for d in dirs:
+        try:
+            d.rmdir()
+        except OSError:
+            break
+
+
 def build(source: str, out: str, scheme: Scheme, revision: str | None = None, work_root: str | None = None,
           log=print) -> dict:
     """Build ``scheme`` from ``source`` into ``out`` (a directory or s3://bucket/prefix)."""
     s3 = out.startswith("s3://")
+    created: list[Path] = []
     if s3:
         from harness.package.publish import parse_s3, refuse_existing
 
         bucket, prefix = parse_s3(out)
         refuse_existing(bucket, prefix)
-        work = Path(tempfile.mkdtemp(prefix="package-", dir=work_root))
+        where = f"the work directory in {work_root or tempfile.gettempdir()}"
+        try:
+            work = Path(tempfile.mkdtemp(prefix="package-", dir=work_root))
+        except OSError as e:
+            raise PackageError(f"--work {work_root}: cannot create a directory there ({e.strerror})") from None
     else:
-        dest = Path(out)
-        if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
-            raise PackageError(f"--out {out}: already exists and is not empty; choose a new directory")
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        work = Path(tempfile.mkdtemp(prefix=f".{dest.name}.partial-", dir=dest.parent))
+        dest = check_dest(out)
+        where = f"--out {out}"
+        try:
+            created = _make_parents(dest.parent)
+            work = Path(tempfile.mkdtemp(prefix=f".{dest.name}.partial-", dir=dest.parent))
+        except OSError as e:
+            _remove_empty(created)
+            raise PackageError(f"--out {out}: cannot create {e.filename or dest.parent} ({e.strerror})") from None
+    placed = False
     try:
         src = resolve(source, revision)
         log(f"source {src.id} revision {src.revision}; scheme {scheme.name}: {scheme.summary}")
@@ -288,14 +431,20 @@ def build(source: str, out: str, scheme: Scheme, revision: str | None = None, wo
 
             upload(work, bucket, prefix, log)
         else:
-            if dest.exists():
-                dest.rmdir()
-            work.rename(dest)
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
-        raise
-    if s3:
-        shutil.rmtree(work, ignore_errors=True)
+            try:  # one atomic rename; it replaces an empty directory and refuses anything else
+                os.rename(work, dest)
+            except OSError as e:
+                placed = True  # the finished package stays where it is; say so
+                raise PackageError(f"--out {out}: changed during the build ({e.strerror}); the finished package "
+                                   f"is kept in {work}") from None
+            placed = True
+    except WriteFailed as e:
+        raise PackageError(f"{where}: {e.reason} while writing {e.path.name}; the partial package was removed, "
+                           f"nothing was written at {out}") from None
+    finally:
+        if not placed:
+            shutil.rmtree(work, ignore_errors=True)
+            _remove_empty(created)
     return manifest
 
 

@@ -42,6 +42,21 @@ def is_embedding(module: str) -> bool:
     return "embed" in leaf and "proj" not in leaf
 
 
+def qconfig_problem(qconfig) -> str | None:
+    """Why a ``quantization_config`` cannot be read as compressed-tensors' (None: it can)."""
+    if not isinstance(qconfig, dict):
+        return f"quantization_config is a {type(qconfig).__name__}; expected an object"
+    groups = qconfig.get("config_groups") or {}
+    if not isinstance(groups, dict) or not all(
+            isinstance(g, dict) and isinstance(g.get("targets", []), list)
+            and all(isinstance(t, str) for t in g.get("targets", [])) for g in groups.values()):
+        return "quantization_config.config_groups: expected an object of groups, each with a list of target names"
+    ignore = qconfig.get("ignore") or []
+    if not isinstance(ignore, list) or not all(isinstance(p, str) for p in ignore):
+        return "quantization_config.ignore: expected a list of module names or re: patterns"
+    return None
+
+
 def check_ignore(shapes: dict[str, tuple[int, ...]], qconfig: dict, tied_lm_head: bool) -> IgnoreCheck:
     """``shapes``: every tensor name in the checkpoint index -> shape."""
     ignore = list(qconfig.get("ignore") or [])

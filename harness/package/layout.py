@@ -43,6 +43,13 @@ def package_name(source_name: str, multimodal: bool) -> str | None:
     return source_name
 
 
+def source_name(package_name: str, multimodal: bool) -> str:
+    """The name a package tensor has in a source of this layout (the inverse of package_name)."""
+    if multimodal and package_name.startswith("model."):
+        return MM_TEXT_PREFIX + package_name[len("model."):]
+    return package_name
+
+
 def is_multimodal(names) -> bool:
     return any(n.startswith(MM_TEXT_PREFIX) for n in names)
 

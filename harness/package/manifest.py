@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import hashlib
-import json
+import os
 from pathlib import Path
 
 MANIFEST = "manifest.json"
@@ -17,8 +17,10 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def write_manifest(work: Path, src, scheme, before: dict, after: dict, tables: list[dict],
-                   ignore_check: dict, notes: list[str], ct_version: str, read_per_token: int) -> dict:
+def manifest_of(work: Path, src, scheme, before: dict, after: dict, tables: list[dict],
+                ignore_check: dict, notes: list[str], ct_version: str, read_per_token: int) -> dict:
+    """The manifest of the package in ``work`` (its files hashed as they are now); the build
+    writes it last, as ``MANIFEST``."""
     files = {p.name: {"bytes": p.stat().st_size, "sha256": sha256_file(p)}
              for p in sorted(work.iterdir()) if p.is_file() and p.name != MANIFEST}
     manifest = {
@@ -35,21 +37,37 @@ def write_manifest(work: Path, src, scheme, before: dict, after: dict, tables: l
         "notes": notes,
         "files": files,
     }
-    (work / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     return manifest
 
 
 def verify(directory: Path) -> list[str]:
-    """Problems with a package directory's files against its manifest (empty: intact)."""
-    m = json.loads((directory / MANIFEST).read_text())
+    """Problems with a package directory's files against its manifest (empty: intact). The
+    manifest may be hostile: read bounded, and only names of regular files directly in
+    ``directory`` are hashed (never ``../x`` or a FIFO)."""
+    from harness.package.checkpoint import read_json, regular_file
+    from harness.package.errors import PackageError
+
+    m = read_json(directory / MANIFEST, directory)
+    files = m.get("files") if isinstance(m, dict) else None
+    if not isinstance(files, dict) or not all(isinstance(v, dict) for v in files.values()):
+        raise PackageError(f"{directory / MANIFEST}: no \"files\" object (file name -> bytes and sha256)")
     problems = []
     present = {p.name for p in directory.iterdir() if p.is_file() and p.name != MANIFEST}
-    for name, meta in m["files"].items():
+    for name, meta in files.items():
+        if not name or "/" in name or "\\" in name or name in (".", ".."):
+            problems.append(f"{MANIFEST}: entry {name!r} is not a file name in the package; not read")
+            continue
         p = directory / name
-        if not p.is_file():
+        if not os.path.lexists(p):
             problems.append(f"{name}: missing")
-        elif sha256_file(p) != meta["sha256"]:
+            continue
+        try:
+            regular_file(p, directory)
+        except PackageError as e:
+            problems.append(str(e))
+            continue
+        if sha256_file(p) != meta.get("sha256"):
             problems.append(f"{name}: sha256 differs from the manifest")
-    for extra in sorted(present - set(m["files"])):
+    for extra in sorted(present - set(files)):
         problems.append(f"{extra}: not in the manifest")
     return problems

@@ -9,20 +9,28 @@ and these agree exactly for the same config.
 from __future__ import annotations
 
 from harness.package import layout
+from harness.package.errors import PackageError
+from harness.package.textconfig import text_config, transformers_config
 from kit.schemes import GROUPS, Scheme, stored_bytes
 
 
-def text_shapes(config: dict) -> dict[str, tuple[int, ...]]:
-    """Package tensor names (``model.`` prefix) -> shape, for a Gemma 4 config or text_config."""
+def text_shapes(config: dict, where: str = "config.json") -> dict[str, tuple[int, ...]]:
+    """Package tensor names (``model.`` prefix) -> shape, for a Gemma 4 config or text_config.
+
+    The one place shapes come from: ``sizes``, the build's source check and ``check`` all call
+    it. The config is checked first (textconfig: types and ranges, so the meta model it builds is
+    bounded); ``PackageError`` names what is wrong."""
     import torch
-    from transformers import Gemma4TextConfig
     from transformers.models.gemma4.modeling_gemma4 import Gemma4TextModel
 
-    text = dict(config.get("text_config", config))
-    for k in ("architectures", "quantization_config", "model_type", "transformers_version"):
-        text.pop(k, None)
-    with torch.device("meta"):
-        model = Gemma4TextModel(Gemma4TextConfig(**text))
+    cfg = transformers_config(text_config(config, where), where)
+    try:
+        with torch.device("meta"):
+            model = Gemma4TextModel(cfg)
+    except (TypeError, ValueError, KeyError, IndexError, RuntimeError) as e:
+        line = str(e).strip().splitlines()
+        raise PackageError(f"{where}: transformers cannot build the Gemma 4 text model it describes: "
+                           f"{(line[0] if line else type(e).__name__)[:200]}") from None
     return {f"model.{n}": tuple(t.shape) for n, t in model.state_dict().items()}
 
 

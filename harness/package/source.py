@@ -1,15 +1,17 @@
 """Resolve a build's source (a local checkpoint directory or a Hugging Face id) and read it."""
 from __future__ import annotations
 
-import json
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.package import checkpoint
+from harness.package.checkpoint import TensorInfo
+from harness.package.errors import PackageError
+from harness.package.textconfig import text_config
 
-class PackageError(Exception):
-    """A one-line, user-facing reason the build cannot go on."""
+__all__ = ["PackageError", "Source", "TensorInfo", "resolve"]
 
 
 # Files a package carries over from its source besides weights and config: tokenizer, chat
@@ -25,10 +27,16 @@ class Source:
     id: str
     revision: str
     config: dict
-    files: dict[str, Path]  # tensor name -> safetensors file
+    tensors: dict[str, TensorInfo]  # tensor name -> its file, dtype and shape (from the headers)
+
+    @property
+    def files(self) -> dict[str, Path]:
+        return {n: t.file for n, t in self.tensors.items()}
 
     def carried_files(self) -> list[Path]:
-        return sorted(p for p in self.dir.iterdir() if p.is_file() and CARRIED.match(p.name))
+        """Tokenizer and template files to copy into the package (regular files inside the source)."""
+        names = sorted(p for p in self.dir.iterdir() if CARRIED.match(p.name))
+        return [checkpoint.regular_file(p, self.dir) for p in names if not p.is_dir()]
 
     def serving_problem(self) -> str | None:
         """Why vLLM could not chat with a package of this source, or None. vLLM serves a local
@@ -40,29 +48,12 @@ class Source:
         if not names & {"tokenizer.json", "tokenizer.model"}:
             return f"{self.id}: no tokenizer.json or tokenizer.model; vLLM could not tokenize for the package"
         tok_cfg = self.dir / "tokenizer_config.json"
-        in_cfg = tok_cfg.is_file() and "chat_template" in json.loads(tok_cfg.read_text())
+        tok = checkpoint.read_json(tok_cfg, self.dir) if tok_cfg.name in names else None
+        in_cfg = isinstance(tok, dict) and "chat_template" in tok
         if not in_cfg and not names & {"chat_template.jinja", "chat_template.json"}:
             return (f"{self.id}: no chat template (chat_template.jinja, chat_template.json or tokenizer_config.json's "
                     "chat_template); vLLM would refuse every chat request to the package")
         return None
-
-
-def _tensor_files(d: Path) -> dict[str, Path]:
-    index = d / "model.safetensors.index.json"
-    if index.is_file():
-        weight_map = json.loads(index.read_text())["weight_map"]
-        return {n: d / f for n, f in weight_map.items()}
-    shards = sorted(d.glob("*.safetensors"))
-    if not shards:
-        raise PackageError(f"{d}: no model.safetensors.index.json and no *.safetensors file")
-    from safetensors import safe_open
-
-    files: dict[str, Path] = {}
-    for shard in shards:
-        with safe_open(str(shard), framework="pt") as f:
-            for n in f.keys():
-                files[n] = shard
-    return files
 
 
 def _download(repo_id: str, revision: str | None) -> Path:
@@ -94,10 +85,10 @@ def resolve(src: str, revision: str | None = None) -> Source:
     else:
         raise PackageError(f"--source {src!r} is neither a checkpoint directory nor a Hugging Face id (owner/name)")
     cfg_path = d / "config.json"
-    if not cfg_path.is_file():
+    if not os.path.lexists(cfg_path):
         raise PackageError(f"{d}: no config.json")
-    config = json.loads(cfg_path.read_text())
-    model_type = (config.get("text_config") or config).get("model_type", config.get("model_type"))
-    if not str(model_type).startswith("gemma4"):
-        raise PackageError(f"{src}: model_type {model_type!r}; this builder packs Gemma 4 checkpoints (gemma4, gemma4_text)")
-    return Source(d, repo_id, rev, config, _tensor_files(d))
+    config = checkpoint.read_json(cfg_path, d)
+    text = text_config(config, str(cfg_path))
+    if "model_type" not in text and "model_type" not in config:
+        raise PackageError(f"{cfg_path}: no model_type; this builder packs Gemma 4 checkpoints (gemma4, gemma4_text)")
+    return Source(d, repo_id, rev, config, checkpoint.tensors(d))

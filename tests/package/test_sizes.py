@@ -108,3 +108,18 @@ def test_reads_per_token_agree_with_the_cost_models_architecture():
     ours = bytes_read_per_token(sizes(shapes, SCHEMES["emb4"]), table_rows(shapes))
     theirs = GEMMA_4_E2B.weights_read_per_token("int4", "int4", group_size=32)
     assert ours == pytest.approx(theirs, rel=0.002)
+
+
+def test_the_tensor_set_the_checks_expect_is_the_published_checkpoints():
+    """The build and ``check`` refuse any tensor the config does not imply (tests/package/
+    test_hostile_tensors.py), so the implied set must be the real one. Google's E2B
+    -qat-w4a16-ct header (docs/articles/evidence/qat-safetensors-header.txt, xbill9/sagemaker-gemma
+    at 6c18089f) counts "transformer body ... tensors=1090": every Linear of the text model as a
+    packed triple plus the norms and scalars, the two embedding tables and lm_head counted apart.
+    The KV-shared layers having no k_proj/v_proj/k_norm is what makes it 1090."""
+    from harness.package import layout
+
+    shapes = text_shapes(json.loads(CONFIG.read_text()))
+    body = {n: s for n, s in shapes.items() if n not in (layout.EMBED, layout.PLE)}
+    linears = [n for n, s in body.items() if layout.group_of(n, s) == "linear"]
+    assert 3 * len(linears) + (len(body) - len(linears)) == 1090

@@ -1,0 +1,6 @@
+"""The package commands' one error type (its own module so every reader can raise it)."""
+from __future__ import annotations
+
+
+class PackageError(Exception):
+    """A one-line, user-facing reason the build or check cannot go on."""
