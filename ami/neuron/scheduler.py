@@ -217,7 +217,8 @@ class BatchScheduler:
     def retry_after(self) -> int:
         """Seconds until a place in the queue is likely free: the recent mean time a request
         holds a slot, times the queue ahead per slot; 1 to 60."""
-        mean = statistics.fmean(self._service_s) if self._service_s else 1.0
+        held = list(self._service_s)  # one C-level copy: the engine thread appends concurrently
+        mean = statistics.fmean(held) if held else 1.0
         return max(1, min(60, math.ceil(mean * (len(self._pending) + 1) / self.slots)))
 
     def submit(self, row: Row) -> _TokenStream:
