@@ -55,6 +55,20 @@ class BackendConfig:
     # Custom::ImagesReady (visible, available) before the instance is created.
     ami: str | None = None
 
+    def instance_key(self, service: str) -> str:
+        """How a one-line error names the setting that chose this deployment's instance type: the
+        variant's item (``g6_variants[g5]``), else ``<id>_instance_type`` (SageMaker:
+        ``sagemaker_instance_types``, which takes one type too)."""
+        if self.variant is not None:
+            return f"{kit_variants.key(self.id)}[{self.variant}]"
+        return f"{self.id}_instance_types" if service == "sagemaker" else f"{self.id}_instance_type"
+
+    def instance_fix(self, service: str, instance_type: str) -> str:
+        """The setting that would put this deployment on ``instance_type``, as the error's hint."""
+        if self.variant is not None:
+            return f"in -c {kit_variants.key(self.id)} give {self.variant}={self.model_id}@{instance_type}"
+        return f"set -c {self.instance_key(service)}={instance_type}"
+
 
 @dataclass(frozen=True)
 class KitConfig:
@@ -401,9 +415,19 @@ def _variants(context: Mapping[str, Any], selected: Mapping[str, BackendConfig])
             items = kit_variants.parse(bid, context[k])
         except kit_variants.VariantError as e:
             raise ConfigError(str(e)) from None
-        models = [_variant_model(bid, f"{k}[{name}]", model) for name, model in items]
         base = selected.get(bid)
-        if base is not None:
-            out += [replace(base, model_id=m, variant=name, slot=i)
-                    for i, ((name, _), m) in enumerate(zip(items, models))]
+        for slot, item in enumerate(items):
+            where = f"{k}[{item.name}]"
+            # An item without a model serves the backend's own (its <id>_model or model).
+            model = _variant_model(bid, where, item.model) if item.model else (base.model_id if base else None)
+            # An item with @TYPE: the same checks as <id>_instance_type (the catalog's rules and
+            # botocore's list); the planner's fit for its model is checked at synth (stacks/sizing.py).
+            itype = _instance_type(bid, where, item.instance_type) if item.instance_type else None
+            if base is None:
+                continue
+            if itype is None:
+                out.append(replace(base, model_id=model, variant=item.name, slot=slot))
+            else:
+                out.append(replace(base, model_id=model, variant=item.name, slot=slot, instance_type=itype,
+                                   instance_types=(itype,) if base.instance_types else ()))
     return tuple(out)

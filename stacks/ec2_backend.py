@@ -60,7 +60,7 @@ class Ec2BackendStack(cdk.Stack):
         source_model = package.source_model(scheme) if scheme else model_id
         # What this model needs here (kit/plan.py), or a one-line refusal naming a type that fits.
         size = sizing(backend.id, backend.instance_type, source_model, config.max_model_len,
-                      f"{backend.id}_instance_type")
+                      backend.instance_key("ec2"), lambda best: backend.instance_fix("ec2", best))
         engine = spec.engine_settings(backend.instance_type, source_model)
         if engine.vllm_args is not None:
             env["KIT_VLLM_ARGS"] = engine.vllm_args

@@ -114,7 +114,8 @@ class SageMakerStack(cdk.Stack):
             # The model's needs on this type (kit/plan.py): TP degree, longer start-up windows for
             # bigger weights; a type that cannot hold it is refused naming one that can.
             size = sizing(backend.id, itype, package.source_model(scheme) if scheme else backend.model_id,
-                          config.max_model_len, f"{backend.id}_instance_types")
+                          config.max_model_len, backend.instance_key("sagemaker"),
+                          lambda best: backend.instance_fix("sagemaker", best))
             sid = re.sub(r"[^A-Za-z0-9]", "", itype.title())
             name = endpoint_name(self.stack_name, itype)
             model = sagemaker.CfnModel(

@@ -17,6 +17,7 @@ the planner applies the Neuron engine's own rules (kit/plan.py restates them; a 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 from kit import plan as kp
 from kit.config import ConfigError
@@ -34,15 +35,18 @@ class Sizing:
         return min(SAGEMAKER_TIMEOUT_MAX_S, base + 60 * self.extra_ready_minutes)
 
 
-def sizing(backend_id: str, instance_type: str, model_id: str, max_model_len: int, key: str) -> Sizing:
-    """The deployment's sizing; ConfigError (one line, ``key=value: ...``) when it cannot serve."""
+def sizing(backend_id: str, instance_type: str, model_id: str, max_model_len: int, key: str,
+           fix: Callable[[str], str] | None = None) -> Sizing:
+    """The deployment's sizing; ConfigError (one line, ``key=value: ...``) when it cannot serve,
+    ending with ``fix(smallest type that fits)`` (default: ``set -c key=TYPE``;
+    kit/config.py ``BackendConfig.instance_fix`` says it for a variant's item)."""
     try:
         p = kp.check_deploy(backend_id, instance_type, model_id, max_model_len)
     except kp.PlanError as e:
         hint = ""
         best = str(e).rpartition("that fits: ")[2].partition(" ")[0]
         if best and "that fits: " in str(e):
-            hint = f"; set -c {key}={best}"
+            hint = "; " + (fix(best) if fix else f"set -c {key}={best}")
         raise ConfigError(f"{key}={instance_type!r}: {e}{hint}") from None
     if p is None:
         return Sizing(None)

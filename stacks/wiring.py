@@ -58,7 +58,8 @@ def build(app: cdk.App, config: KitConfig, now: datetime | None = None) -> dict[
     for bc in config.deployments:  # the selected backends, then their variants (kit/variants.py)
         spec = BACKENDS[bc.id]
         name = variants.stack_name(bc.id, bc.variant)
-        desc = f"Inference kit: {spec.label}" + (f", variant {bc.variant} ({bc.model_id})" if bc.variant else "")
+        desc = f"Inference kit: {spec.label}" + (f", variant {bc.variant} ({bc.model_id} on {bc.instance_type})"
+                                                 if bc.variant else "")
         env = cdk.Environment(region=bc.region)
         if spec.service == "ec2":
             net = get_network(bc.region)

@@ -141,7 +141,7 @@ def test_config_variants_in_order_with_the_backends_settings():
     ({"g6_variants": "a=package:nope"}, "g6_variants[a]='package:nope': unknown package scheme"),
     ({"inf2_variants": "a=package:emb4"}, "inf2_variants[a]='package:emb4': packages are served by"),
     ({"bedrock_variants": "a=x"}, "unknown context key 'bedrock_variants'"),
-    ({"g6_variants": 3}, "is not NAME=MODEL items"),
+    ({"g6_variants": 3}, "is not NAME=MODEL[@INSTANCE_TYPE] items"),
 ])
 def test_bad_variants_are_one_config_error(ctx, want):
     with pytest.raises(ConfigError) as e:
