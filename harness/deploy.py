@@ -4,8 +4,9 @@ what it deploys, and creates nothing when one is missing (issue 24 point 1).
 
 Before calling the CDK it asks, in each region, whether every image the selected backend stacks
 boot exists: the kit's images by their SSM parameter (``GetParameters``; a name that does not
-exist comes back in ``InvalidParameters``), an AMI given with ``-c <id>_ami`` with
-``DescribeImages``. For each missing one it prints one line naming the image, its region, the
+exist comes back in ``InvalidParameters``) and then the AMI the parameter names, an AMI given
+with ``-c <id>_ami`` directly, with ``DescribeImages`` (``available``; a deregistered AMI behind a
+parameter that outlived it is missing too, as Custom::ImagesReady decides). For each missing one it prints one line naming the image, its region, the
 stacks that boot it and the command that makes it (``python -m harness.images build ...``), then
 stops (exit 1) before anything is created; with ``--leave-out-missing`` it deploys the other
 backends instead. Then it runs ``npx cdk deploy`` with ``-c backends=`` narrowed to the selected
@@ -44,18 +45,32 @@ def missing_images(needs: Sequence[ImageNeed], client: ClientFor) -> list[tuple[
         for i in range(0, len(names), 10):  # GetParameters takes at most 10 names
             r = ssm.get_parameters(Names=names[i:i + 10])
             found.update({(region, p["Name"]): p.get("Value") for p in r.get("Parameters", [])})
+    states: dict[tuple[str, str], str | None] = {}
+
+    def state_of(region: str, ami: str) -> str | None:
+        """The AMI's state when this account can see it, else None (asked once per AMI)."""
+        if (region, ami) not in states:
+            try:
+                images = client("ec2", region).describe_images(ImageIds=[ami]).get("Images", [])
+            except Exception as e:
+                if not getattr(e, "response", {}).get("Error", {}).get("Code", "").startswith("InvalidAMIID"):
+                    raise
+                images = []
+            states[(region, ami)] = images[0].get("State") if images else None
+        return states[(region, ami)]
+
     for n in needs:
         if n.parameter:
-            if not found.get((n.region, n.parameter)):
+            ami = found.get((n.region, n.parameter))
+            if not ami:
                 out.append((n, f"{n.parameter} does not exist"))
+                continue
+            state = state_of(n.region, ami)
+            if state != "available":
+                out.append((n, f"{n.parameter} names {ami}, which is "
+                               + ("not visible to this account (deregistered?)" if state is None else state)))
             continue
-        try:
-            images = client("ec2", n.region).describe_images(ImageIds=[n.ami]).get("Images", [])
-        except Exception as e:
-            if not getattr(e, "response", {}).get("Error", {}).get("Code", "").startswith("InvalidAMIID"):
-                raise
-            images = []
-        state = images[0].get("State") if images else None
+        state = state_of(n.region, n.ami)
         if state != "available":
             out.append((n, f"{n.ami} is not visible to this account" if state is None else f"{n.ami} is {state}"))
     return out

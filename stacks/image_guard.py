@@ -73,11 +73,11 @@ class ImagesReady(Construct):
             role.add_to_policy(iam.PolicyStatement(
                 sid="ReadImageParameters", actions=["ssm:GetParameters"],
                 resources=[f"arn:{stack.partition}:ssm:{r}:{stack.account}:parameter{p}" for r, p in parameters]))
-        if any(n.ami for n in needs):
+        if needs:  # the AMI each parameter names, and -c <id>_ami: visible and available
             role.add_to_policy(iam.PolicyStatement(sid="SeeAmis", actions=["ec2:DescribeImages"], resources=["*"]))
             nag.acknowledge(role, "AwsSolutions-IAM5[Resource::*]",
                             "ec2:DescribeImages supports no resource-level permissions (Service Authorization "
-                            "Reference, Amazon EC2); it only reads whether -c <id>_ami is visible")
+                            "Reference, Amazon EC2); it only reads whether the AMIs to boot are available")
         role.add_to_policy(iam.PolicyStatement(
             sid="OwnLogs", actions=["logs:CreateLogStream", "logs:PutLogEvents"],
             resources=[log_group.log_group_arn, f"{log_group.log_group_arn}:*"]))

@@ -16,11 +16,21 @@ NEURON = "/imagebuilder/inference-kit/ami/neuron-sdk228"
 ROOT_CDK_JSON = "cdk.json"
 
 
+def images(gone=(), states=None):
+    """DescribeImages: the account's AMIs are available, except ``gone`` (deregistered:
+    InvalidAMIID.NotFound, EC2 API reference) and those ``states`` names."""
+    def ec2(op, params):
+        assert op == "describe_images", op
+        (ami,) = params["ImageIds"]
+        if ami in gone:
+            return Error("InvalidAMIID.NotFound", f"The image id '[{ami}]' does not exist")
+        return {"Images": [{"ImageId": ami, "State": (states or {}).get(ami, "available"), "OwnerId": "123456789012"}]}
+    return ec2
+
+
 def go(argv, params=None, ec2=None):
     ran: list[list[str]] = []
-    clients = {"ssm": ssm_parameters(params or {})}
-    if ec2:
-        clients["ec2"] = Replay("ec2", ec2)
+    clients = {"ssm": ssm_parameters(params or {}), "ec2": Replay("ec2", ec2 or images())}
     out = io.StringIO()
     rc = deploy.main(argv, client=lambda service, region: clients[service], run=lambda cmd: ran.append(cmd) or 0,
                      out=out)
@@ -60,6 +70,24 @@ def test_everything_built_deploys_all_and_passes_context_and_cdk_arguments():
     assert rc == 0
     assert ran == [["npx", "cdk", "deploy", "--all", "-c", "backends=bedrock,sagemaker,g6,g5g,inf2,trn1",
                     "-c", "ttl_hours=2", "--require-approval", "never"]]
+
+
+def test_a_parameter_that_outlived_its_ami_is_a_missing_image():
+    """The image parameter stays after its AMI is deregistered (harness.leftovers lists the AMI's
+    snapshots as billing, the parameter as free); deploying on the parameter alone would fail at
+    the instance, after the stacks before it were up."""
+    rc, out, ran, clients = go(["--all"], {SM75: "ami-0123456789abcdef0", NEURON: "ami-0a1b2c3d4e5f60718"},
+                               ec2=images(gone={"ami-0123456789abcdef0"}, states={"ami-0a1b2c3d4e5f60718": "pending"}))
+    assert rc == 1 and ran == []
+    assert out.splitlines() == [
+        f"image vllm-sm75 (us-east-1): {SM75} names ami-0123456789abcdef0, which is not visible to this account "
+        "(deregistered?) (G5gStack boots it); build it: python -m harness.images build vllm-sm75 --region us-east-1",
+        f"image neuron (us-east-1): {NEURON} names ami-0a1b2c3d4e5f60718, which is pending (Inf2Stack, Trn1Stack "
+        "boot it); build it: python -m harness.images build neuron --region us-east-1",
+        "nothing was deployed: 2 machine images are missing; or deploy the rest: "
+        "python -m harness.deploy --all --leave-out-missing"]
+    assert [c[1] for c in clients["ec2"].calls] == [{"ImageIds": ["ami-0123456789abcdef0"]},
+                                                   {"ImageIds": ["ami-0a1b2c3d4e5f60718"]}]
 
 
 def test_an_ami_given_by_id_must_be_visible_to_this_account():

@@ -58,6 +58,12 @@ def _param(name, value):
             "ARN": f"arn:aws:ssm:us-east-1:123456789012:parameter{name}"}
 
 
+def _available(ami, owner="123456789012", state="available"):
+    """DescribeImages' answer for one of the account's AMIs (EC2 API reference, Image)."""
+    return {"Images": [{"ImageId": ami, "State": state, "OwnerId": owner, "Architecture": "arm64",
+                        "Name": "inference-kit-vllm-sm75-gpu-test-2026-11-30T12-00-00.000Z", "Public": False}]}
+
+
 def test_every_missing_image_is_one_line_with_its_build_command_and_the_rest_can_deploy():
     c = Clients()
     c.stub("ssm").add_response("get_parameters", {"Parameters": [], "InvalidParameters": [NEURON, SM75]},
@@ -80,8 +86,43 @@ def test_present_images_pass_and_the_stack_gets_its_own_ami():
     c.stub("ssm").add_response("get_parameters", {"Parameters": [_param(NEURON, "ami-0a1b2c3d4e5f60718"),
                                                                  _param(SM75, "ami-0123456789abcdef0")]},
                                                {"Names": [NEURON, SM75]})
+    c.stub("ec2").add_response("describe_images", _available("ami-0123456789abcdef0"),
+                               {"ImageIds": ["ami-0123456789abcdef0"]})
+    c.stub("ec2").add_response("describe_images", _available("ami-0a1b2c3d4e5f60718"),
+                               {"ImageIds": ["ami-0a1b2c3d4e5f60718"]})
     got = index.check([_entry("vllm-sm75", SM75), _entry("neuron", NEURON, key="BootAmi")], ["g5g", "inf2"], c)
     assert got == {"BootAmi": "ami-0a1b2c3d4e5f60718"}
+    c.done()
+
+
+def test_a_parameter_whose_ami_was_deregistered_is_a_missing_image():
+    """The parameter outlives its AMI (Image Builder writes it, no stack owns it; harness.leftovers
+    lists the AMI's snapshots as billing and the parameter as free). Passing on the parameter
+    alone let the instance's CreateInstance fail on the AMI after other stacks were up."""
+    c = Clients()
+    c.stub("ssm").add_response("get_parameters", {"Parameters": [_param(SM75, "ami-0123456789abcdef0")]},
+                               {"Names": [SM75]})
+    c.stub("ec2").add_client_error("describe_images", "InvalidAMIID.NotFound",
+                                   "The image id '[ami-0123456789abcdef0]' does not exist", 400,
+                                   expected_params={"ImageIds": ["ami-0123456789abcdef0"]})
+    with pytest.raises(index.NotReady) as e:
+        index.check([_entry("vllm-sm75", SM75, key="BootAmi")], ["g6", "g5g"], c)
+    assert str(e.value).splitlines()[1:] == [
+        f"image vllm-sm75 (us-east-1): {SM75} names ami-0123456789abcdef0, which is not visible to this account "
+        "(deregistered?) (G5gStack boots it); build it: python -m harness.images build vllm-sm75 --region us-east-1",
+        "or deploy without g5g: -c backends=g6"]
+    c.done()
+
+
+def test_a_parameter_whose_ami_cannot_launch_names_its_state():
+    c = Clients()
+    c.stub("ssm").add_response("get_parameters", {"Parameters": [_param(SM75, "ami-0123456789abcdef0")]},
+                               {"Names": [SM75]})
+    c.stub("ec2").add_response("describe_images", _available("ami-0123456789abcdef0", state="disabled"),
+                               {"ImageIds": ["ami-0123456789abcdef0"]})
+    with pytest.raises(index.NotReady) as e:
+        index.check([_entry("vllm-sm75", SM75, key="BootAmi")], ["g5g"], c)
+    assert f"{SM75} names ami-0123456789abcdef0, which is disabled (G5gStack boots it)" in str(e.value)
     c.done()
 
 
@@ -168,6 +209,8 @@ def test_the_ami_handed_out_is_kept_in_the_physical_id():
     c = Clients()
     c.stub("ssm").add_response("get_parameters", {"Parameters": [_param(SM75, "ami-0123456789abcdef0")]},
                                {"Names": [SM75]})
+    c.stub("ec2").add_response("describe_images", _available("ami-0123456789abcdef0"),
+                               {"ImageIds": ["ami-0123456789abcdef0"]})
     index.handler(_event("Create", "2026-12-01T09:00:00+00:00"), None, client=c,
                   send=lambda e, status, pid, data, reason="": sent.append((status, pid, data)))
     assert sent == [("SUCCESS", "images-ready/ami-0123456789abcdef0", {"BootAmi": "ami-0123456789abcdef0"})]

@@ -20,9 +20,14 @@ behind the parameter replaces the instance). Data: ``<Key>`` -> the AMI id, for 
 carry a Key.
 
 Calls: SSM ``GetParameters`` (names it cannot find come back in ``InvalidParameters``, at most 10
-names a call: SSM API reference, GetParameters) per region, and for an explicit ``-c <id>_ami``
-EC2 ``DescribeImages`` (an AMI that is neither the account's nor shared with it is not returned:
-``InvalidAMIID.NotFound``). Delete does nothing. Standard library and boto3 only.
+names a call: SSM API reference, GetParameters) per region, then EC2 ``DescribeImages`` for every
+AMI id a parameter holds and every explicit ``-c <id>_ami`` (an AMI that is neither the account's
+nor shared with it, or was deregistered, is not returned: ``InvalidAMIID.NotFound``; one that is
+not ``available`` cannot launch). A parameter outlives its AMI: Image Builder writes it, no stack
+owns it, and ``harness.leftovers`` lists the AMI's snapshots as billing and the parameter as free,
+so a deregistered AMI behind a present parameter is the usual way an image goes missing; without
+this check the instance's ``CreateInstance`` would fail on it only after other stacks were up.
+Delete does nothing. Standard library and boto3 only.
 """
 from __future__ import annotations
 
@@ -69,6 +74,13 @@ def check(images: list[Mapping[str, Any]], backends: list[str], client: ClientFo
     for region, names in by_region.items():
         got = _parameters(client("ssm", region), sorted(set(names)))
         values.update({(region, n): v for n, v in got.items()})
+    states: dict[tuple[str, str], str | None] = {}  # (region, AMI id) -> state, asked once each
+
+    def state_of(region: str, ami: str) -> str | None:
+        if (region, ami) not in states:
+            states[(region, ami)] = _ami_state(client("ec2", region), ami)
+        return states[(region, ami)]
+
     found: dict[str, str] = {}
     lines: list[str] = []
     left_out: set[str] = set()
@@ -76,10 +88,16 @@ def check(images: list[Mapping[str, Any]], backends: list[str], client: ClientFo
         where = f"{im['Region']}"
         if im.get("Parameter"):
             ami = values.get((im["Region"], im["Parameter"]))
-            problem = None if ami else f"{im['Parameter']} does not exist"
+            if not ami:
+                problem = f"{im['Parameter']} does not exist"
+            else:
+                state = state_of(im["Region"], ami)
+                problem = (None if state == "available" else
+                           f"{im['Parameter']} names {ami}, which is not visible to this account (deregistered?)"
+                           if state is None else f"{im['Parameter']} names {ami}, which is {state}")
         else:
             ami = im["Ami"]
-            state = _ami_state(client("ec2", im["Region"]), ami)
+            state = state_of(im["Region"], ami)
             problem = (None if state == "available" else
                        f"{ami} is not visible to this account" if state is None else f"{ami} is {state}")
         if problem:
