@@ -60,6 +60,7 @@ class Target:
     hf_token_secret: str | None = None  # the Secrets Manager secret its stacks read (hf_token_secret)
     serves_package: bool = False  # it or a variant serves a package: PackageStack's build must start
     neuron_sdk: str | None = None  # neuron backends: the SDK line whose image they boot (-c neuron_sdk)
+    ami: str | None = None  # EC2: the AMI id it boots instead of its image parameter (-c <id>_ami)
 
 
 def targets_from_catalog(backends: list[str]) -> list[Target]:
@@ -106,7 +107,8 @@ def targets_from_config(context: dict[str, Any], backends: list[str] | None) -> 
                           copies=1 + sum(v.id == bc.id for v in cfg.variants),
                           neuron_sdk=cfg.neuron_sdk if b.image == "neuron" else None,
                           hf_token_secret=cfg.hf_token_secret if b.service != "bedrock" else None,
-                          serves_package=any(_serves_package(d.model_id) for d in (bc, *cfg.variants) if d.id == bc.id)))
+                          serves_package=any(_serves_package(d.model_id) for d in (bc, *cfg.variants) if d.id == bc.id),
+                          ami=bc.ami))
     return cfg.region, out
 
 
@@ -243,6 +245,9 @@ def _check_account(session: Any, region: str, targets: list[Target], rep: Report
     for t in targets:
         family = catalog.backend(t.id).image
         if t.service != "ec2" or not family:
+            continue
+        if t.ami:  # -c <id>_ami: this AMI boots, not the image parameter; nothing to build
+            account.check_given_ami(rep.add, region, ec2, t.id, t.ami, _short)
             continue
         boot[t.id] = boot_family(family, t.image_choice, t.neuron_sdk).ssm_parameter
         image = FAMILY_IMAGE.get(family)

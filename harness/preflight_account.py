@@ -2,7 +2,9 @@
 
 Checked per region, for the backends a deploy would create:
 
-* the machine image each EC2 backend boots: its SSM parameter resolves (``GetParameters``); a kit
+* the machine image each EC2 backend boots: an AMI given with ``-c <id>_ami`` (a workshop
+  attendee's shared image) is visible to the account and ``available`` (``DescribeImages``), and
+  nothing is to be built for it; otherwise its SSM parameter resolves (``GetParameters``); a kit
   image (``/imagebuilder/inference-kit/ami/*``) that is not built yet blocks the backend, with the
   commands that build it, and then what the build needs is checked too:
   - the parent image's public parameter resolves (or ``neuron_parent_image`` exists),
@@ -101,6 +103,32 @@ def offered_azs(ec2: Any, instance_type: str) -> list[str]:
 
 Add = Callable[[str, str, str, str], None]  # (backend, check, status, detail)
 QuotaFn = Callable[[str, str], "float | None"]
+
+
+def check_given_ami(add: Add, region: str, ec2: Any, backend: str, ami: str,
+                    short: Callable[[BaseException], str]) -> None:
+    """``-c <id>_ami``: the AMI this account would launch instead of the kit's image. EC2
+    DescribeImages answers ``InvalidAMIID.NotFound`` for an AMI that is neither the account's nor
+    shared with it (EC2 API reference, DescribeImages); the fix is the owner's share command,
+    the one kit/image_needs.py ImageNeed.fix names at deploy time."""
+    from kit.image_needs import ImageNeed
+
+    fix = ImageNeed(f"{backend}_ami", region, ami=ami).fix()
+    try:
+        images = ec2.describe_images(ImageIds=[ami]).get("Images", [])
+    except Exception as exc:  # noqa: BLE001 - not found is a BLOCK, anything else cannot be judged
+        code = getattr(exc, "response", {}).get("Error", {}).get("Code", "")
+        if not code.startswith("InvalidAMIID"):
+            add(backend, "AMI (-c)", "warn", f"could not look up {ami}: {short(exc)}")
+            return
+        images = []
+    state = images[0].get("State") if images else None
+    if state == "available":
+        owner = images[0].get("OwnerId", "?")
+        add(backend, "AMI (-c)", "ok", f"{backend}_ami={ami} available in {region} (owner {owner})")
+    else:
+        why = "is not visible to this account" if state is None else f"is {state}"
+        add(backend, "AMI (-c)", "BLOCK", f"{backend}_ami={ami} {why} in {region}; fix: {fix}")
 
 
 def check_images(add: Add, region: str, ssm: Any, ec2: Any, quota: QuotaFn,

@@ -334,3 +334,34 @@ def test_a_sagemaker_region_without_a_registry_is_refused_before_any_call(aws, t
     rc = preflight.main(["--backends", "sagemaker", "--cdk-json", str(p)])
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and line.startswith("preflight: sagemaker_region='us-gov-west-1': us-gov-west-1 has no Deep")
+
+
+# A workshop attendee boots the organizer's shared image with -c <id>_ami (harness.images share):
+# preflight checks that AMI (DescribeImages, moto), not the image parameter, and sends nobody to
+# build an image (hours and dollars) the deploy would not boot.
+
+def _registered_ami(region="us-east-1"):
+    return boto3.client("ec2", region_name=region).register_image(
+        Name="inference-kit-vllm-sm75-gpu-test-2026-12-01T09-00-00.000Z", Architecture="arm64",
+        RootDeviceName="/dev/sda1", BlockDeviceMappings=[{"DeviceName": "/dev/sda1", "Ebs": {"VolumeSize": 150}}],
+    )["ImageId"]
+
+
+def test_an_ami_given_with_c_is_checked_instead_of_the_image_parameter(aws, cdk_json, capsys):
+    ami = _registered_ami()
+    rc, out = run(["--backends", "g5g", "-c", f"g5g_ami={ami}", *cdk_json], capsys,
+                  sq=quotas({"L-DB2E81BA": 8.0}), ssm=ssm_parameters(PUBLIC), ecr=ecr_images({TAG}))
+    assert rc == 0, out
+    assert f"g5g_ami={ami} available in us-east-1 (owner " in out
+    assert "not built" not in out and "build host" not in out and "harness.images build" not in out
+
+
+def test_an_ami_given_with_c_that_this_account_cannot_see_blocks_with_the_share_command(aws, cdk_json, capsys):
+    rc, out = run(["--backends", "g5g", "-c", "g5g_ami=ami-0123456789abcdef0", *cdk_json], capsys,
+                  sq=quotas({"L-DB2E81BA": 8.0}), ssm=ssm_parameters(PUBLIC), ecr=ecr_images({TAG}))
+    assert rc == 1
+    (line,) = rows(out, "BLOCK")
+    assert line.endswith("g5g_ami=ami-0123456789abcdef0 is not visible to this account in us-east-1; fix: share it "
+                         "with this account (its owner: python -m harness.images share --account <this account> "
+                         "--ami ami-0123456789abcdef0 --region us-east-1), or drop -c g5g_ami"), out
+    assert "harness.images build" not in out
