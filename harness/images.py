@@ -43,7 +43,11 @@ snapshots that are encrypted with the default AWS managed key", EC2 User Guide, 
 specific AWS accounts"): ``share`` checks the key with KMS ``DescribeKey`` (``KeyManager`` AWS or
 CUSTOMER) first and refuses in one line. The attendee then deploys with ``-c <id>_ami=ami-...``.
 
-Exit codes: 0 done, 1 a build failed / something refused, 2 bad input.
+Ctrl-C while ``build`` follows a build stops the following, not the build: it prints the
+build's ARN, that its instance bills until it ends, and the ``cancel-image-creation`` command
+(exit 130).
+
+Exit codes: 0 done, 1 a build failed / something refused, 2 bad input, 130 interrupted.
 """
 from __future__ import annotations
 
@@ -259,7 +263,16 @@ def build(aws: Aws, region: str, image: str, stack: str, out: TextIO,
         r = ib.start_image_pipeline_execution(imagePipelineArn=arn, clientToken=str(uuid.uuid4()))
         version_arn = r["imageBuildVersionArn"]
         print(f"started {name}: {version_arn}", file=out, flush=True)
-        result, cost, seconds = follow(aws, region, version_arn, f.BUILD_HOSTS[image][key][0], out, poll_s)
+        try:
+            result, cost, seconds = follow(aws, region, version_arn, f.BUILD_HOSTS[image][key][0], out, poll_s)
+        except KeyboardInterrupt:
+            # Only the following stops: Image Builder runs the build (and its instance) on its own.
+            later = pipeline_keys(image)[pipeline_keys(image).index(key) + 1:]
+            print(f"\ninterrupted: the build {version_arn} goes on in {region}, its instance billed until it ends"
+                  + (f" (and {', '.join(f.pipeline_name(image, k) for k in later)} will not start)" if later else "")
+                  + f"; see it: python -m harness.images status --region {region}; stop it: aws imagebuilder "
+                  f"cancel-image-creation --image-build-version-arn {version_arn} --region {region}", file=out)
+            return 130
         total_s += seconds
         total_cost = None if cost is None or total_cost is None else total_cost + cost
         money = f"est. ${total_cost:.2f}" if total_cost is not None else "cost unknown"

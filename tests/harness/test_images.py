@@ -260,3 +260,24 @@ def test_build_of_an_image_no_selected_backend_boots_is_refused_up_front(capsys)
     err = capsys.readouterr().err.strip()
     assert rc == 2 and err == ("harness.images build: no selected backend boots vllm-sm75 (backends=g6); select one "
                                "of g5g, e.g. -c backends=g5g")
+
+
+def test_ctrl_c_while_following_says_the_build_goes_on_and_how_to_stop_it():
+    """Image Builder runs the build by itself: stopping the command leaves a build (and its
+    instance) billing, which the user must be told, with the command that cancels it."""
+    acct = Account({"inference-kit-vllm-sm75-build": Build("inference-kit-vllm-sm75-build", instance_type="c7g.8xlarge"),
+                    "inference-kit-vllm-sm75-gpu-test": Build("inference-kit-vllm-sm75-gpu-test")})
+
+    def interrupt(seconds):
+        raise KeyboardInterrupt
+    aws = aws_for(acct.clients())
+    aws.sleep = interrupt
+    out = io.StringIO()
+    rc = images.main(["build", "vllm-sm75", "--cdk-json", "/nonexistent/cdk.json"], aws=aws, out=out)
+    assert rc == 130
+    arn = "arn:aws:imagebuilder:us-east-1:123456789012:image/inference-kit-vllm-sm75-build/1.0.4660/1"
+    assert out.getvalue().splitlines()[-1] == (
+        f"interrupted: the build {arn} goes on in us-east-1, its instance billed until it ends (and "
+        "inference-kit-vllm-sm75-gpu-test will not start); see it: python -m harness.images status --region "
+        f"us-east-1; stop it: aws imagebuilder cancel-image-creation --image-build-version-arn {arn} --region us-east-1")
+    assert acct.started == ["inference-kit-vllm-sm75-build"]
