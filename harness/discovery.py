@@ -114,11 +114,20 @@ def endpoint_from_outputs(stack_name: str, outputs: Mapping[str, str],
     scheme = outputs.get("Scheme")
     scheme = variants.scheme_of(model_id) if not scheme or scheme == variants.UNKNOWN_SCHEME else scheme
     return Endpoint(name=variants.endpoint_name(b.id, variant), protocol=b.protocol, service=service,
-                    model_id=model_id, label=b.label + (f", variant {variant}" if variant else ""),
+                    model_id=model_id, label=b.label + _variant_words(variant, instance_type, b),
                     region=outputs.get("Region") or default_region, tool_calls=b.tool_calls,
                     instance_type=None if instance_type == NO_INSTANCE else instance_type,
                     stack_name=stack_name, ssh_user=outputs.get("SshUser") or None,
                     variant=variant, scheme=scheme, **fields)
+
+
+def _variant_words(variant: str | None, instance_type: str | None, b: catalog.Backend) -> str:
+    """A variant's words in a label; one on another instance type says which (``vLLM on EC2 g6
+    (L4), variant g5 on g5.xlarge``: the backend's label names its default hardware)."""
+    if variant is None:
+        return ""
+    return f", variant {variant}" + (f" on {instance_type}" if instance_type and instance_type != b.instance_type
+                                     and instance_type != NO_INSTANCE else "")
 
 
 def ttl_note(backend_id: str, outputs: Mapping[str, str], now: float | None = None) -> str | None:

@@ -14,8 +14,11 @@ image not built yet its parent parameter, build-host offerings and vCPU quotas (
 Standard quota ``L-1216C47A`` for the sm_75 build's c7g.8xlarge); the SageMaker container image
 tag in the region's DLC registry; the Hugging Face token secret (exists, shaped like a token,
 never printed) for every backend but Bedrock; for backends that serve a package, the CodeBuild
-concurrent-build quota of the package build's environment (kit/codebuild.py). Every BLOCK line
-ends with its fix (``fix: <command>``).
+concurrent-build quota of the package build's environment (kit/codebuild.py). A backend's variants
+(kit/variants.py) count as the stacks they are, each on its own instance type: one quota line per
+class with every stack's vCPUs summed, each SageMaker type's quota against its endpoints, and each
+stack's on-demand price (informational; the dated snapshot unless a price book is given). Every
+BLOCK line ends with its fix (``fix: <command>``).
 
 One table, one verdict per backend; exit 1 when something blocks a deploy, 2 on bad input.
 Running instances also count against a vCPU quota: the table shows the quota, not the free room.
@@ -30,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from kit import catalog
+from kit import catalog, variants
 from harness import preflight_account as account
 from kit.regions import RegionError, resolve
 
@@ -56,11 +59,31 @@ class Target:
     container_tag: str | None = None  # SageMaker: the vLLM DLC tag (sagemaker_vllm_tag)
     parent_image: str | None = None  # neuron image builds: neuron_parent_image, if set
     image_az: str | None = None  # image builds in this backend's region: -c image_az, if set
-    copies: int = 1  # the backend's own stack plus its variants (kit/variants.py), each an instance
+    # Every stack of the backend: its own, then its variants' (kit/variants.py), each as (endpoint
+    # name, instance types); a variant may run another type (g6@g5 on g5.xlarge). Empty: the
+    # backend's own stack on ``instance_types`` only.
+    deployments: tuple[tuple[str, tuple[str, ...]], ...] = ()
     hf_token_secret: str | None = None  # the Secrets Manager secret its stacks read (hf_token_secret)
     serves_package: bool = False  # it or a variant serves a package: PackageStack's build must start
     neuron_sdk: str | None = None  # neuron backends: the SDK line whose image they boot (-c neuron_sdk)
     ami: str | None = None  # EC2: the AMI id it boots instead of its image parameter (-c <id>_ami)
+
+    @property
+    def stacks(self) -> tuple[tuple[str, tuple[str, ...]], ...]:
+        return self.deployments or ((self.id, self.instance_types),)
+
+    @property
+    def copies(self) -> int:
+        """Stacks of this backend: its own plus its variants, each an instance or endpoint."""
+        return len(self.stacks)
+
+    def all_types(self) -> list[str]:
+        """Every instance type its stacks run, once each, in order."""
+        return list(dict.fromkeys(t for _, types in self.stacks for t in types))
+
+    def count(self, instance_type: str) -> int:
+        """How many instances (EC2) or endpoints (SageMaker) of ``instance_type`` its stacks make."""
+        return sum(types.count(instance_type) for _, types in self.stacks)
 
 
 def targets_from_catalog(backends: list[str]) -> list[Target]:
@@ -95,16 +118,21 @@ def targets_from_config(context: dict[str, Any], backends: list[str] | None) -> 
         ctx["backends"] = ",".join(backends)
     cfg = parse(ctx)
     out = []
+
+    def types_of(d) -> tuple[str, ...]:
+        return d.instance_types or ((d.instance_type,) if d.instance_type else ())
+
     for bc in cfg.backends:
         b = catalog.backend(bc.id)
-        types = bc.instance_types or ((bc.instance_type,) if bc.instance_type else ())
+        types = types_of(bc)
         launch_az = bc.az  # a preference; without one the deploy picks an AZ that offers the type
         out.append(Target(bc.id, b.service, types, bc.model_id, launch_az, bc.image_choice,
                           cfg.sagemaker_vllm_tag if b.service == "sagemaker" else None,
                           cfg.neuron_parent_image if b.image == "neuron" else None,
                           # as stacks/wiring.py: image_az applies to the builds in the main region only
                           image_az=cfg.image_az if (bc.region or cfg.region) == cfg.region else None,
-                          copies=1 + sum(v.id == bc.id for v in cfg.variants),
+                          deployments=tuple((variants.endpoint_name(d.id, d.variant), types_of(d))
+                                            for d in (bc, *(v for v in cfg.variants if v.id == bc.id))),
                           neuron_sdk=cfg.neuron_sdk if b.image == "neuron" else None,
                           hf_token_secret=cfg.hf_token_secret if b.service != "bedrock" else None,
                           serves_package=any(_serves_package(d.model_id) for d in (bc, *cfg.variants) if d.id == bc.id),
@@ -189,11 +217,12 @@ def sagemaker_quota_finder(client: Any) -> Callable[[str], float | None]:
 
 def run_preflight(session: Any, region: str, targets: list[Target], *, quota: QuotaFn | None = None,
                   sagemaker_quota: Callable[[str], float | None] | None = None,
-                  bedrock: Any = None, ssm: Any = None, ecr: Any = None, secrets: Any = None) -> Report:
+                  bedrock: Any = None, ssm: Any = None, ecr: Any = None, secrets: Any = None,
+                  prices: Any = None) -> Report:
     """All checks for ``targets`` in ``region``; ``session`` is a boto3 Session. Clients the
     tests cannot get from moto (service-quotas for EC2 and CodeBuild codes, bedrock, SSM's public
     /aws/service parameters, another account's ECR registry) are injectable, and so is the
-    Secrets Manager client."""
+    Secrets Manager client, and the price book (default: the dated snapshot, harness/cost/prices.py)."""
     rep = Report(region)
     try:
         ident = session.client("sts", region_name=region).get_caller_identity()
@@ -207,22 +236,27 @@ def run_preflight(session: Any, region: str, targets: list[Target], *, quota: Qu
     ec2 = session.client("ec2", region_name=region)
     if quota is None:
         quota = service_quota_getter(session.client("service-quotas", region_name=region))
+    # One vCPU quota per class (G and VT, Inf, Trn): what every stack's instance needs, summed,
+    # whatever family or size each runs (a g6 stack and its g5/g6e/g7e twins share L-DB2E81BA).
     need: dict[str, int] = {}
     for t in targets:
         if t.service == "ec2":
-            for it in t.instance_types:
-                cls, spec = quota_class(it), catalog.INSTANCES.get(it)
-                if cls and spec:
-                    need[cls] = need.get(cls, 0) + spec.vcpus * t.copies
+            for _, types in t.stacks:
+                for it in types:
+                    cls, spec = quota_class(it), catalog.INSTANCES.get(it)
+                    if cls and spec:
+                        need[cls] = need.get(cls, 0) + spec.vcpus
     for t in targets:
         if t.service == "bedrock":
             _check_bedrock(session, region, t, rep, bedrock)
         elif t.service == "sagemaker":
-            for it in t.instance_types:
-                _check_sagemaker(session, region, t.id, it, rep, sagemaker_quota)
+            for it in t.all_types():
+                _check_sagemaker(session, region, t.id, it, rep, sagemaker_quota, t.count(it))
         else:
-            for it in t.instance_types:
-                _check_ec2(ec2, t, it, rep, quota, need)
+            classes: set[str] = set()  # one quota line per class per backend, whatever its types
+            for it in t.all_types():
+                _check_ec2(ec2, t, it, rep, quota, need, classes)
+    _check_prices(rep, region, targets, prices)
     _check_account(session, region, targets, rep, quota, ec2, ssm, ecr)
     for name in dict.fromkeys(t.hf_token_secret for t in targets if t.hf_token_secret):
         account.check_token_secret(rep.add, region, secrets or session.client("secretsmanager", region_name=region),
@@ -287,7 +321,8 @@ def _check_bootstrap(session: Any, region: str, rep: Report, account_id: str = "
                 f"aws://{account_id}/{region}")
 
 
-def _check_ec2(ec2: Any, target: Target, t: str, rep: Report, quota: QuotaFn, need: dict[str, int]) -> None:
+def _check_ec2(ec2: Any, target: Target, t: str, rep: Report, quota: QuotaFn, need: dict[str, int],
+               reported: set[str] | None = None) -> None:
     bid = target.id
     try:
         pages = ec2.get_paginator("describe_instance_type_offerings").paginate(
@@ -313,32 +348,63 @@ def _check_ec2(ec2: Any, target: Target, t: str, rep: Report, quota: QuotaFn, ne
     if not cls or not spec:
         rep.add(bid, "vCPU quota", "warn", f"{t}: no quota class or vCPU count known to the kit")
         return
+    if reported is not None:
+        if cls in reported:
+            return
+        reported.add(cls)
     value = quota("ec2", QUOTA_CODES[cls])
     label = f"vCPU quota {QUOTA_CODES[cls]}"
+    mine = ", ".join(f"{it}: {catalog.INSTANCES[it].vcpus}" + (f" x {target.count(it)}" if target.count(it) > 1 else "")
+                     for it in target.all_types() if quota_class(it) == cls and it in catalog.INSTANCES)
     if value is None:
         rep.add(bid, label, "warn", f"could not read '{QUOTA_NAMES[cls]}'")
     elif value < need[cls]:
         rep.add(bid, label, "BLOCK", f"{QUOTA_NAMES[cls]} = {value:g} vCPUs, selected stacks need "
-                f"{need[cls]} ({t}: {spec.vcpus}); fix: "
+                f"{need[cls]} ({mine}); fix: "
                 f"{account.quota_fix('ec2', QUOTA_CODES[cls], need[cls], rep.region)}")
     else:
         rep.add(bid, label, "ok", f"{value:g} vCPUs >= {need[cls]} needed")
 
 
 def _check_sagemaker(session: Any, region: str, bid: str, t: str, rep: Report,
-                     finder: Callable[[str], float | None] | None) -> None:
+                     finder: Callable[[str], float | None] | None, need: int = 1) -> None:
+    """The endpoint-usage quota of ``t`` against the ``need`` endpoints of that type the selected
+    stacks make (the backend's sweep and its variants; one instance each)."""
     if finder is None:
         finder = sagemaker_quota_finder(session.client("service-quotas", region_name=region))
     value = finder(t)
     label = f"{t} endpoint quota"
     if value is None:
         rep.add(bid, label, "warn", f"could not read '{t} for endpoint usage'")
-    elif value < 1:
+    elif value < need:
         code = getattr(finder, "codes", {}).get(t)
-        rep.add(bid, label, "BLOCK", f"'{t} for endpoint usage' = {value:g}; fix: "
-                f"{account.sagemaker_fix(t, code, region)}")
+        rep.add(bid, label, "BLOCK", f"'{t} for endpoint usage' = {value:g}"
+                + (f", selected stacks need {need}" if need > 1 else "") + "; fix: "
+                f"{account.sagemaker_fix(t, code, region, need)}")
     else:
-        rep.add(bid, label, "ok", f"{t} for endpoint usage = {value:g}")
+        rep.add(bid, label, "ok", f"{t} for endpoint usage = {value:g}" + (f" >= {need} needed" if need > 1 else ""))
+
+
+def _check_prices(rep: Report, region: str, targets: list[Target], prices: Any) -> None:
+    """What each stack bills per hour while it runs, on its own instance type (a variant twin on
+    g5.xlarge at g5.xlarge's price): informational, never a BLOCK; a type the price book lacks says so."""
+    if prices is None:
+        from harness.cost.prices import PriceBook
+
+        prices = PriceBook.auto(offline=True)
+    for t in targets:
+        if t.service == "bedrock":
+            continue
+        for name, types in t.stacks:
+            for it in types:
+                q = prices.instance(it, region)
+                label = f"{name} price" if len(types) == 1 else f"{name} {it} price"
+                if q.usd_per_hour is None:
+                    rep.add(t.id, label, "ok", f"{it}: no on-demand price in the {q.label} prices "
+                            "(harness.cost prices a run live when credentials allow)")
+                else:
+                    where = "" if q.region == region else f"; {q.region}'s price, not {region}'s"
+                    rep.add(t.id, label, "ok", f"{it} ${q.usd_per_hour:g}/h on demand ({q.label}{where})")
 
 
 def base_model_id(model_id: str) -> str:

@@ -320,11 +320,11 @@ def newest_present(ecr: Any, registry: str, tags: list[str]) -> str | None:
     return next((t for t in tags if t in present), None)
 
 
-def sagemaker_fix(instance_type: str, code: str | None, region: str) -> str:
+def sagemaker_fix(instance_type: str, code: str | None, region: str, need: int = 1) -> str:
     code = code or SAGEMAKER_ENDPOINT_QUOTA_CODES.get(instance_type)
     if code:
-        return quota_fix("sagemaker", code, 1, region)
-    return (f"request '{instance_type} for endpoint usage' >= 1 in Service Quotas (find its code: aws "
+        return quota_fix("sagemaker", code, need, region)
+    return (f"request '{instance_type} for endpoint usage' >= {need} in Service Quotas (find its code: aws "
             f"service-quotas list-service-quotas --service-code sagemaker --region {region})")
 
 

@@ -68,3 +68,23 @@ def test_a_twin_the_model_does_not_fit_is_one_line_naming_the_item(tmp_path):
                           "g6.xlarge: 61.4 GB weights / TP 1"), msg
     assert msg.endswith(f"smallest g6 type that fits: g7e.2xlarge (TP 1); in -c g6_variants give "
                         f"big={GEMMA_31B}@g7e.2xlarge"), msg
+
+
+def test_discovery_names_the_twins_from_their_synthesized_outputs(twins):
+    """The twin stacks' real outputs (references given deploy-time values) -> g6@g5 on g5.xlarge ..."""
+    from harness import discovery as disc
+
+    outputs = {}
+    for i, name in enumerate(("G6Stack", "G6Stack-g5", "G6Stack-g7e", "G6Stack-big")):
+        outputs[name] = {k: v["Value"] if isinstance(v["Value"], str) else f"i-0{i:016d}"
+                         for k, v in twins.templates[name]["Outputs"].items()}
+    d = disc.from_outputs(outputs, "us-east-1", ["g6"])
+    got = {e.name: (e.instance_type, e.model_id, e.stack_name) for e in d.endpoints}
+    assert got == {"g6": ("g6.xlarge", GEMMA_E2B_INT4, "G6Stack"),
+                   "g6@g5": ("g5.xlarge", GEMMA_E2B_INT4, "G6Stack-g5"),
+                   "g6@g7e": ("g7e.2xlarge", GEMMA_E2B_INT4, "G6Stack-g7e"),
+                   "g6@big": ("g6e.12xlarge", GEMMA_31B, "G6Stack-big")}
+    g5 = next(e for e in d.endpoints if e.name == "g6@g5")
+    assert g5.label == "vLLM on EC2 g6 (L4), variant g5 on g5.xlarge"
+    # --backends g6@g7e names one twin
+    assert [e.name for e in disc.from_outputs(outputs, "us-east-1", ["g6@g7e"]).endpoints] == ["g6@g7e"]
