@@ -57,7 +57,7 @@ def test_ec2_twins_sum_their_own_vcpus_in_one_quota_class(aws, capsys, tmp_path)
     assert "20 vCPUs >= 20 needed" in out, out
 
 
-def test_each_twin_is_priced_on_its_own_type(aws, capsys, tmp_path):  # noqa: F811
+def test_each_twin_is_priced_on_its_own_type(aws, capsys, tmp_path):
     _run(tmp_path, TWINS, quota=_quota({"L-DB2E81BA": 64}))
     lines = {ln.split()[1]: ln for ln in capsys.readouterr().out.splitlines() if " price " in ln}
     # the snapshot's us-east-1 on-demand prices (harness/cost/price_snapshot.json)
@@ -67,7 +67,7 @@ def test_each_twin_is_priced_on_its_own_type(aws, capsys, tmp_path):  # noqa: F8
     assert "g6.xlarge $0.8048/h" in lines["g6"] and "us-east-2's price, not us-east-1's" in lines["g6"]
 
 
-def test_sagemaker_endpoints_of_one_type_count_against_its_quota(aws, capsys, tmp_path):  # noqa: F811
+def test_sagemaker_endpoints_of_one_type_count_against_its_quota(aws, capsys, tmp_path):
     ctx = {"backends": "sagemaker", "sagemaker_instance_types": "ml.g6.xlarge,ml.g6e.xlarge",
            "sagemaker_variants": "again=google/gemma-4-E2B-it@ml.g6.xlarge"}
     quotas = {"ml.g6.xlarge": 1.0, "ml.g6e.xlarge": 1.0}
