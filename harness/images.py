@@ -596,11 +596,16 @@ def main(argv: list[str] | None = None, *, aws: Aws | None = None, out: TextIO =
                 raise ImagesError(f"no kit image is published in {region} ({', '.join(wanted)}): build one first: "
                                   f"python -m harness.images build {wanted[0]} --region {region}")
         rc = share(aws, region, a.account, amis, out)
+        from kit.catalog import BACKENDS
+
         for ami, what in amis:
             image = next((i for i, prm in f.IMAGE_PARAMETERS.items() if prm == what), None)
             for bid in backends_booting(image) if image else []:
-                print(f"attendee (account {a.account}): npx cdk deploy -c region={region} -c {bid}_ami={ami} ...",
-                      file=out)
+                # harness.deploy narrows -c backends to the stack it deploys: a bare cdk deploy in the
+                # attendee's account would check every configured image (stacks/image_guard.py), and
+                # the attendee has none of the kit's own.
+                print(f"attendee (account {a.account}): python -m harness deploy {BACKENDS[bid].stack_name} "
+                      f"-c region={region} -c {bid}_ami={ami}", file=out)
         return rc
     except ImagesError as e:
         print(e, file=out)
