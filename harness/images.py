@@ -425,7 +425,8 @@ def share(aws: Aws, region: str, account: str, amis: list[tuple[str, str]], out:
                         f"{ami} ({what}): snapshot {sid} is encrypted with the AWS managed key, which cannot "
                         "be shared (EC2 User Guide, 'Share an AMI with specific AWS accounts'); nothing was "
                         "shared. Copy it under a customer managed key first (aws ec2 copy-image --source-image-id "
-                        f"{ami} --source-region {region} --name <name> --encrypted --kms-key-id <key arn>) and share "
+                        f"{ami} --source-region {region} --name <name> --encrypted --kms-key-id <key arn> "
+                        "--copy-image-tags) and share "
                         "the copy with --ami, or the other account builds its own: python -m harness.images build <image>")
         plan.append((ami, what, sids))
     for ami, what, sids in plan:

@@ -205,6 +205,9 @@ def test_share_refuses_an_ami_on_the_aws_managed_key_before_changing_anything():
     assert rc == 1
     assert "encrypted with the AWS managed key, which cannot be shared" in out
     assert "aws ec2 copy-image --source-image-id ami-0abcdef1234567890 --source-region us-east-1" in out
+    # the copy keeps the kit's tags (CopyImageTags; botocore's ec2 model: user-defined tags are not
+    # copied by default), so images list and harness.leftovers find it and its billed snapshots
+    assert "--kms-key-id <key arn> --copy-image-tags)" in out
     assert not [c for c in clients["ec2"].calls if c[0].startswith("modify")]
     assert not [c for c in clients["kms"].calls if c[0] == "create_grant"]
 
