@@ -42,7 +42,7 @@ def _run(tmp_path, context, **inject):
 TWINS = {"backends": "g6", "g6_variants": "g5=@g5.xlarge,g6e=@g6e.xlarge,g7e=@g7e.2xlarge"}
 
 
-def test_ec2_twins_sum_their_own_vcpus_in_one_quota_class(aws, capsys, tmp_path):  # noqa: F811
+def test_ec2_twins_sum_their_own_vcpus_in_one_quota_class(aws, capsys, tmp_path):
     # g6.xlarge 4 + g5.xlarge 4 + g6e.xlarge 4 + g7e.2xlarge 8 = 20 vCPUs of 'G and VT' (kit/catalog.py)
     rc = _run(tmp_path, TWINS, quota=_quota({"L-DB2E81BA": 16}))
     out = capsys.readouterr().out
