@@ -1,7 +1,10 @@
 """The report's "GPU families" section: the seed's SageMaker G5 / G6 / G6e / G7 comparison, from
 a run that benchmarked the same model on several GPU families (``-c sagemaker_instance_types=
 ml.g5.xlarge,ml.g6.xlarge,ml.g6e.xlarge,ml.g7e.2xlarge``: one endpoint per type, each benchmarked
-under its own name, ``sagemaker@g6e-xlarge``; EC2 endpoints on those families count too).
+under its own name, ``sagemaker@g6e-xlarge``) and their EC2 twins (``-c g6_variants=g5=@g5.xlarge,
+g6e=@g6e.xlarge,g7e=@g7e.2xlarge``: variant stacks on those types, ``g6@g5`` ..., kit/variants.py);
+any EC2 endpoint on those families counts. Within a family the SageMaker endpoint comes first, then
+the EC2 one on the same hardware.
 
 Per endpoint, in family order: TTFT p50, ITL p50 and output tok/s at 1, 16 and 64 concurrent
 streams (seed 001's profile), $ per million output tokens at 64 streams (the hourly price over the
@@ -78,7 +81,8 @@ def family_rows(run: RunData) -> list[dict[str, Any]]:
                     "gpus": spec.accelerators, "model_id": model, "levels": levels, "usd_per_hour": hourly,
                     "usd_per_m_output_c64": per_m, "decode_tok_s": decode, "ceiling_tok_s": ceil,
                     "of_ceiling": decode / ceil if decode and ceil else None})
-    return sorted(out, key=lambda r: (FAMILY_ORDER.index(r["family"]), r["gpus"], r["instance_type"]))
+    return sorted(out, key=lambda r: (FAMILY_ORDER.index(r["family"]), r["gpus"],
+                                      not r["instance_type"].startswith("ml."), r["instance_type"], r["name"]))
 
 
 def families_table(run: RunData) -> tuple[list[str], list[list[str]]]:
@@ -100,7 +104,8 @@ def families_table(run: RunData) -> tuple[list[str], list[list[str]]]:
 
 SECTION = ("families", "GPU families", families_table, None,
            "The same model on each GPU family the run benchmarked (the seed's G5 / G6 / G6e / G7 comparison; "
-           "deploy with -c sagemaker_instance_types=ml.g5.xlarge,ml.g6.xlarge,ml.g6e.xlarge,ml.g7e.2xlarge). "
+           "deploy with -c sagemaker_instance_types=ml.g5.xlarge,ml.g6.xlarge,ml.g6e.xlarge,ml.g7e.2xlarge, and the "
+           "EC2 twins with -c g6_variants=g5=@g5.xlarge,g6e=@g6e.xlarge,g7e=@g7e.2xlarge). "
            "Medians at 1, 16 and 64 concurrent streams; $/M at 64 streams = hourly price / measured output "
            "rate; ceiling = peak bandwidth x tensor-parallel GPUs / bytes read per token (kit/plan.py); "
            "of ceiling = the 1-stream decode rate (1000 / median TPOT) over it.")
