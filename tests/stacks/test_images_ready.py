@@ -233,3 +233,46 @@ def test_a_rollback_never_fails_and_restores_the_previous_ami():
                  physical="images-ready/ami-0123456789abcdef0")
     index.handler(fwd, None, client=c, send=lambda e, status, pid, data, reason="": sent.append((status, pid, data)))
     assert sent[0][0] == "FAILED"
+
+
+# SSM may deny a request for a parameter that does not exist, naming the region's wildcard resource
+# (aws-solutions/aws-control-tower-customizations#208, a role allowed ssm:GetParameter on
+# parameter/* asking for a name that did not exist). This function's role is allowed exactly the
+# image parameters, so a fresh account's first deploy would refuse with an access error naming
+# no image and no build command.
+def _wildcard_denial(op="GetParameters"):
+    return (f"User: arn:aws:sts::123456789012:assumed-role/G6Stack-ImagesReadyRole1A2B3C4D-AbCdEfGh/G6Stack-"
+            f"ImagesReadyFunction is not authorized to perform: ssm:{op} on resource: "
+            f"arn:aws:ssm:us-east-1:123456789012:* because no identity-based policy allows the ssm:{op} action")
+
+
+def test_a_denial_on_the_wildcard_resource_reads_as_an_image_not_built():
+    c = Clients()
+    ssm = c.stub("ssm")
+    ssm.add_client_error("get_parameters", "AccessDeniedException", _wildcard_denial(), 400,
+                         expected_params={"Names": [NEURON, SM75]})
+    ssm.add_client_error("get_parameters", "AccessDeniedException", _wildcard_denial(), 400,
+                         expected_params={"Names": [NEURON]})
+    ssm.add_response("get_parameters", {"Parameters": [_param(SM75, "ami-0123456789abcdef0")]}, {"Names": [SM75]})
+    c.stub("ec2").add_response("describe_images", _available("ami-0123456789abcdef0"),
+                               {"ImageIds": ["ami-0123456789abcdef0"]})
+    images = [_entry("vllm-sm75", SM75), _entry("neuron", NEURON, stacks="Inf2Stack, Trn1Stack", ids="inf2,trn1")]
+    with pytest.raises(index.NotReady) as e:
+        index.check(images, ["g6", "g5g", "inf2", "trn1"], c)
+    assert str(e.value).splitlines() == [
+        "1 machine image is missing; nothing billable was created",
+        f"image neuron (us-east-1): {NEURON} does not exist (Inf2Stack, Trn1Stack boot it); "
+        "build it: python -m harness.images build neuron --region us-east-1",
+        "or deploy without inf2, trn1: -c backends=g6,g5g"]
+    c.done()
+
+
+def test_a_denial_naming_the_parameter_itself_is_still_an_access_error():
+    c = Clients()
+    c.stub("ssm").add_client_error(
+        "get_parameters", "AccessDeniedException",
+        _wildcard_denial().replace("arn:aws:ssm:us-east-1:123456789012:*", f"arn:aws:ssm:us-east-1:123456789012:parameter{SM75}"),
+        400, expected_params={"Names": [SM75]})
+    with pytest.raises(Exception) as e:
+        index.check([_entry("vllm-sm75", SM75)], ["g5g"], c)
+    assert not isinstance(e.value, index.NotReady) and "AccessDeniedException" in str(e.value)

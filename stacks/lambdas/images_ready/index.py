@@ -32,6 +32,7 @@ Delete does nothing. Standard library and boto3 only.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Callable, Mapping
 
 from ..cfn_response import respond
@@ -43,12 +44,45 @@ class NotReady(Exception):
     """Some image is missing; str(e) is the reason CloudFormation shows (one line per image)."""
 
 
+# SSM may authorize a request for a parameter that does not exist against the region's wildcard
+# resource, not the parameter's ARN, so a role allowed only the parameters' ARNs (this function's)
+# is denied instead of told the name is unknown: "is not authorized to perform: ssm:GetParameter
+# on resource: arn:aws:ssm:eu-central-1:<accountid>:* because no identity-based policy allows" for
+# a parameter that did not exist, from a role allowed ssm:GetParameter on ``parameter/*``
+# (aws-solutions/aws-control-tower-customizations#208; the role: its
+# customizations-for-aws-control-tower.template, StackSetCodeBuildRole, at v2.8.4); ClarkSource/k8t#82
+# quotes the same message. GetParameters is documented to list unknown names in InvalidParameters
+# instead; either answer must read as "does not exist", or a fresh account's first deploy would
+# refuse with an access error that names no image and no build command. A denial naming a
+# parameter's own ARN is a real one and is raised.
+_WILDCARD_DENIAL = re.compile(r"on resource: arn:[^: ]+:ssm:[^: ]*:[0-9]*:\*(\s|$)")
+
+
+def _denied_as_unknown(e: Exception) -> bool:
+    err = getattr(e, "response", {}).get("Error", {})
+    return err.get("Code") == "AccessDeniedException" and bool(_WILDCARD_DENIAL.search(err.get("Message", "")))
+
+
 def _parameters(ssm: Any, names: list[str]) -> dict[str, str | None]:
     out: dict[str, str | None] = {}
     for i in range(0, len(names), 10):
-        r = ssm.get_parameters(Names=names[i:i + 10])
-        out.update({p["Name"]: p.get("Value") for p in r.get("Parameters", [])})
-        out.update({n: None for n in r.get("InvalidParameters", [])})
+        batch = names[i:i + 10]
+        try:
+            answers = [ssm.get_parameters(Names=batch)]
+        except Exception as e:
+            if not _denied_as_unknown(e):
+                raise
+            answers = []
+            for name in batch:  # which of them is unknown: one name a call
+                try:
+                    answers.append(ssm.get_parameters(Names=[name]))
+                except Exception as e1:
+                    if not _denied_as_unknown(e1):
+                        raise
+                    out[name] = None
+        for r in answers:
+            out.update({p["Name"]: p.get("Value") for p in r.get("Parameters", [])})
+            out.update({n: None for n in r.get("InvalidParameters", [])})
     return out
 
 
