@@ -221,11 +221,11 @@ def test_a_rollback_never_fails_and_restores_the_previous_ami():
     image may be gone by then. Failing it would leave the stack UPDATE_ROLLBACK_FAILED."""
     sent = []
     c = Clients()
-    c.stub("ssm").add_response("get_parameters", {"Parameters": [], "InvalidParameters": [SM75]}, {"Names": [SM75]})
     ev = _event("Update", "2026-12-01T09:00:00+00:00", old_checked_at="2026-12-02T09:00:00+00:00",
                 physical="images-ready/ami-0123456789abcdef0")
     index.handler(ev, None, client=c, send=lambda e, status, pid, data, reason="": sent.append((status, pid, data)))
     assert sent == [("SUCCESS", "images-ready/ami-0123456789abcdef0", {"BootAmi": "ami-0123456789abcdef0"})]
+    c.done()
     # ... while the same missing image on a forward update (newer properties) is refused
     sent.clear()
     c.stub("ssm").add_response("get_parameters", {"Parameters": [], "InvalidParameters": [SM75]}, {"Names": [SM75]})
@@ -276,3 +276,19 @@ def test_a_denial_naming_the_parameter_itself_is_still_an_access_error():
     with pytest.raises(Exception) as e:
         index.check([_entry("vllm-sm75", SM75)], ["g5g"], c)
     assert not isinstance(e.value, index.NotReady) and "AccessDeniedException" in str(e.value)
+
+
+def test_a_rollback_hands_back_the_ami_given_before_not_a_newer_one_behind_the_parameter():
+    """A build published while the failed update ran: the parameter now names a newer AMI. The
+    restored template must get the AMI its running instance was launched from, or CloudFormation
+    would replace that instance during the rollback. A rollback asks AWS nothing."""
+    sent = []
+    c = Clients()
+    c.stub("ssm").add_response("get_parameters", {"Parameters": [_param(SM75, "ami-0fedcba9876543210")]},
+                               {"Names": [SM75]})
+    c.stub("ec2").add_response("describe_images", _available("ami-0fedcba9876543210"),
+                               {"ImageIds": ["ami-0fedcba9876543210"]})
+    ev = _event("Update", "2026-12-01T09:00:00+00:00", old_checked_at="2026-12-02T09:00:00+00:00",
+                physical="images-ready/ami-0123456789abcdef0")
+    index.handler(ev, None, client=c, send=lambda e, status, pid, data, reason="": sent.append((status, pid, data)))
+    assert sent == [("SUCCESS", "images-ready/ami-0123456789abcdef0", {"BootAmi": "ami-0123456789abcdef0"})]

@@ -180,17 +180,20 @@ def handler(event: Mapping[str, Any], context: Any, client: ClientFor | None = N
     if event["RequestType"] == "Delete":
         return send(event, "SUCCESS", physical, {})
     props = event["ResourceProperties"]
+    if is_rollback(event):
+        # A rollback restores; it does not decide again. Never fail it (that would leave the stack
+        # UPDATE_ROLLBACK_FAILED), and hand back the AMI this resource gave out before, kept in its
+        # physical id, not what the parameter names now: a build published since the failed update
+        # began would otherwise hand the restored template an AMI its running instance was not
+        # launched from, and CloudFormation would replace that instance in the middle of the rollback.
+        previous = physical.partition("/")[2]
+        keys = [i["Key"] for i in props.get("Images", []) if i.get("Key")]
+        print(json.dumps({"rollback": physical}))
+        return send(event, "SUCCESS", physical, {k: previous for k in keys if previous})
     try:
         data = check(list(props.get("Images", [])), [b for b in str(props.get("Backends", "")).split(",") if b],
                      client or _boto_client)
     except Exception as e:  # noqa: BLE001 - NotReady, or cannot check (e.g. access denied)
-        if is_rollback(event):
-            # Never fail a rollback (that would leave the stack UPDATE_ROLLBACK_FAILED): hand back
-            # the AMI the restored instance had, kept in the physical id.
-            previous = physical.partition("/")[2]
-            keys = [i["Key"] for i in props.get("Images", []) if i.get("Key")]
-            print(json.dumps({"rollback": physical, "not_ready": str(e)}))
-            return send(event, "SUCCESS", physical, {k: previous for k in keys if previous})
         reason = str(e) if isinstance(e, NotReady) else f"could not check the machine images: {type(e).__name__}: {e}"
         print(json.dumps({"missing": reason}))
         return send(event, "FAILED", physical, {}, reason)
