@@ -292,3 +292,38 @@ def test_a_rollback_hands_back_the_ami_given_before_not_a_newer_one_behind_the_p
                 physical="images-ready/ami-0123456789abcdef0")
     index.handler(ev, None, client=c, send=lambda e, status, pid, data, reason="": sent.append((status, pid, data)))
     assert sent == [("SUCCESS", "images-ready/ami-0123456789abcdef0", {"BootAmi": "ami-0123456789abcdef0"})]
+
+
+# The response body's limit: "The total size of the response body can't exceed 4096 bytes"
+# (CloudFormation User Guide, "Custom resource response objects"). A refusal is one line per
+# missing image with its build command at the end; a flat 1000-character cut dropped the last
+# lines (several regions' images) while the body had room for them.
+_EV = {"StackId": "arn:aws:cloudformation:us-east-1:123456789012:stack/G6Stack/1a2b3c4d-5678-90ab-cdef-1234567890ab",
+       "RequestId": "a1b2c3d4-5678-90ab-cdef-EXAMPLE11111", "LogicalResourceId": "ImagesReadyCheckE1DDB8EE"}
+
+
+def test_a_long_refusal_arrives_whole_when_it_fits_the_body_limit():
+    import json
+
+    from stacks.lambdas import cfn_response
+
+    reason = "\n".join([f"image neuron (region-{i}): /imagebuilder/inference-kit/ami/neuron-sdk228 does not exist "
+                        f"(Inf2Stack, Trn1Stack boot it); build it: python -m harness.images build neuron --region "
+                        f"region-{i}" for i in range(10)])
+    assert 1000 < len(reason) < 3000
+    got = cfn_response.body(_EV, "FAILED", "images-ready", {}, reason)
+    assert len(got) <= 4096 and json.loads(got)["Reason"] == reason
+
+
+def test_a_refusal_too_long_for_the_body_keeps_whole_lines_and_says_how_many_are_left():
+    import json
+
+    from stacks.lambdas import cfn_response
+
+    lines = [f"image x{i} (us-east-1): " + "y" * 180 for i in range(40)]
+    got = cfn_response.body(_EV, "FAILED", "images-ready", {}, "\n".join(lines))
+    assert len(got) <= 4096
+    shown = json.loads(got)["Reason"].splitlines()
+    assert shown[:-1] == lines[:len(shown) - 1] and shown[-1] == f"(... {40 - len(shown) + 1} more lines)"
+    one_line = cfn_response.body(_EV, "FAILED", "images-ready", {}, "\u00e9" * 5000)  # escapes: 6 bytes each
+    assert len(one_line) <= 4096 and json.loads(one_line)["Reason"].startswith("\u00e9")
