@@ -485,10 +485,11 @@ def _stack_name(image: str, region: str, kit_region: str) -> str:
     return name if region == kit_region else f"{name}-{region}"
 
 
-def _stack_context(ctx: dict[str, Any], image: str) -> list[str]:
+def _stack_context(ctx: dict[str, Any], image: str, region: str | None = None) -> list[str]:
     """The -c values the app needs to synthesize ``image``'s stack: a Neuron line's image exists
     only with ``neuron_sdk`` set to its line (kit/image_facts.py), and every image only while a
-    backend that boots it is selected (kit/image_needs.py pipeline_images). Raises ValueError."""
+    backend that boots it is selected (kit/image_needs.py pipeline_images), in ``region`` (the app
+    makes a region's image stacks for the backends placed there: stacks/wiring.py). Raises ValueError."""
     from kit.config import ConfigError, parse
     from kit.image_needs import pipeline_images
 
@@ -504,6 +505,16 @@ def _stack_context(ctx: dict[str, Any], image: str) -> list[str]:
         boots = ", ".join(backends_booting(image))
         raise ValueError(f"harness.images build: no selected backend boots {image} (backends="
                          f"{','.join(config.backend_ids)}); select one of {boots}, e.g. -c backends={boots.split(',')[0]}")
+    if region is not None:
+        from dataclasses import replace
+
+        here = tuple(bc for bc in config.backends if bc.region == region)
+        if image not in pipeline_images(replace(config, backends=here)):
+            placed = sorted({bc.region for bc in config.backends if bc.id in backends_booting(image)})
+            bid = next(b for b in backends_booting(image) if b in config.backend_ids)
+            raise ValueError(f"harness.images build: no selected backend that boots {image} deploys to {region} "
+                             f"({bid} deploys to {', '.join(placed)}), so the app has no {image} image stack there; "
+                             f"build it where it boots (--region {placed[0]}), or move it: -c {bid}_region={region}")
     return extra
 
 
@@ -559,7 +570,7 @@ def main(argv: list[str] | None = None, *, aws: Aws | None = None, out: TextIO =
         if a.command == "build" and a.image not in images:
             raise ValueError(f"harness.images build: image {a.image!r} is not a kit image; valid: {', '.join(images)}")
         if a.command == "build":
-            _stack_context(ctx, a.image)  # a stack the app would not build: say so now (exit 2)
+            _stack_context(ctx, a.image, region)  # a stack the app would not build: say so now (exit 2)
         if a.command == "share":
             if not a.account or not ACCOUNT.match(a.account):
                 raise ValueError(f"harness.images share: --account {a.account!r} is not a 12-digit AWS account id")

@@ -288,3 +288,17 @@ def test_ctrl_c_while_following_says_the_build_goes_on_and_how_to_stop_it():
         "inference-kit-vllm-sm75-gpu-test will not start); see it: python -m harness.images status --region "
         f"us-east-1; stop it: aws imagebuilder cancel-image-creation --image-build-version-arn {arn} --region us-east-1")
     assert acct.started == ["inference-kit-vllm-sm75-build"]
+
+
+def test_build_in_a_region_where_no_backend_boots_the_image_is_refused_up_front(capsys):
+    """The app makes a region's image stacks only for the backends placed there (stacks/wiring.py):
+    'images build vllm-sm75 --region us-west-2' with g5g in us-east-1 ran 'npx cdk deploy
+    VllmSm75ImageStack-us-west-2', which the CDK answers with no such stack."""
+    rc = images.main(["build", "vllm-sm75", "--region", "us-west-2", "--cdk-json", "/nonexistent"], aws=aws_for({}),
+                     out=io.StringIO())
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and err == ("harness.images build: no selected backend that boots vllm-sm75 deploys to us-west-2 "
+                               "(g5g deploys to us-east-1), so the app has no vllm-sm75 image stack there; build it "
+                               "where it boots (--region us-east-1), or move it: -c g5g_region=us-west-2")
+    # placed there, it is the region's own stack
+    assert images._stack_context({"g5g_region": "us-west-2"}, "vllm-sm75", "us-west-2") == []
