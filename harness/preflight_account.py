@@ -147,10 +147,32 @@ def check_images(add: Add, region: str, ssm: Any, ec2: Any, quota: QuotaFn,
             add(bid, "AMI parameter", "warn", f"could not read SSM parameters: {short(exc)}")
         return
     to_build = []
+    states: dict[str, str | None] = {}
     for bid, name in boot.items():
         value = values.get(name)
         image = next((i for i, p in IMAGE_PARAMETERS.items() if p == name), None)
-        if value:
+        if value and image:
+            # The kit's parameter outlives its AMI (Image Builder writes it, no stack owns it): the
+            # AMI it names must be available, as the deploy's own check (Custom::ImagesReady) requires.
+            if value not in states:
+                try:
+                    found = ec2.describe_images(ImageIds=[value]).get("Images", [])
+                    states[value] = found[0].get("State") if found else None
+                except Exception as exc:  # noqa: BLE001 - not found is a BLOCK, anything else a warning
+                    code = getattr(exc, "response", {}).get("Error", {}).get("Code", "")
+                    if not code.startswith("InvalidAMIID"):
+                        add(bid, "AMI parameter", "warn", f"{name} = {value}; could not look the AMI up: {short(exc)}")
+                        continue
+                    states[value] = None
+            state = states[value]
+            if state == "available":
+                add(bid, "AMI parameter", "ok", f"{name} = {value}")
+                continue
+            why = "which is not visible to this account (deregistered?)" if state is None else f"which is {state}"
+            add(bid, "AMI parameter", "BLOCK", f"image {image} in {region}: {name} names {value}, {why}; "
+                f"fix: {build_commands(image, region)}")
+            to_build.append(image)
+        elif value:
             add(bid, "AMI parameter", "ok", f"{name} = {value}")
         elif image:
             add(bid, "AMI parameter", "BLOCK", f"image {image} not built in {region} ({name} missing); "

@@ -15,10 +15,19 @@ from tests.harness.aws_replay import FAKE_HF_TOKEN, ecr_images, secret_values, s
 BUILT = {n: "ami-0123456789abcdef0" for n in [*IMAGE_PARAMETERS.values(), *PARENT_PARAMETERS.values()]}
 
 
-def ready():
-    """SSM, ECR and Secrets Manager as in an account where the kit's images are built, the DLC tag
-    exists and the token secret holds a token."""
-    return {"ssm": ssm_parameters(BUILT), "ecr": ecr_images({DEFAULTS["sagemaker_vllm_tag"]}),
+def kit_ami(region: str = "us-east-1") -> str:
+    """An AMI of this account in moto, as a pipeline's distribution leaves it (preflight checks
+    that the AMI a kit image parameter names exists)."""
+    return boto3.client("ec2", region_name=region).register_image(
+        Name="inference-kit-image-2026-12-01T09-00-00.000Z", Architecture="x86_64", RootDeviceName="/dev/sda1",
+        BlockDeviceMappings=[{"DeviceName": "/dev/sda1", "Ebs": {"VolumeSize": 150}}])["ImageId"]
+
+
+def ready(region: str = "us-east-1"):
+    """SSM, ECR and Secrets Manager as in an account where the kit's images are built (their AMIs
+    registered in ``region``, in moto), the DLC tag exists and the token secret holds a token."""
+    built = {**BUILT, **{n: kit_ami(region) for n in IMAGE_PARAMETERS.values()}}
+    return {"ssm": ssm_parameters(built), "ecr": ecr_images({DEFAULTS["sagemaker_vllm_tag"]}),
             "secrets": secret_values({DEFAULTS["hf_token_secret"]: FAKE_HF_TOKEN})}
 
 
@@ -69,7 +78,7 @@ def test_g5g_not_offered_in_us_east_2_blocks_only_g5g(aws, cdk_json, capsys):
     _bootstrap("us-east-2")
     rc = preflight.main(["--region", "us-east-2", "--backends", "g6,g5g", *cdk_json],
                         session=boto3.Session(region_name="us-east-2"),
-                        quota=_quota({"L-DB2E81BA": 64}), **ready())
+                        quota=_quota({"L-DB2E81BA": 64}), **ready("us-east-2"))
     out = capsys.readouterr().out
     assert rc == 1
     assert "g5g.2xlarge is not offered in us-east-2" in out

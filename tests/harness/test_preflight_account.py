@@ -111,12 +111,13 @@ def test_fresh_account_every_block_names_its_fix(aws, cdk_json, capsys):
 
 
 def test_built_images_and_enough_quota_are_ready(aws, cdk_json, capsys):
-    built = {**PUBLIC, **{n: "ami-0bbbbbbbbbbbbbbbb" for n in IMAGE_PARAMETERS.values()}}
+    ami = _registered_ami()
+    built = {**PUBLIC, **{n: ami for n in IMAGE_PARAMETERS.values()}}
     rc, out = run(["--backends", "sagemaker,g6,g5g,inf2,trn1", *cdk_json], capsys,
                   sq=quotas({"L-1216C47A": 64.0, "L-DB2E81BA": 64.0, "L-1945791B": 8.0, "L-2C3B7624": 8.0}),
                   ssm=ssm_parameters(built), ecr=ecr_images({TAG}, registry="763104351884"))
     assert rc == 0, out
-    assert f"{IMAGE_PARAMETERS['vllm-sm75']} = ami-0bbbbbbbbbbbbbbbb" in out
+    assert f"{IMAGE_PARAMETERS['vllm-sm75']} = {ami}" in out
     assert GPU_DLAMI.format(arch="x86_64") + " = ami-0aaaaaaaaaaaaaaaa" in out  # g6 boots the public DLAMI
     assert "build host" not in out  # nothing to build
     assert f"vllm:{TAG} exists" in out
@@ -365,3 +366,17 @@ def test_an_ami_given_with_c_that_this_account_cannot_see_blocks_with_the_share_
                          "with this account (its owner: python -m harness.images share --account <this account> "
                          "--ami ami-0123456789abcdef0 --region us-east-1), or drop -c g5g_ami"), out
     assert "harness.images build" not in out
+
+
+def test_a_kit_image_parameter_whose_ami_is_gone_blocks_with_the_build_command(aws, cdk_json, capsys):
+    """The parameter outlives its AMI (harness.leftovers lists the AMI's snapshots as billing, the
+    parameter as free): 'ok' on the parameter alone sent the user to a deploy its image check refuses."""
+    rc, out = run(["--backends", "g5g", *cdk_json], capsys, sq=quotas({"L-1216C47A": 64.0, "L-DB2E81BA": 64.0}),
+                  ssm=ssm_parameters(PUBLIC | {IMAGE_PARAMETERS["vllm-sm75"]: "ami-0123456789abcdef0"}),
+                  ecr=ecr_images({TAG}))
+    assert rc == 1
+    (line,) = [ln for ln in rows(out, "BLOCK") if "AMI parameter" in ln]
+    assert line.endswith(f"image vllm-sm75 in us-east-1: {IMAGE_PARAMETERS['vllm-sm75']} names ami-0123456789abcdef0, "
+                         "which is not visible to this account (deregistered?); fix: python -m harness.images build "
+                         "vllm-sm75 --region us-east-1"), out
+    assert "vllm-sm75 build host" in out  # and what the build needs is checked, as for an image never built
