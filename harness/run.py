@@ -27,9 +27,11 @@ from typing import Any, Callable
 
 from kit import catalog, variants
 from harness.endpoint import Endpoint, redact
-from harness.results import DEFAULT_ROOT, append_jsonl, new_run_dir, writable_problem, write_json
+from harness.results import DEFAULT_ROOT, new_run_dir, writable_problem, write_json
+from harness import stages
+from harness.stages import REACHES_BACKENDS, STAGE_OBJECTS, RunContext, run_stages
 
-STAGES = ("agent", "scoreboard", "bench", "accuracy", "cost", "report")
+STAGES = tuple(s.name for s in STAGE_OBJECTS)  # harness/stages.py, in the order they run
 OFF_BY_DEFAULT = ("accuracy",)  # takes time: --accuracy or --only accuracy
 NEEDS = ("needs AWS credentials (aws configure, or AWS_PROFILE) and a deployed backend stack "
          "(npx cdk deploy G6Stack), or --endpoint NAME=URL for any OpenAI-compatible server")
@@ -76,10 +78,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="what carries an EC2 backend's tunnel: OpenSSH's ssh (auto: where installed) "
                         "or the kit's paramiko process (harness/access.py)")
     b = p.add_argument_group("load benchmark (stage bench; docs/bench.md)")
-    b.add_argument("--bench-profile", default="agent", help="agent, 2k-512, poisson-180-256 or IN-OUT (default agent)")
+    # --profile and --requests are harness.bench's names for the same things (one name per concept
+    # across the kit's commands); --bench-profile and --bench-requests still work.
+    b.add_argument("--bench-profile", "--profile", dest="bench_profile", default="agent",
+                   help="agent, 2k-512, poisson-180-256 or IN-OUT (default agent)")
     b.add_argument("--concurrency", default="1,16,64", help="closed-loop levels (default 1,16,64); '' for none")
     b.add_argument("--rate", default="", help="open-loop Poisson levels in requests/s, or auto (default none)")
-    b.add_argument("--bench-requests", type=int, default=128, help="measured requests per level (default 128)")
+    b.add_argument("--bench-requests", "--requests", dest="bench_requests", type=int, default=128,
+                   help="measured requests per level (default 128)")
     b.add_argument("--slo", default="ttft_p99_ms=800", help="goodput SLO (default ttft_p99_ms=800)")
     b.add_argument("--bench-from", choices=("local", "instance"), default="local",
                    help="where the load generator runs for EC2 backends: here, through the tunnel "
@@ -107,10 +113,11 @@ def given_options(argv: list[str] | None) -> dict[str, str]:
     option given on the command line (argparse's own parse, so abbreviations count too)."""
     p = build_parser()
     flags = {}
+    typed = [a.split("=", 1)[0] for a in (argv or []) if a.startswith("--")]
     for act in p._actions:  # argparse keeps its actions here (a parser of our own, changed only here)
         act.default = argparse.SUPPRESS
-        if act.option_strings:
-            flags[act.dest] = act.option_strings[-1]
+        if act.option_strings:  # as the user spelled it (--bench-requests or --requests), else the name
+            flags[act.dest] = next((s for s in act.option_strings if s in typed), act.option_strings[-1])
     return {dest: flags.get(dest, dest) for dest in vars(p.parse_args(argv))}
 
 
@@ -199,7 +206,7 @@ def _parse_bench_args(a: argparse.Namespace) -> None:
             (a.rates != "auto" and any(not (math.isfinite(r) and r > 0) for r in a.rates)):
         raise UsageError("harness.run: --concurrency levels must be >= 1 and --rate levels finite and > 0")
     if a.bench_requests < 1:
-        raise UsageError(f"harness.run: --bench-requests {a.bench_requests}: must be >= 1")
+        raise UsageError(f"harness.run: --requests {a.bench_requests}: must be >= 1")
     if "bench" in a.stages:
         from harness.bench.metrics import SLOError, parse_slo
         from harness.bench.profiles import ProfileError, get_profile
@@ -208,7 +215,7 @@ def _parse_bench_args(a: argparse.Namespace) -> None:
             get_profile(a.bench_profile)
             parse_slo(a.slo)
         except (ProfileError, SLOError) as e:  # named as this command spells the option
-            raise UsageError(f"harness.run: {str(e).replace('--profile', '--bench-profile', 1)}") from None
+            raise UsageError(f"harness.run: {e}") from None
 
 
 # --------------------------------------------------------------------------- the offline plan
@@ -245,82 +252,15 @@ def _versions() -> dict[str, str]:
     return out
 
 
-# --------------------------------------------------------------------------- stages
-def _stage_bench(endpoints: list[Endpoint], run_dir: Path, args: argparse.Namespace,
-                 echo: Callable[[str], None], meta: dict[str, Any]) -> str:
-    from harness.access import forwarder_for
-    from harness.bench.api import run_bench
-    from harness.bench.remote import run_remote_bench
-
-    failed = []
-    for ep in endpoints:
-        echo(f"bench      {ep.name}: profile {args.bench_profile}, concurrency {args.concurrency or '-'}"
-             f"{', rates ' + args.rate if args.rate else ''}, {args.bench_requests} requests per level")
-        fwd = forwarder_for(ep.base_url) if args.bench_from == "instance" else None
-        if args.bench_from == "instance" and fwd is None:
-            echo(f"bench      {ep.name}: not reached through a tunnel; the bench runs here")
-        try:
-            if fwd is not None:
-                echo(f"bench      {ep.name}: running on the instance ({ep.instance_id}) against 127.0.0.1:{ep.port}")
-                levels = run_remote_bench(fwd, ep, run_dir / "bench" / ep.name, remote_port=fwd.remote[1],
-                                          bench={"profile": args.bench_profile, "concurrency": args.concurrency_levels,
-                                                 "rates": args.rates, "requests": args.bench_requests,
-                                                 "slo": args.slo}, echo=echo)
-            else:
-                levels = run_bench(ep, profile=args.bench_profile, concurrency=args.concurrency_levels,
-                                   rates=args.rates, requests=args.bench_requests, slo=args.slo,
-                                   out_dir=run_dir / "bench" / ep.name)
-        except KeyboardInterrupt:
-            raise
-        except Exception as exc:  # noqa: BLE001 - recorded, the next backend runs
-            failed.append(ep.name)
-            echo(f"bench      {ep.name}: error: {type(exc).__name__}: {str(exc)[:200]}")
-            continue
-        path = next((lv.get("path_rtt_ms") for lv in levels if lv.get("path_rtt_ms")), None)
-        meta.setdefault("bench", {})[ep.name] = {"path_rtt_ms": path,
-                                                 "from": "instance" if fwd is not None else "local"}
-        if path and path.get("n"):
-            echo(f"bench      {ep.name}: path round trip p50 {path['p50']} ms, p99 {path['p99']} ms "
-                 f"(n={path['n']}, {path.get('how')})")
-        for lv in levels:
-            where = f"c={lv['concurrency']}" if lv.get("concurrency") is not None else f"rate={lv.get('rate')}"
-            echo(f"bench      {ep.name:<10} {where:<9} completed={lv.get('completed')} failed={lv.get('failed')} "
-                 f"output_tok_s={lv.get('output_tok_s')}")
-    done = len(endpoints) - len(failed)
-    return f"ok ({done}/{len(endpoints)} endpoints)" + (f"; failed: {', '.join(failed)}" if failed else "")
-
-
-def _stage_accuracy(endpoints: list[Endpoint], run_dir: Path, args: argparse.Namespace, session: Any,
-                    echo: Callable[[str], None]) -> str:
-    from harness.accuracy.stage import run_stage
-
-    return run_stage(endpoints, run_dir, args.accuracy_opts, boto_session=session, echo=echo)
-
-
-def _stage_cost(run_dir: Path, echo: Callable[[str], None]) -> str:
-    from harness.cost.run_cost import cost_for_run
-    from harness.cost.prices import PriceBook
-
-    cost = cost_for_run(run_dir, PriceBook.auto())
-    echo(f"cost       wrote {run_dir / 'cost.json'} ({len(cost.get('endpoints', {}))} endpoints)")
-    return "ok"
-
-
-def _stage_report(run_dir: Path, echo: Callable[[str], None]) -> str:
-    from harness.report import render
-
-    md, html = render(run_dir)
-    echo(f"report     wrote {md} and {html}")
-    return "ok"
-
-
 # --------------------------------------------------------------------------- main
 def main(argv: list[str] | None = None, *, session: Any = None,
          model_factory: Callable[[Endpoint], Any] | None = None, orchestrator: Any = None,
          open_access: Callable[..., Any] | None = None, echo: Callable[[str], None] = print,
          retry_initial_delay: float = 2.0) -> int:
-    """Entry point. Keyword arguments are seams for tests (boto3 session, Strands models,
-    the access opener); a real run leaves them unset."""
+    """Entry point: parse, resolve the region, discover, then run the stages (harness/stages.py).
+    Keyword arguments are seams for tests (boto3 session, Strands models, the access opener); a
+    real run leaves them unset."""
+    opener = open_access
     try:
         args = parse_args(argv)
     except UsageError as e:
@@ -419,55 +359,20 @@ def main(argv: list[str] | None = None, *, session: Any = None,
                             "versions": _versions(), "interrupted": False}
     write_json(run_dir / "meta.json", meta)
     echo(f"results    {run_dir}")
-    records: list[Any] = []
-    board: dict[str, Any] | None = None
+    ctx = RunContext(args, run_dir, session, region, creds, meta, echo=echo, model_factory=model_factory,
+                     orchestrator=orchestrator, retry_initial_delay=retry_initial_delay)
     rc = 0
     with contextlib.ExitStack() as stack:
         try:
-            if any(st in args.stages for st in ("agent", "scoreboard", "bench", "accuracy")):
-                live = _open_access(endpoints, stack, session, region, args, run_dir, records, meta,
-                                    echo, open_access, unreachable)
+            if any(st in args.stages for st in REACHES_BACKENDS):
+                ctx.live = stages.open_access(endpoints, stack, session, region, args, run_dir, ctx.records, meta,
+                                              echo, opener, unreachable)
             else:  # cost and report read saved results only: no tunnel needed
-                live = [e for e in endpoints if e.name not in unreachable]
-            if unreachable and not live:
+                ctx.live = [e for e in endpoints if e.name not in unreachable]
+            if unreachable and not ctx.live:
                 echo(f"harness.run: no endpoint reachable; what was tried is in {run_dir}")
                 rc = 1
-            if model_factory is None:
-                from harness.agent.providers import build_model
-
-                model_factory = lambda ep: build_model(ep, timeout=args.timeout, boto_session=session)  # noqa: E731
-            if "agent" in args.stages:
-                from harness.agent.trial import run_trial
-
-                records += run_trial(live, runs=args.runs, model_factory=model_factory,
-                                     out_path=run_dir / "agent_runs.jsonl", timeout=args.timeout,
-                                     echo=echo, retry_initial_delay=retry_initial_delay)
-                ok = sum(r.ok for r in records)
-                meta["stages"]["agent"] = f"ok ({ok}/{len(records)} runs passed)"
-                echo(f"agent      {ok}/{len(records)} runs passed")
-            later: dict[str, Callable[[], str | None]] = {
-                "scoreboard": lambda: _scoreboard(live, args, session, region, creds, orchestrator,
-                                                  model_factory, run_dir, meta, echo, retry_initial_delay),
-                "bench": lambda: _stage_bench(live, run_dir, args, echo, meta),
-                "accuracy": lambda: _stage_accuracy(live, run_dir, args, session, echo),
-                "cost": lambda: _stage_cost(run_dir, echo),
-                "report": lambda: _stage_report(run_dir, echo),
-            }
-            for name in (s for s in args.stages if s in later):
-                try:
-                    status = later[name]()
-                except KeyboardInterrupt:
-                    raise
-                except Exception as exc:  # noqa: BLE001 - a stage that fails is recorded, the rest go on
-                    status = f"error: {type(exc).__name__}: {str(exc)[:300]}"
-                    echo(f"{name:<10} {status}")
-                if name == "scoreboard":
-                    board = status if isinstance(status, dict) else board
-                    if not isinstance(status, dict):
-                        meta["stages"].setdefault("scoreboard", status)
-                else:
-                    meta["stages"][name] = status
-                write_json(run_dir / "meta.json", meta)
+            run_stages(ctx, args.stages)
         except KeyboardInterrupt:
             meta["interrupted"] = True
             echo(f"\ninterrupted: everything measured so far is in {run_dir}")
@@ -478,87 +383,14 @@ def main(argv: list[str] | None = None, *, session: Any = None,
             if args.json:  # after the results directory: a failure here loses no measurement
                 try:
                     write_json(args.json, {"results_dir": str(run_dir),
-                                           "agent_runs": [r.to_dict() for r in records],
-                                           "scoreboard": board, "stages": meta["stages"],
+                                           "agent_runs": [r.to_dict() for r in ctx.records],
+                                           "scoreboard": ctx.board, "stages": meta["stages"],
                                            "interrupted": meta["interrupted"]})
                 except OSError as e:
                     print(f"harness.run: --json {args.json}: not written ({e.strerror or e}); "
                           f"every result is in {run_dir}", file=sys.stderr)
                     rc = rc or 1
     return rc
-
-
-def _open_access(endpoints: list[Endpoint], stack: contextlib.ExitStack, session: Any, region: str | None,
-                 args: argparse.Namespace, run_dir: Path, records: list[Any], meta: dict[str, Any],
-                 echo: Callable[[str], None], open_access: Callable[..., Any] | None,
-                 unreachable: dict[str, str] | None = None) -> list[Endpoint]:
-    """EC2 backends get a tunnel (closed by ``stack``); one that cannot be reached (or an
-    ``--endpoint`` server in ``unreachable``) is recorded in meta.json ``access`` (and, when the
-    agent trial runs, as a failed run in agent_runs.jsonl) and left out of every stage."""
-    from harness.access import DEFAULT_OS_USER, HostKeyPins, eic_tunnel, forwarder_kind
-
-    pins = HostKeyPins()
-    live: list[Endpoint] = []
-    unreachable = unreachable or {}
-    for ep in endpoints:
-        if ep.name in unreachable:
-            _record_unreachable(ep, f"unreachable: {unreachable[ep.name]}", args, run_dir, records, meta, echo)
-            continue
-        if ep.instance_id is None or ep.base_url:  # only an EC2 instance is reached by a tunnel
-            live.append(ep)
-            continue
-        opener = open_access or (lambda e: eic_tunnel(
-            e, botocore_session=session._session, region=e.region or region, pins=pins,
-            os_user=args.os_user or e.ssh_user or DEFAULT_OS_USER,
-            forwarder=getattr(args, "forwarder", "auto")))
-        try:
-            live.append(stack.enter_context(opener(ep)))
-            kind = forwarder_kind(live[-1].base_url)
-            meta.setdefault("access", {})[ep.name] = f"{ep.instance_id}:{ep.port} via EC2 Instance Connect" + \
-                (f" ({kind} forwarder)" if kind else "")
-            echo(f"access     {ep.name}: {ep.instance_id}:{ep.port} -> {live[-1].base_url}")
-        except KeyboardInterrupt:
-            raise
-        except Exception as exc:  # noqa: BLE001
-            _record_unreachable(ep, f"access failed: {str(exc)[:300]}", args, run_dir, records, meta, echo)
-    return live
-
-
-def _record_unreachable(ep: Endpoint, msg: str, args: argparse.Namespace, run_dir: Path,
-                        records: list[Any], meta: dict[str, Any], echo: Callable[[str], None]) -> None:
-    from harness.agent.trial import RunRecord
-
-    meta.setdefault("access", {})[ep.name] = msg
-    echo(f"access     {ep.name}: {msg}")
-    if "agent" not in args.stages:
-        return
-    rec = RunRecord(ep.name, 1, args.runs, ok=False, mode="tools" if ep.tool_calls else "plain",
-                    protocol=ep.protocol, model_id=ep.model_id, started_at=time.time(), error=msg,
-                    unreachable=True)
-    records.append(rec)
-    append_jsonl(run_dir / "agent_runs.jsonl", rec.to_dict())
-
-
-def _scoreboard(live: list[Endpoint], args: argparse.Namespace, session: Any, region: str | None,
-                creds: bool, orchestrator: Any, model_factory: Callable[[Endpoint], Any], run_dir: Path,
-                meta: dict[str, Any], echo: Callable[[str], None], retry_initial_delay: float) -> dict | None:
-    from harness.agent.scoreboard import format_board, run_scoreboard
-
-    if orchestrator is None:
-        if not creds:
-            meta["stages"]["scoreboard"] = "skipped: the orchestrating agent runs on Bedrock (needs AWS credentials)"
-            echo(f"scoreboard {meta['stages']['scoreboard']}")
-            return None
-        from harness.agent.providers import build_model
-
-        orchestrator = build_model(Endpoint("scoreboard", "bedrock", args.scoreboard_model, region=region),
-                                   timeout=args.timeout, boto_session=session)
-    board = run_scoreboard(live, orchestrator=orchestrator, model_factory=model_factory,
-                           timeout=args.timeout, retry_initial_delay=retry_initial_delay)
-    write_json(run_dir / "scoreboard.json", board)
-    echo(format_board(board))
-    meta["stages"]["scoreboard"] = "ok" if not board["orchestrator_error"] else f"error: {board['orchestrator_error']}"
-    return board
 
 
 if __name__ == "__main__":

@@ -96,7 +96,7 @@ def test_an_instance_without_a_usable_python_is_one_clear_error(instance, tmp_pa
 
 
 def test_harness_run_stage_bench_from_instance(instance, tmp_path, monkeypatch):
-    from harness import run
+    from harness import stages
 
     fwd, ep = instance
     args = argparse.Namespace(bench_from="instance", bench_profile="10-4", concurrency="1",
@@ -104,7 +104,7 @@ def test_harness_run_stage_bench_from_instance(instance, tmp_path, monkeypatch):
     meta: dict = {}
     lines: list[str] = []
     monkeypatch.setattr(remote, "INSTANCE_PYTHONS", (sys.executable,))
-    status = run._stage_bench([ep], tmp_path, args, lines.append, meta)
+    status = stages.bench([ep], tmp_path, args, lines.append, meta)
     assert status == "ok (1/1 endpoints)", lines
     assert meta["bench"]["g6"]["from"] == "instance" and meta["bench"]["g6"]["path_rtt_ms"]["n"] == 20
     assert json.loads((tmp_path / "bench" / "g6" / "summary.json").read_text())[0]["completed"] == 2

@@ -46,6 +46,9 @@ STAGE_OPTIONS = [
     (["--only", "agent", "--concurrency", "1,2"], "--concurrency"),
     (["--only", "agent", "--slo", "ttft_p99_ms=500"], "--slo"),
     (["--only", "agent", "--bench-profile", "2k-512"], "--bench-profile"),
+    # harness.bench's names for the same options (one name per concept), named as typed
+    (["--only", "agent", "--requests", "9"], "--requests"),
+    (["--only", "agent", "--profile", "2k-512"], "--profile"),
     (["--only", "bench", "--scoreboard-model", "x"], "--scoreboard-model"),
     (["--only", "bench", "--runs", "5"], "--runs"),
     (["--only", "cost", "--accuracy-items", "FILE"], "--accuracy-items"),

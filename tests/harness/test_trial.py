@@ -228,7 +228,7 @@ def test_full_run_every_stage_from_saved_results(tmp_path, no_aws):
                                client=FakeBedrockRuntime(script))
     with servers(local=SCRIPTS["good"]) as s:
         rc, lines, out = _run(tmp_path, ["--runs", "1", "--endpoint", f"local={s['local'].base_url}",
-                                         "--concurrency", "1,2", "--bench-requests", "4"],
+                                         "--concurrency", "1,2", "--requests", "4"],
                               orchestrator=orchestrator)
     assert rc == 0, lines
     run_dir = next((tmp_path / "results").iterdir())
@@ -252,7 +252,7 @@ def test_bad_input_is_one_line_exit_2(capsys):
                          (["--runs", "0"], "--runs 0: must be >= 1"),
                          (["--backends", "g7"], "unknown backend 'g7'"),
                          (["--concurrency", "1,x"], "comma-separated"),
-                         (["--bench-profile", "nope"], "--bench-profile 'nope': use one of agent"),
+                         (["--bench-profile", "nope"], "--profile 'nope': use one of agent"),
                          (["--frobnicate"], "unrecognized arguments")]:
         assert run.main(argv) == 2, argv
         err = capsys.readouterr().err.strip().splitlines()
