@@ -125,7 +125,8 @@ def configured_fit_lines(context: dict | None = None) -> list[str]:
         config = parse(read_context() if context is None else context)
     except ConfigError as e:
         return [f"model fit: not planned, the configuration is refused: {e}"]
-    lines = [f"model fit (kit/plan.py; max_model_len {config.max_model_len}, one sequence; "
+    lines = [f"model fit (kit/plan.py; max_model_len {config.max_model_len}, one sequence on vLLM, the compiled batch "
+             f"of {kp.NEURON_BATCH_SIZE} on Neuron; "
              "python -m harness.plan --model SIZE for every instance):"]
     for bc in config.deployments:
         b = catalog.backend(bc.id)
@@ -135,6 +136,12 @@ def configured_fit_lines(context: dict | None = None) -> list[str]:
         except ValueError:
             package = None
         model = package.default_source if package else bc.model_id
+        if b.open_weights and b.engine_kind == "neuron" and kp.choose_model_or_none(model) is None:
+            try:
+                kp.check_deploy(bc.id, bc.instance_type, model, config.max_model_len)
+            except kp.PlanError as e:
+                lines.append(f"  {name:<11} {bc.model_id}: REFUSED: {e}")
+                continue
         if not b.open_weights or kp.choose_model_or_none(model) is None:
             lines.append(f"  {name:<11} {bc.model_id}: not a Gemma 4 size the planner knows; deployed as configured")
             continue
@@ -145,13 +152,14 @@ def configured_fit_lines(context: dict | None = None) -> list[str]:
             if spec is None:
                 lines.append(f"  {name:<11} {itype:<16} not in the catalog: not planned")
                 continue
-            p = kp.place(b, spec, choice, config.max_model_len, 1)
+            n = kp.deploy_concurrency(b)
+            p = kp.place(b, spec, choice, config.max_model_len, n)
             if p.deployable:
                 lines.append(f"  {name:<11} {itype:<16} {bc.model_id} ({choice.precision}): fits, TP {p.tp}, "
                              f"{_gb(p.per_device_bytes):.1f} of {_gb(p.per_device_budget):.1f} GB per device, "
                              f"ceiling {p.ceiling_tok_s:.0f} tok/s")
             else:
-                best = kp.smallest_fit(bc.id, choice, config.max_model_len, 1)
+                best = kp.smallest_fit(bc.id, choice, config.max_model_len, n)
                 why = p.reason if not p.fits else "; ".join(p.warnings[-1:])
                 lines.append(f"  {name:<11} {itype:<16} {bc.model_id} ({choice.precision}): DOES NOT FIT: {why}; "
                              + (f"smallest that fits: {best.instance_type}" if best else "no catalog type fits"))

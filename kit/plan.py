@@ -51,6 +51,14 @@ NEURON_HBM_PER_CORE_BYTES = 16 * 2**30
 NEURON_HBM_USABLE = 0.85
 NEURON_MAX_GATHER_BYTES = 4 * 10**9
 NEURON_DTYPES = ("bf16", "fp16")
+# What the Neuron engine compiles for a deployment (``neuron_compile``), the kit's own rule: the
+# engine's default shapes (ami/neuron/neuron_config.py DEFAULT_SHAPES: batch 4, prompt buckets 128,
+# 512, 2048 of 4096 total tokens; tests/kit/test_neuron_compile.py compares) generalized to any
+# max_model_len: the largest prompt is half the total (room to generate as long as it reads),
+# smaller buckets every 4x from 128 (short prompts run on small graphs), batch 4 whatever the size.
+NEURON_BATCH_SIZE = 4
+NEURON_SMALLEST_BUCKET = 128
+NEURON_BUCKET_STEP = 4
 
 
 @dataclass(frozen=True)
@@ -303,25 +311,90 @@ def smallest_fit(backend_id: str, choice: ModelChoice, context: int, concurrency
     return None
 
 
+def deploy_concurrency(backend: catalog.Backend) -> int:
+    """The sequences a deployment's memory is planned for: one for vLLM (its K/V cache is paged
+    and shared, one sequence must fit), the compiled batch for the Neuron engine (it holds K/V for
+    every slot of the batch it compiled, ``NEURON_BATCH_SIZE``)."""
+    return NEURON_BATCH_SIZE if backend.engine_kind == "neuron" else 1
+
+
 def check_deploy(backend_id: str, instance_type: str, model_id: str, context: int) -> Placement | None:
     """The placement a deployment of ``model_id`` on ``instance_type`` gets (sizing for the stack),
-    None for a model the kit has no facts for (it deploys as configured), PlanError (one line
-    naming the smallest type that fits) when the type cannot serve it."""
+    None for a model the kit has no facts for on a GPU (it deploys as configured), PlanError (one
+    line naming the smallest type that fits) when the type cannot serve it. On a Neuron backend a
+    model the kit has no facts for is refused too: the engine loads only the Gemma 4 E2B port's
+    class (kit/models.py KIT_NEURON_PORT), so any other checkpoint would fail at boot, after the
+    instance was paid for."""
+    b = catalog.backend(backend_id)
     facts = km.facts_for(model_id)
+    if b.engine_kind == "neuron" and (facts is None or facts.neuron_port != km.KIT_NEURON_PORT):
+        why = ("not a Gemma 4 size the kit knows" if facts is None
+               else facts.neuron_port or f"no public Neuron port of {facts.arch.name}")
+        served = ", ".join(f.hf_id for f in km.MODELS.values() if f.neuron_port == km.KIT_NEURON_PORT)
+        raise PlanError(f"{model_id}: the kit's Neuron engine serves only the model whose Neuron port it loads "
+                        f"(Gemma 4 E2B, NxD Inference contrib PR #115), and {why}; valid: {served}")
     if facts is None:
         return None
-    b = catalog.backend(backend_id)
     spec = catalog.INSTANCES.get(instance_type)
     if spec is None or not spec.accelerators:
         return None  # an instance the catalog does not know: the config checks have spoken
     choice = choose_model(model_id)
-    check_inputs(choice, context, 1)
-    p = place(b, spec, choice, context, 1)
+    n = deploy_concurrency(b)
+    check_inputs(choice, context, n)
+    p = place(b, spec, choice, context, n)
     if p.deployable:
         return p
-    best = smallest_fit(backend_id, choice, context, 1)
+    best = smallest_fit(backend_id, choice, context, n)
     where = (f"smallest {b.id} type that fits: {best.instance_type} (TP {best.tp})" if best
              else f"no {b.id} type in the catalog serves it")
     why = p.reason if not p.fits else "; ".join(p.warnings)
-    raise PlanError(f"{model_id} ({choice.precision}, max_model_len {context}) does not fit {instance_type}: "
+    batch = f", compiled batch {n}" if b.engine_kind == "neuron" else ""
+    raise PlanError(f"{model_id} ({choice.precision}, max_model_len {context}{batch}) does not fit {instance_type}: "
                     f"{why}; {where}")
+
+
+def neuron_prompt_buckets(total_tokens: int) -> tuple[int, ...]:
+    """The prompt lengths the Neuron engine compiles for ``total_tokens`` per sequence (see
+    NEURON_BATCH_SIZE's comment): 4096 -> (128, 512, 2048), 8192 -> (128, 512, 2048, 4096)."""
+    top = total_tokens // 2
+    out, b = [], NEURON_SMALLEST_BUCKET
+    while b < top:
+        out.append(b)
+        b *= NEURON_BUCKET_STEP
+    return (*out, top)
+
+
+@dataclass(frozen=True)
+class NeuronCompile:
+    """What the Neuron engine compiles for one deployment, decided once here from the planner's
+    facts and handed, as they are, to both places that compile: the instance's boot (the stack's
+    KIT_* variables, userdata/engine-neuron.sh) and the Neuron image's build (neuron-engine.yaml's
+    parameters, ami/scripts/neuron-precompile.sh). Equal values give the engine equal cache keys
+    (ami/neuron/neuron_config.py cache_key), so a boot finds the image's graphs."""
+
+    tp_degree: int  # the planner's: the largest supported degree that fits and divides the heads
+    tp_degrees: tuple[int, ...]  # the runtime's degrees on the instance (catalog.neuron_tp_degrees)
+    platform: str  # catalog.neuron_platform
+    batch_size: int
+    total_tokens: int  # max_model_len: prompt + generated per sequence
+    prompt_buckets: tuple[int, ...]
+
+    def engine_args(self) -> list[str]:
+        """The engine's command-line flags for these shapes (ami/neuron/cli.py), in the order both
+        scripts pass them."""
+        return ["--tp-degrees", ",".join(map(str, self.tp_degrees)), "--platform", self.platform,
+                "--tp-degree", str(self.tp_degree), "--batch-size", str(self.batch_size),
+                "--max-total-tokens", str(self.total_tokens),
+                "--prompt-buckets", ",".join(map(str, self.prompt_buckets))]
+
+
+def neuron_compile(backend_id: str, instance_type: str, model_id: str, context: int) -> NeuronCompile:
+    """The compile of ``model_id`` on ``instance_type`` at ``context`` tokens per sequence;
+    PlanError (one line) when the planner refuses it (``check_deploy``)."""
+    if catalog.backend(backend_id).engine_kind != "neuron":
+        raise PlanError(f"{backend_id} does not run the Neuron engine")
+    p = check_deploy(backend_id, instance_type, model_id, context)
+    if p is None or p.tp is None:  # an instance the catalog lacks: kit.config refuses it first
+        raise PlanError(f"{instance_type}: the catalog (kit/catalog.py) has no NeuronCore count for it")
+    return NeuronCompile(p.tp, catalog.neuron_tp_degrees(instance_type), catalog.neuron_platform(instance_type),
+                         NEURON_BATCH_SIZE, context, neuron_prompt_buckets(context))

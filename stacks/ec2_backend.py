@@ -24,11 +24,22 @@ from kit.config import BackendConfig, KitConfig
 from stacks.guardrails import Ec2Guardrails
 from kit.image_families import boot_family
 from kit.image_needs import boot_need
+from kit.plan import NeuronCompile
 from stacks.image_guard import ImagesReady
 from stacks.inference_instance import InferenceInstance
 from stacks.outputs import add_outputs
 from stacks import package
 from stacks.sizing import sizing
+
+
+def neuron_boot_env(nc: NeuronCompile) -> dict[str, str]:
+    """The KIT_* variables carrying a Neuron compile to userdata/engine-neuron.sh, which passes
+    them to the engine as ``nc.engine_args()`` lists them (stacks/images.py ``neuron_precompile``
+    gives the image build the same values)."""
+    return {"KIT_TP_DEGREES": ",".join(map(str, nc.tp_degrees)), "KIT_NEURON_PLATFORM": nc.platform,
+            "KIT_MAX_MODEL_LEN": str(nc.total_tokens),
+            "KIT_NEURON_TP_DEGREE": str(nc.tp_degree), "KIT_NEURON_BATCH_SIZE": str(nc.batch_size),
+            "KIT_NEURON_PROMPT_BUCKETS": ",".join(map(str, nc.prompt_buckets))}
 
 
 class Ec2BackendStack(cdk.Stack):
@@ -69,6 +80,8 @@ class Ec2BackendStack(cdk.Stack):
         if engine.tp_degrees:
             env["KIT_TP_DEGREES"] = ",".join(map(str, engine.tp_degrees))
             env["KIT_NEURON_PLATFORM"] = engine.neuron_platform
+        if size.neuron:  # the compiled shapes, the planner's (kit/plan.py neuron_compile), as the image has them
+            env.update(neuron_boot_env(size.neuron))
         # Each stack owns a block of /24s in the shared VPC, declared in its catalog row: the
         # backend's, or its variant slot's (kit/subnets.py; kit.config refused a missing one).
         cidr_base = subnets.backend_block(backend.id, None if backend.variant is None else backend.slot)

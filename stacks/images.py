@@ -50,6 +50,7 @@ from stacks import nag
 from stacks.az_choice import OfferedSubnet
 from kit import subnets
 from kit.catalog import BACKENDS, instance_arch
+from kit.plan import PlanError, neuron_compile
 from kit.config import ConfigError, KitConfig
 from stacks.package import package_scheme
 from kit.image_facts import (BUILD_HOSTS, FAMILY_IMAGE, GPU_DLAMI, IMAGE_PARAMETERS,  # noqa: F401 (re-exported)
@@ -210,19 +211,26 @@ def engine_pip_specs(line: str | None = None) -> str:
     return " ".join([*pins.neuron_line(line).engine_pip, *(locked[n.lower()] for n in ENGINE_EXTRA)])
 
 
+# neuron-engine.yaml's parameters for a Neuron compile, each "none" when nothing is compiled in.
+NEURON_COMPILE_PARAMETERS = ("PrecompileModel", "CompileArgs")
+
+
 def neuron_precompile(config: KitConfig) -> dict[str, str]:
     """What the Neuron image compiles in (neuron-engine.yaml, PrecompileModel): the model of the
-    first selected backend that boots the neuron image on the build host's type, with the engine
-    settings the catalog gives it there (``Backend.engine_settings``), so its boot on that type
-    finds graphs with the same cache key and loads without compiling. Nothing when no selected
-    backend boots the neuron image on that type."""
+    first selected backend that boots the neuron image on the build host's type, with the shapes
+    the planner decides for it there (kit/plan.py ``neuron_compile``: the same call, on the same
+    facts, that gives the backend's stack its KIT_* variables, stacks/ec2_backend.py), so its boot
+    on that type finds graphs with the same cache key and loads without compiling. Nothing when no
+    selected backend boots the neuron image on that type."""
     bc = next((bc for bc in config.backends if FAMILY_IMAGE.get(BACKENDS[bc.id].image or "") == "neuron"
                and bc.instance_type == NEURON_BUILD_INSTANCE), None)
     if bc is None:
-        return {"PrecompileModel": "none", "TpDegrees": "none", "NeuronPlatform": "none"}
-    engine = BACKENDS[bc.id].engine_settings(NEURON_BUILD_INSTANCE, bc.model_id)
-    return {"PrecompileModel": bc.model_id, "TpDegrees": ",".join(map(str, engine.tp_degrees)),
-            "NeuronPlatform": engine.neuron_platform}
+        return dict.fromkeys(NEURON_COMPILE_PARAMETERS, "none")
+    try:
+        nc = neuron_compile(bc.id, NEURON_BUILD_INSTANCE, bc.model_id, config.max_model_len)
+    except PlanError as e:  # the backend's own stack refuses the same, first (stacks/sizing.py)
+        raise ConfigError(f"{bc.id}_instance_type={NEURON_BUILD_INSTANCE!r}: {e}") from None
+    return {"PrecompileModel": bc.model_id, "CompileArgs": " ".join(nc.engine_args())}
 
 
 def neuron_spec(config: KitConfig, parent_ami: str | None = None) -> ImageSpec:

@@ -11,14 +11,18 @@ For a Gemma 4 size the kit knows (kit/models.py), on a catalog instance type:
 - on SageMaker, the startup health-check and download windows stretched the same way (the API
   accepts 60-3600 s).
 
-Any other model (a package id, another family) deploys as configured, as before. For inf2/trn1
-the planner applies the Neuron engine's own rules (kit/plan.py restates them; a test compares).
+Any other model (a package id, another family) deploys as configured on a GPU. For inf2/trn1 the
+planner applies the Neuron engine's own rules (kit/plan.py restates them; a test compares) at the
+batch the engine compiles, refuses any model without the Neuron port the engine loads, and decides
+the compiled shapes (``kit.plan.neuron_compile``: TP degree, batch, total tokens, prompt buckets),
+which the stack hands to the boot and stacks/images.py to the image build.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Callable
 
+from kit import catalog
 from kit import plan as kp
 from kit.config import ConfigError
 
@@ -30,6 +34,7 @@ class Sizing:
     tp: int | None  # None: leave the engine's default (a model the planner does not know)
     extra_volume_gib: int = 0
     extra_ready_minutes: int = 0
+    neuron: kp.NeuronCompile | None = None  # inf2/trn1: what the engine compiles
 
     def startup_seconds(self, base: int) -> int:
         return min(SAGEMAKER_TIMEOUT_MAX_S, base + 60 * self.extra_ready_minutes)
@@ -42,6 +47,8 @@ def sizing(backend_id: str, instance_type: str, model_id: str, max_model_len: in
     kit/config.py ``BackendConfig.instance_fix`` says it for a variant's item)."""
     try:
         p = kp.check_deploy(backend_id, instance_type, model_id, max_model_len)
+        neuron = (kp.neuron_compile(backend_id, instance_type, model_id, max_model_len)
+                  if catalog.backend(backend_id).engine_kind == "neuron" else None)
     except kp.PlanError as e:
         hint = ""
         best = str(e).rpartition("that fits: ")[2].partition(" ")[0]
@@ -50,4 +57,4 @@ def sizing(backend_id: str, instance_type: str, model_id: str, max_model_len: in
         raise ConfigError(f"{key}={instance_type!r}: {e}{hint}") from None
     if p is None:
         return Sizing(None)
-    return Sizing(p.tp, p.volume_extra_gib, p.readiness_extra_minutes)
+    return Sizing(p.tp, p.volume_extra_gib, p.readiness_extra_minutes, neuron)

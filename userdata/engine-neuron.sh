@@ -8,8 +8,14 @@
 #   KIT_TP_DEGREES       tensor-parallel degrees the Neuron runtime supports on this instance type
 #                        (neuron_tp_degrees), e.g. 1,2 on inf2.xlarge
 #   KIT_NEURON_PLATFORM  the instance's Neuron platform (neuron_platform; trn1n runs as trn1)
-# Both go to the engine as they are; the engine serves the largest degree that also divides the
-# checkpoint's attention heads (ami/neuron/neuron_config.py), known once the checkpoint is here.
+# The shapes the engine compiles, the planner's (kit/plan.py neuron_compile; the Neuron image
+# compiled the same, ami/scripts/neuron-precompile.sh, so this boot loads its graphs):
+#   KIT_NEURON_TP_DEGREE       the degree: the largest of KIT_TP_DEGREES that fits and divides the heads
+#   KIT_NEURON_BATCH_SIZE      sequences decoded together
+#   KIT_MAX_MODEL_LEN          prompt + generated tokens per sequence
+#   KIT_NEURON_PROMPT_BUCKETS  prompt lengths compiled (the largest is the prompt limit)
+# All go to the engine as they are; it checks the degree against the checkpoint's heads and the
+# NeuronCores it sees (ami/neuron/neuron_config.py).
 
 KIT_NEURON_VENV=${KIT_NEURON_VENV:-/opt/inference-kit/neuron}
 KIT_NEURON_SERVE=$KIT_NEURON_VENV/bin/kit-neuron-serve
@@ -39,5 +45,7 @@ engine_exec() {
   # The engine checks a first boot fits this window (ami/neuron/boot_budget.py).
   export KIT_READY_TIMEOUT_S
   exec "$KIT_NEURON_SERVE" --model "$KIT_MODEL_DIR" --served-model-name "$KIT_SERVED_MODEL" \
-    --host 127.0.0.1 --port "$KIT_PORT" --tp-degrees "$KIT_TP_DEGREES" --platform "$KIT_NEURON_PLATFORM"
+    --host 127.0.0.1 --port "$KIT_PORT" --tp-degrees "$KIT_TP_DEGREES" --platform "$KIT_NEURON_PLATFORM" \
+    --tp-degree "$KIT_NEURON_TP_DEGREE" --batch-size "$KIT_NEURON_BATCH_SIZE" \
+    --max-total-tokens "$KIT_MAX_MODEL_LEN" --prompt-buckets "$KIT_NEURON_PROMPT_BUCKETS"
 }

@@ -1,19 +1,22 @@
 #!/usr/bin/env bash
 # Neuron image build step PrecompileModel (ami/components/neuron-engine.yaml runs it from the
 # unpacked assets): download the inf2 backend's checkpoint and compile its graphs into the image.
-#   MODEL=... HF_TOKEN_SECRET=... TP_DEGREES=... PLATFORM=... neuron-precompile.sh
+#   MODEL=... HF_TOKEN_SECRET=... COMPILE_ARGS="--tp-degrees 1,2 --platform inf2 ..." neuron-precompile.sh
+# COMPILE_ARGS: the engine's shape flags, kit/plan.py NeuronCompile.engine_args() (TP degrees and
+# degree, platform, batch, total tokens, prompt buckets), the values the inf2 stack writes to
+# kit.env for its boot (userdata/engine-neuron.sh passes them in the same order).
 # A failure ends with one line naming the stage that failed (download or compile), last on stderr.
 # KIT_IMAGE_ROOT: a directory standing for / (tests); empty on the build host.
 root=${KIT_IMAGE_ROOT:-}
 stage=setup
 summary() {
   local rc=$?
-  [ "$rc" = 0 ] || echo "neuron image build failed at $stage: ${MODEL:-?} (tp degrees ${TP_DEGREES:-?}," \
-    "platform ${PLATFORM:-?}), exit $rc; the lines above say why" >&2
+  [ "$rc" = 0 ] || echo "neuron image build failed at $stage: ${MODEL:-?} (${COMPILE_ARGS:-?})," \
+    "exit $rc; the lines above say why" >&2
 }
 trap summary EXIT
 set -euo pipefail
-: "${MODEL:?}" "${HF_TOKEN_SECRET:?}" "${TP_DEGREES:?}" "${PLATFORM:?}"
+: "${MODEL:?}" "${HF_TOKEN_SECRET:?}" "${COMPILE_ARGS:?}"
 # The checkpoint and its compiled graphs, where a booting inf2 instance looks for
 # them (userdata/engine-neuron.sh: the model dir and its .kit-complete; the
 # launcher's --compiled-dir), with the arguments that boot passes: the engine then
@@ -48,6 +51,7 @@ if [ ! -e "$dir/.kit-complete" ]; then
   touch "$dir/.kit-complete"
 fi
 stage=compile
+read -r -a compile_args <<<"$COMPILE_ARGS"  # flags and values hold no spaces (numbers, words, N,N lists)
 "$root"/opt/inference-kit/neuron/bin/kit-neuron-serve --model "$dir" --served-model-name "$model" \
-  --tp-degrees "$TP_DEGREES" --platform "$PLATFORM" --compile-only
+  "${compile_args[@]}" --compile-only
 echo "$model" > "$root"/etc/inference-kit/precompiled-model

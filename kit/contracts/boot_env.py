@@ -58,8 +58,8 @@ BOOT_VARS: tuple[BootVar, ...] = (
     _stack("KIT_BACKEND", "the catalog backend id (log lines only: nothing branches on it)"),
     _stack("KIT_MODEL", "the model loaded: a Hugging Face id, or package:<scheme>"),
     _stack("KIT_SERVED_MODEL", "the model name the server answers to (the harness's model id)"),
-    _stack("KIT_MAX_MODEL_LEN", "vLLM's --max-model-len (cdk.json max_model_len); the Neuron engine "
-           "plans its own lengths and ignores it"),
+    _stack("KIT_MAX_MODEL_LEN", "tokens per sequence (cdk.json max_model_len): vLLM's --max-model-len, the "
+           "Neuron engine's --max-total-tokens (kit/plan.py neuron_compile)"),
     _stack("KIT_MODEL_PARAM", "the SSM parameter naming the newest package build, read when the server starts",
            (VLLM_GPU,), when="the model is a package (stacks/package.py)"),
     _stack("KIT_VLLM_ARGS", "vLLM's tool-call flags for the model (Backend.engine_settings)", (VLLM_GPU, VLLM_G5G)),
@@ -67,6 +67,13 @@ BOOT_VARS: tuple[BootVar, ...] = (
            (VLLM_GPU,), when="the model needs more than one GPU"),
     _stack("KIT_TP_DEGREES", "tensor-parallel degrees the Neuron runtime supports on the instance type", (NEURON,)),
     _stack("KIT_NEURON_PLATFORM", "the instance's Neuron platform (trn1n runs as trn1)", (NEURON,)),
+    # the Neuron engine's compiled shapes, the planner's (kit/plan.py neuron_compile); the Neuron
+    # image compiles the same values in (stacks/images.py neuron_precompile)
+    _stack("KIT_NEURON_TP_DEGREE", "the tensor-parallel degree compiled: the largest of KIT_TP_DEGREES that fits "
+           "the model (the planner's)", (NEURON,)),
+    _stack("KIT_NEURON_BATCH_SIZE", "sequences the Neuron engine decodes together (its compiled batch)", (NEURON,)),
+    _stack("KIT_NEURON_PROMPT_BUCKETS", "prompt lengths the Neuron engine compiles; the largest is its prompt limit",
+           (NEURON,)),
     _stack("KIT_VLLM_VERSION", "the vLLM pin installed on the plain DLAMI (ami/pins.py)", (VLLM_GPU,)),
     _stack("KIT_UV_VERSION", "the uv pin that installs it (ami/pins.py)", (VLLM_GPU,)),
     _stack("KIT_PYTHON_VERSION", "the CPython uv installs for it (ami/pins.py)", (VLLM_GPU,)),

@@ -177,9 +177,11 @@ SERVED = {
            "--max-model-len 4096 --attention-backend TRITON_ATTN --dtype float16 "
            "--enable-auto-tool-choice --tool-call-parser gemma4",
     "inf2": "{opt}/neuron/bin/kit-neuron-serve --model {opt}/models/{model} --served-model-name {model} "
-            "--host 127.0.0.1 --port 8000 --tp-degrees 1,2 --platform inf2",
+            "--host 127.0.0.1 --port 8000 --tp-degrees 1,2 --platform inf2 --tp-degree 2 --batch-size 4 "
+            "--max-total-tokens 4096 --prompt-buckets 128,512,2048",  # kit/plan.py neuron_compile
     "trn1": "{opt}/neuron/bin/kit-neuron-serve --model {opt}/models/{model} --served-model-name {model} "
-            "--host 127.0.0.1 --port 8000 --tp-degrees 1,2 --platform trn1",
+            "--host 127.0.0.1 --port 8000 --tp-degrees 1,2 --platform trn1 --tp-degree 2 --batch-size 4 "
+            "--max-total-tokens 4096 --prompt-buckets 128,512,2048",  # kit/plan.py neuron_compile
 }
 
 

@@ -39,9 +39,51 @@ def inf2_env(kit) -> dict[str, str]:
 def test_the_image_compiles_what_the_inf2_boot_asks_for(kit):
     p, env = image_params(kit), inf2_env(kit)
     assert p["PrecompileModel"] == env["KIT_MODEL"] == env["KIT_SERVED_MODEL"]
-    assert p["TpDegrees"] == env["KIT_TP_DEGREES"]
-    assert p["NeuronPlatform"] == env["KIT_NEURON_PLATFORM"]
+    # the compiled shapes, both from kit/plan.py neuron_compile
+    assert p["CompileArgs"].split() == [
+        "--tp-degrees", env["KIT_TP_DEGREES"], "--platform", env["KIT_NEURON_PLATFORM"],
+        "--tp-degree", env["KIT_NEURON_TP_DEGREE"], "--batch-size", env["KIT_NEURON_BATCH_SIZE"],
+        "--max-total-tokens", env["KIT_MAX_MODEL_LEN"], "--prompt-buckets", env["KIT_NEURON_PROMPT_BUCKETS"]]
+    assert p["CompileArgs"] == ("--tp-degrees 1,2 --platform inf2 --tp-degree 2 --batch-size 4 --max-total-tokens 4096 "
+                                "--prompt-buckets 128,512,2048")
     assert p["HfTokenSecret"] == kit.config.hf_token_secret
+
+
+def test_image_and_boot_give_the_engine_the_same_shape_flags(kit, tmp_path):
+    """Both scripts run: the image's PrecompileModel step with the synthesized image parameters, and
+    userdata/engine-neuron.sh's engine_exec with the synthesized Inf2Stack's kit.env; each calls a
+    stand-in launcher that records its arguments. Every flag that enters the engine's cache key
+    (ami/neuron/neuron_config.py cache_key: shapes, TP degree, platform) is the same in both, and is
+    kit/plan.py's neuron_compile for the configured model on inf2.xlarge."""
+    from kit.plan import neuron_compile
+    from tests.stacks.conftest import SYSTEMD_PATH
+
+    from stacks.images import NEURON_COMPILE_PARAMETERS
+
+    synthesized = image_params(kit)
+    r, root = run_precompile(tmp_path / "image", **{k: synthesized[k] for k in NEURON_COMPILE_PARAMETERS})
+    assert r.returncode == 0, r.stdout + r.stderr
+    image = (root / "launcher-args").read_text().split("\n")[:-1]
+    env = inf2_env(kit)
+    venv = tmp_path / "boot/venv/bin"
+    fake_tool(venv / "hf", 'while [ $# -gt 0 ]; do [ "$1" = --local-dir ] && mkdir -p "$2"; shift; done')
+    fake_tool(venv / "kit-neuron-serve", f'printf "%s\\n" "$@" > {tmp_path}/boot-args')
+    script = (ROOT / "userdata/engine-neuron.sh").read_text().replace("/opt/inference-kit/models",
+                                                                      str(tmp_path / "boot/m"))
+    (tmp_path / "engine.sh").write_text(script)
+    r = subprocess.run(["/bin/bash", "-c", f"set -euo pipefail; . {tmp_path}/engine.sh; engine_exec"],
+                       env={**env, "PATH": SYSTEMD_PATH, "KIT_NEURON_VENV": str(tmp_path / "boot/venv")},
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    boot = (tmp_path / "boot-args").read_text().split("\n")[:-1]
+
+    def shapes(args: list[str]) -> list[str]:
+        keyed = ("--tp-degrees", "--platform", "--tp-degree", "--batch-size", "--max-total-tokens", "--prompt-buckets")
+        return [x for i, a in enumerate(args) if a in keyed for x in (a, args[i + 1])]
+
+    want = neuron_compile("inf2", "inf2.xlarge", env["KIT_MODEL"], kit.config.max_model_len).engine_args()
+    assert shapes(image) == shapes(boot) == want
+    assert image[image.index("--served-model-name") + 1] == boot[boot.index("--served-model-name") + 1]
 
 
 def test_no_precompile_when_inf2_is_not_selected_or_on_another_type():
@@ -80,11 +122,10 @@ def test_precompile_step_leaves_the_checkpoint_where_the_boot_looks_and_compiles
     assert (ckpt / ".kit-complete").exists() and (ckpt / "model.safetensors").exists()
     args = (root / "launcher-args").read_text().split("\n")
     assert args[:-1] == ["--model", f"{root}/opt/inference-kit/models/{model}", "--served-model-name", model,
-                         "--tp-degrees", params["TpDegrees"], "--platform", params["NeuronPlatform"], "--compile-only"]
-    # The boot's launch carries the same served name, degrees and platform (and the launcher's
-    # own --compiled-dir, the same file in the image and on the instance).
+                         *params["CompileArgs"].split(), "--compile-only"]
+    # The boot's launch carries the same served name (and the launcher's own --compiled-dir, the
+    # same file in the image and on the instance); the shapes: test_image_and_boot_give_...
     assert '--served-model-name "$KIT_SERVED_MODEL"' in engine
-    assert '--tp-degrees "$KIT_TP_DEGREES" --platform "$KIT_NEURON_PLATFORM"' in engine
     assert (root / "etc/inference-kit/precompiled-model").read_text().strip() == model
 
 

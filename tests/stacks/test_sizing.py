@@ -64,9 +64,46 @@ def test_sagemaker_sizes_each_endpoint(tmp_path):
         synth(tmp_path / "x", backends="sagemaker", sagemaker_model="google/gemma-4-26B-A4B-it")
 
 
-def test_neuron_refuses_a_size_without_a_port(tmp_path):
-    with pytest.raises(ConfigError, match=r"inf2_instance_type='inf2.xlarge'.*no inf2 type in the catalog serves it"):
-        synth(tmp_path, backends="inf2", model="google/gemma-4-26B-A4B-it")
+@pytest.mark.parametrize("backend,model,why", [
+    ("inf2", "google/gemma-4-26B-A4B-it", "no public Neuron port of Gemma 4 26B A4B"),
+    ("trn1", "google/gemma-4-E4B-it", "no public Neuron port of Gemma 4 E4B"),
+    ("inf2", "Qwen/Qwen3-8B", "not a Gemma 4 size the kit knows")])
+def test_neuron_refuses_a_model_without_the_engines_port(tmp_path, backend, model, why):
+    with pytest.raises(ConfigError) as e:
+        synth(tmp_path, backends=backend, model=model)
+    msg = str(e.value)
+    assert "\n" not in msg
+    assert msg.startswith(f"{backend}_instance_type='{backend}.{'xlarge' if backend == 'inf2' else '2xlarge'}': "
+                          f"{model}: the kit's Neuron engine serves only the model whose Neuron port it loads "
+                          f"(Gemma 4 E2B, NxD Inference contrib PR #115), and {why}; valid: google/gemma-4-E2B-it"), msg
+
+
+def test_neuron_refusal_through_cdk_is_one_line_exit_2():
+    """The real app.py: one line on stderr, exit 2, no traceback, before anything is deployed."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.stacks.conftest import ROOT
+
+    env = {**os.environ, "CDK_CONTEXT_JSON": '{"backends": "inf2", "model": "google/gemma-4-E4B-it"}'}
+    r = subprocess.run([sys.executable, "app.py"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stderr
+    (line,) = r.stderr.strip().splitlines()
+    assert line.startswith("config error: inf2_instance_type='inf2.xlarge': google/gemma-4-E4B-it: the kit's "
+                           "Neuron engine serves only"), line
+
+
+def test_neuron_stack_gets_the_planners_compile(tmp_path):
+    """max_model_len 8192 on trn1.32xlarge: the boot gets the planner's degree (8: the largest of
+    trn1's 1, 2, 8, 16, 32 dividing E2B's 8 heads), batch, total tokens and prompt buckets."""
+    s = synth(tmp_path, backends="trn1", trn1_instance_type="trn1.32xlarge", max_model_len=8192)
+    _, instance = s.one("Trn1Stack", "AWS::EC2::Instance")
+    env = {k: v.strip("'") for k, v in kit_env(user_data(instance)).items()}
+    assert {k: env[k] for k in ("KIT_TP_DEGREES", "KIT_NEURON_PLATFORM", "KIT_NEURON_TP_DEGREE",
+                                "KIT_NEURON_BATCH_SIZE", "KIT_MAX_MODEL_LEN", "KIT_NEURON_PROMPT_BUCKETS")} == {
+        "KIT_TP_DEGREES": "1,2,8,16,32", "KIT_NEURON_PLATFORM": "trn1", "KIT_NEURON_TP_DEGREE": "8",
+        "KIT_NEURON_BATCH_SIZE": "4", "KIT_MAX_MODEL_LEN": "8192", "KIT_NEURON_PROMPT_BUCKETS": "128,512,2048,4096"}
 
 
 def test_gpu_families_in_one_run(tmp_path):

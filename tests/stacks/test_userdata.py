@@ -428,10 +428,14 @@ def test_serve_exports_the_token_without_logging_it(stand, tmp_path):
     assert "hf_TEST" not in r.stdout + r.stderr
 
 
-@pytest.mark.parametrize("degrees, platform", [("1,2", "inf2"), ("1,2,8,16,32", "trn1")])
-def test_neuron_engine_receives_the_catalogs_degrees_and_platform_as_they_are(tmp_path, degrees, platform):
+@pytest.mark.parametrize("backend, itype, tokens", [("inf2", "inf2.xlarge", 4096), ("trn1", "trn1.32xlarge", 8192)])
+def test_neuron_engine_receives_the_planners_shapes_as_they_are(tmp_path, backend, itype, tokens):
     """engine-neuron.sh's engine_exec, run: it fetches the checkpoint once and starts the engine
-    with the stack's KIT_TP_DEGREES and KIT_NEURON_PLATFORM, deciding nothing itself."""
+    with the stack's KIT_* variables for the planner's compile (kit/plan.py neuron_compile: degrees,
+    platform, TP degree, batch, total tokens, prompt buckets), deciding nothing itself."""
+    from kit.plan import neuron_compile
+    from stacks.ec2_backend import neuron_boot_env
+
     venv = tmp_path / "venv" / "bin"
     venv.mkdir(parents=True)
     calls = tmp_path / "calls"
@@ -440,9 +444,9 @@ def test_neuron_engine_receives_the_catalogs_degrees_and_platform_as_they_are(tm
     for f in venv.iterdir():
         f.chmod(0o755)
     model = "google/gemma-4-E2B-it"
-    env = {"PATH": SYSTEMD_PATH, "KIT_MODEL": model, "KIT_SERVED_MODEL": model,
-           "KIT_PORT": "8000", "KIT_TP_DEGREES": degrees, "KIT_NEURON_PLATFORM": platform,
-           "KIT_NEURON_VENV": str(tmp_path / "venv")}
+    nc = neuron_compile(backend, itype, model, tokens)
+    env = {"PATH": SYSTEMD_PATH, "KIT_MODEL": model, "KIT_SERVED_MODEL": model, "KIT_PORT": "8000",
+           **neuron_boot_env(nc), "KIT_NEURON_VENV": str(tmp_path / "venv")}
     script = (ROOT / "userdata/engine-neuron.sh").read_text().replace("/opt/inference-kit/models", str(tmp_path / "m"))
     (tmp_path / "engine.sh").write_text(script)
     for _ in range(2):  # a second start (reboot, stop/start) reuses the checkpoint
@@ -451,7 +455,9 @@ def test_neuron_engine_receives_the_catalogs_degrees_and_platform_as_they_are(tm
     hf, serve1, serve2 = calls.read_text().splitlines()
     assert hf == f"hf download {model} --local-dir {tmp_path}/m/{model}"
     assert serve1 == serve2 == (f"serve --model {tmp_path}/m/{model} --served-model-name {model} --host 127.0.0.1 "
-                                f"--port 8000 --tp-degrees {degrees} --platform {platform}")
+                                f"--port 8000 {' '.join(nc.engine_args())}")
+    if backend == "trn1":  # 32 NeuronCores, 8 heads: the planner's degree is 8, not the catalog's largest
+        assert "--tp-degree 8 " in serve1 and "--max-total-tokens 8192 --prompt-buckets 128,512,2048,4096" in serve1
 
 
 def test_every_flag_the_boot_script_passes_is_one_the_engine_takes():
@@ -464,4 +470,5 @@ def test_every_flag_the_boot_script_passes_is_one_the_engine_takes():
     exec_line = script[script.index('exec "$KIT_NEURON_SERVE"'):].split("\n}", 1)[0]
     passed = set(re.findall(r"(--[a-z][a-z-]+)", exec_line))
     known = {o for a in build_parser()._actions for o in a.option_strings}
-    assert {"--tp-degrees", "--platform"} <= passed and passed <= known, passed - known
+    assert {"--tp-degrees", "--platform", "--tp-degree", "--batch-size", "--max-total-tokens",
+            "--prompt-buckets"} <= passed and passed <= known, passed - known
