@@ -30,48 +30,26 @@ CREDENTIALS = [
 ]
 
 
+def agent_or_answer(body: dict, n: int) -> dict:
+    """The agent trial streams (a tool call, then the quote); harness.accuracy asks for a whole reply."""
+    return SCRIPTS["good"](body, n) if body.get("stream") else {"text": "Answer: 2"}
+
+
 class AuthOpenAI(FakeOpenAI):
-    """FakeOpenAI that answers 401 without the right Basic credentials and answers a whole JSON
-    reply when the request does not ask for a stream (as harness.accuracy does)."""
+    """The fake server behind a check that answers 401 without the right Basic credentials."""
 
     def __init__(self, user: str, password: str, *a, **kw) -> None:
-        super().__init__(*a, **kw)
         self.expected = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
         self.seen: list[str | None] = []
-
-    def start(self) -> "AuthOpenAI":
-        import asyncio
-        import threading
 
         @web.middleware
         async def check(req: web.Request, handler):
             self.seen.append(req.headers.get("Authorization"))
             if req.headers.get("Authorization") != self.expected:
                 return web.json_response({"error": {"message": "unauthorized"}}, status=401)
-            if req.method == "POST" and req.path.endswith("/chat/completions"):
-                body = await req.json()
-                if not body.get("stream"):
-                    self.requests.append(body)
-                    return web.json_response({"id": "x", "object": "chat.completion", "model": self.model,
-                                              "choices": [{"index": 0, "finish_reason": "stop",
-                                                           "message": {"role": "assistant", "content": "Answer: 2"}}]})
             return await handler(req)
 
-        app = web.Application(middlewares=[check])  # FakeOpenAI.start, with the check in front
-        app.router.add_get("/v1/models", self._models)
-        app.router.add_post("/v1/chat/completions", self._chat)
-
-        async def boot() -> None:
-            self._runner = web.AppRunner(app)
-            await self._runner.setup()
-            site = web.TCPSite(self._runner, "127.0.0.1", 0)
-            await site.start()
-            self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
-        self._thread.start()
-        asyncio.run_coroutine_threadsafe(boot(), self._loop).result(10)
-        return self
+        super().__init__(*a, middlewares=[check], **kw)
 
 
 def _url(port: int, user: str, password: str) -> str:
@@ -110,7 +88,7 @@ def _items(tmp_path: Path) -> Path:
 
 @pytest.mark.parametrize("case, user, password", CREDENTIALS, ids=[c[0] for c in CREDENTIALS])
 def test_harness_accuracy_sends_basic_auth_and_never_shows_the_secret(tmp_path, case, user, password):
-    with AuthOpenAI(user, password, SCRIPTS["good"]) as srv:
+    with AuthOpenAI(user, password, agent_or_answer) as srv:
         out = tmp_path / "out"
         p = _run("-m", "harness.accuracy", "--endpoint", "a=" + _url(srv.port, user, password),
                  "--items", str(_items(tmp_path)), "--out", str(out))  # no --model: probed with the credentials
@@ -122,7 +100,7 @@ def test_harness_accuracy_sends_basic_auth_and_never_shows_the_secret(tmp_path, 
 
 @pytest.mark.parametrize("case, user, password", CREDENTIALS, ids=[c[0] for c in CREDENTIALS])
 def test_harness_run_agent_and_accuracy_send_basic_auth_and_store_no_secret(tmp_path, case, user, password):
-    with AuthOpenAI(user, password, SCRIPTS["good"]) as srv:
+    with AuthOpenAI(user, password, agent_or_answer) as srv:
         results = tmp_path / "results"
         p = _run("-m", "harness.run", "--endpoint", "a=" + _url(srv.port, user, password), "--only",
                  "agent,accuracy,report", "--runs", "1", "--accuracy-items", str(_items(tmp_path)),
@@ -137,7 +115,7 @@ def test_harness_run_agent_and_accuracy_send_basic_auth_and_store_no_secret(tmp_
 
 @pytest.mark.parametrize("case, user, password", CREDENTIALS[:1], ids=[c[0] for c in CREDENTIALS[:1]])
 def test_the_bench_sends_basic_auth_and_saves_no_secret(tmp_path, case, user, password):
-    with AuthOpenAI(user, password, SCRIPTS["good"]) as srv:
+    with AuthOpenAI(user, password, agent_or_answer) as srv:
         out = tmp_path / "bench"
         p = _run("-m", "harness.bench", "--base-url", _url(srv.port, user, password), "--concurrency", "1",
                  "--requests", "2", "--warmup", "0", "--path-probes", "0", "--out", str(out), "--quiet")
