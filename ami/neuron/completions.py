@@ -153,7 +153,7 @@ async def _stream(request: web.Request, prep: PreparedCompletion, completion: ap
             if not echoed:
                 await events.put((choice, choice.prompt_text, choice.prompt_entries or [], None))
             await events.put((choice, choice.decoder.flush(), [], choice.finish_reason))
-        except Exception as exc:  # generation failed: the stream says so, then ends
+        except Exception as exc:  # noqa: BLE001 - generation failed: the stream says so, then ends
             await events.put(exc)
 
     tasks = [asyncio.create_task(pump(c, s)) for c, s in zip(choices, streams)]

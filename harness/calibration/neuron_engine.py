@@ -96,7 +96,7 @@ async def _cases(url: str, model: str, rounds: int, join_delay: float, echo) -> 
         await _one(session, url, model, 4, 0)  # warm-up (first request may load graphs)
         echo(f"{'case':<8} {'requests':>8} {'tokens':>7} {'tok/s total':>11} {'ttft p50 ms':>11} {'e2e p50 s':>9}")
         n, tokens = UNIFORM
-        line, uniform = _level_line(f"uniform", *await _streams(session, url, model, n, (tokens,), rounds))
+        line, uniform = _level_line("uniform", *await _streams(session, url, model, n, (tokens,), rounds))
         echo(line + f"   {n} streams x {tokens} tokens")
         n, asks = MIXED
         line, mixed = _level_line("mixed", *await _streams(session, url, model, n, asks, len(asks)))

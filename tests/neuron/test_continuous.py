@@ -12,9 +12,9 @@ import pytest
 
 pytest.importorskip("torch", reason="the CPU generator needs torch (requirements-engine.txt)")
 
-from ami.neuron import cpu_generator  # noqa: E402
-from ami.neuron.generator import Limits, SamplingParams  # noqa: E402
-from ami.neuron.scheduler import PromptLogprobs  # noqa: E402
+from ami.neuron import cpu_generator
+from ami.neuron.generator import Limits, SamplingParams
+from ami.neuron.scheduler import PromptLogprobs
 
 LONG = 300  # the tiny model's sliding window is 64: long rows cross it while others join and leave
 

@@ -12,7 +12,7 @@ from .conftest import InProcessServer
 from .fake_slots import FakeSlotRunner
 
 
-def EndlessRunner() -> FakeSlotRunner:
+def EndlessRunner() -> FakeSlotRunner:  # noqa: N802 - a factory named as the class it stands in for
     """Token 40 every 5 ms per live slot; ``released`` is set when a slot is freed."""
     return FakeSlotRunner(slots=2, step_s=0.005)
 
