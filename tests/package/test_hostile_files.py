@@ -9,8 +9,8 @@ where files should be...); every row runs against a source for ``build`` and, wh
 exists in a package, against a built package for ``check``. BAD_CONFIGS are config.json files
 for ``sizes``, including sizes that would build a huge meta model. Every row runs in-process under
 a deadline (tests/package/hostile.run), so one that blocks (a FIFO) or works without bound fails
-instead of holding the suite; one row runs as its own process to show that no traceback reaches
-the terminal.
+instead of holding the suite, except a FIFO shard (OWN_PROCESS), which runs as its own process
+with a timeout, as does one more row, to show that no traceback reaches the terminal.
 """
 from __future__ import annotations
 
@@ -258,6 +258,16 @@ DAMAGE = {
 }
 
 
+# Rows whose file an unguarded reader opens in native code: safetensors (Rust) waits on a FIFO
+# through SIGALRM (seen: the old build blocked in the kernel's wait_for_partner past the
+# deadline), so these run as their own process with a timeout, to fail rather than hang.
+OWN_PROCESS = {"shard is a FIFO"}
+
+
+def _command(argv, capsys, case):
+    return run_process(argv, timeout=120) if case in OWN_PROCESS else run(argv, capsys)
+
+
 @pytest.fixture(scope="module")
 def good(tmp_path_factory):
     d = tmp_path_factory.mktemp("good") / "src"
@@ -285,7 +295,7 @@ def test_build_refuses_a_damaged_checkpoint_in_one_line(good, tmp_path, capsys, 
     _, words, _ = DAMAGE[case]
     d = _spoil(good, tmp_path, case)
     out = tmp_path / "pkgs" / "emb4"
-    rc, stdout, err = run(["build", "--source", str(d), "--out", str(out)], capsys)
+    rc, stdout, err = _command(["build", "--source", str(d), "--out", str(out)], capsys, case)
     line = one_line(rc, err)
     for w in words:
         assert w in line, line
@@ -297,7 +307,7 @@ def test_build_refuses_a_damaged_checkpoint_in_one_line(good, tmp_path, capsys, 
 def test_check_refuses_a_damaged_package_in_one_line(package, tmp_path, capsys, case):
     _, words, _ = DAMAGE[case]
     d = _spoil(package, tmp_path, case)
-    rc, stdout, err = run(["check", str(d)], capsys)
+    rc, stdout, err = _command(["check", str(d)], capsys, case)
     line = one_line(rc, err)
     for w in words:
         assert w in line, line
