@@ -82,15 +82,12 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _context(path: Path, overrides: list[str]) -> dict[str, Any]:
-    from kit.regions import read_context
+    from kit.regions import context_with
 
-    ctx = read_context(path)
-    for o in overrides:
-        k, sep, v = o.partition("=")
-        if not sep or not k:
-            raise ValueError(f"harness.deploy: -c {o!r}: expected KEY=VALUE")
-        ctx[k] = v
-    return ctx
+    try:
+        return context_with(path, overrides)
+    except ValueError as e:
+        raise ValueError(f"harness.deploy: {e}") from None
 
 
 def main(argv: list[str] | None = None, *, client: ClientFor | None = None,

@@ -469,15 +469,9 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _context(path: Path, overrides: list[str]) -> dict[str, Any]:
-    from kit.regions import read_context
+    from kit.regions import context_with
 
-    ctx = read_context(path)
-    for o in overrides:
-        k, sep, v = o.partition("=")
-        if not sep or not k:
-            raise ValueError(f"-c {o!r}: expected KEY=VALUE")
-        ctx[k] = v
-    return ctx
+    return context_with(path, overrides)
 
 
 def _stack_name(image: str, region: str, kit_region: str) -> str:

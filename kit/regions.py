@@ -50,6 +50,19 @@ def read_context(cdk_json: Path | None = None) -> dict[str, Any]:
         return {}
 
 
+def context_with(cdk_json: Path | None, overrides: list[str]) -> dict[str, Any]:
+    """cdk.json's context with ``-c KEY=VALUE`` overrides applied, as the CDK CLI applies them
+    (a command that wraps ``cdk deploy`` must decide from the same context the deploy will see).
+    Raises ValueError naming a malformed override."""
+    ctx = read_context(cdk_json)
+    for o in overrides:
+        key, sep, value = o.partition("=")
+        if not sep or not key:
+            raise ValueError(f"-c {o!r}: expected KEY=VALUE")
+        ctx[key] = value
+    return ctx
+
+
 def check_region(key: str, value: Any) -> str:
     if not isinstance(value, str) or not REGION_PATTERN.match(value):
         raise RegionError(f"{key}={value!r} is not an AWS region code (e.g. us-east-1)")
