@@ -11,23 +11,28 @@ Layout of one run (every report is re-rendered from these files alone):
       cost.json                       cost model output
       report.md, report.html
 
-Reading a run back (cost and report both do): ``read_json``, ``endpoints_from_meta``,
-``load_bench``. A hand-edited or foreign file of the wrong shape reads as missing, never as a
-crash: a report must still render.
+Each file's ``schema_version`` and shape are its contract in kit/contracts/results.py; writers
+and readers go through ``write_file``, ``append_record``, ``read_file`` and ``read_records``
+below, the one place a results file is written or read with its contract.
+
+Reading a run back (cost and report both do): ``read_file``, ``read_records``,
+``endpoints_from_meta``, ``load_bench``. A hand-edited or foreign file of the wrong shape reads
+as missing, never as a crash: a report must still render.
 """
 from __future__ import annotations
 
 import errno
 import json
-import math
 import os
 import stat
 import tempfile
 import time
 from pathlib import Path
+from collections import Counter
 from typing import Any, Iterator
 
 from harness.endpoint import saved_endpoint
+from kit.contracts.results import BENCH_SUMMARY, ResultsFile
 
 DEFAULT_ROOT = Path("results")
 
@@ -338,6 +343,59 @@ def read_json(path: Path, *, root: Path | None = None, notes: list[str] | None =
         return None
 
 
+# -- files with their contract (kit/contracts/results.py) ----------------------------------------
+def write_file(path: Path, contract: ResultsFile, data: dict[str, Any]) -> None:
+    """``data`` written atomically (``write_json``) with its ``schema_version`` first; a
+    ``ContractError`` (nothing written) when it is not of the contract's shape."""
+    write_json(path, contract.stamp(data))
+
+
+def append_record(path: Path, contract: ResultsFile, record: dict[str, Any]) -> None:
+    """One record with its ``schema_version`` appended to a JSONL file (``append_jsonl``)."""
+    append_jsonl(path, contract.stamp(record))
+
+
+def read_file(path: Path, contract: ResultsFile, *, root: Path | None = None, notes: list[str] | None = None,
+              label: str = "fields") -> dict[str, Any] | None:
+    """A results file as its contract reads it (``ResultsFile.read``: a file from before versions
+    upgraded, wrong-typed fields cleaned and noted), read as ``read_json`` reads (regular file
+    inside ``root``, no symlink, capped); None when absent or unusable (noted)."""
+    raw = read_json(path, root=root, notes=notes)
+    return None if raw is None else contract.read(raw, str(path), notes, label=label)
+
+
+def read_records(path: Path, contract: ResultsFile, *, root: Path | None = None,
+                 notes: list[str] | None = None) -> list[dict[str, Any]]:
+    """The records of a JSONL results file as its contract reads them (``read_jsonl``'s skipped
+    lines noted as there); records that cannot be placed are dropped, one note per reason."""
+    path = Path(path)
+    out: list[dict[str, Any]] = []
+    dropped: Counter[str] = Counter()
+    bad: list[str] = []
+    said: set[str] = set()
+    for raw in read_jsonl(path, root=root, notes=notes):
+        why: list[str] = []
+        rec = contract.read(raw, str(path), why, bad=bad)
+        if rec is None:  # "<path>: skipped (backend is not a string or None)"
+            dropped[why.pop().split("skipped (", 1)[-1].rstrip(")").replace(" is not ", " not ")] += 1
+        else:
+            out.append(rec)
+        for line in why:  # a version note: once per file, not per record
+            if line not in said:
+                said.add(line)
+                _note_line(notes, line)
+    for why, n in dropped.items():
+        _note_line(notes, f"{path}: {n} records skipped ({why})")
+    if bad:
+        _note_line(notes, f"{path}: wrong-typed fields ignored in records: {', '.join(sorted(set(bad))[:8])}")
+    return out
+
+
+def _note_line(notes: list[str] | None, line: str) -> None:
+    if notes is not None:
+        notes.append(line)
+
+
 def endpoints_from_meta(meta: dict) -> dict[str, dict]:
     """Endpoint name -> its description in meta.json (a list of ``Endpoint.to_dict()``, or a
     name-keyed object in older runs), in today's words (``harness.endpoint.saved_endpoint``)."""
@@ -368,19 +426,10 @@ def load_bench(results_dir: Path, *, notes: list[str] | None = None) -> dict[str
             continue
         if not entry.is_dir(follow_symlinks=False):
             continue
-        data = read_json(Path(entry.path) / "summary.json", root=root, notes=notes)
-        if isinstance(data, dict):  # tolerate {"levels": [...]}
-            data = data.get("levels")
-        if isinstance(data, list):
-            out[entry.name] = [lv for lv in data if _usable_level(lv)]
+        # a level whose load or throughput is not a number is dropped (the contract's Required
+        # fields), other wrong-typed fields emptied; both are noted
+        data = read_file(Path(entry.path) / "summary.json", BENCH_SUMMARY, root=root, notes=notes,
+                         label="level fields")
+        if data is not None:
+            out[entry.name] = data["levels"]
     return out
-
-
-def _number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
-def _usable_level(lv: Any) -> bool:
-    """A dict whose load and throughput, when given, are numbers."""
-    return isinstance(lv, dict) and all(_number(lv[k]) for k in ("concurrency", "rate", "output_tok_s")
-                                        if lv.get(k) is not None)

@@ -27,7 +27,8 @@ from typing import Any, Callable
 
 from kit import catalog, variants
 from harness.endpoint import Endpoint, redact
-from harness.results import DEFAULT_ROOT, new_run_dir, writable_problem, write_json
+from harness.results import DEFAULT_ROOT, new_run_dir, writable_problem, write_file
+from kit.contracts.results import META, RUN_SUMMARY
 from harness import stages
 from harness.stages import REACHES_BACKENDS, STAGE_OBJECTS, RunContext, run_stages
 
@@ -357,7 +358,7 @@ def main(argv: list[str] | None = None, *, session: Any = None,
                             "argv": [redact(x) for x in (sys.argv[1:] if argv is None else argv)], "stages": {},
                             "endpoints": [e.to_dict() for e in endpoints], "notes": d.notes,
                             "versions": _versions(), "interrupted": False}
-    write_json(run_dir / "meta.json", meta)
+    write_file(run_dir / "meta.json", META, meta)
     echo(f"results    {run_dir}")
     ctx = RunContext(args, run_dir, session, region, creds, meta, echo=echo, model_factory=model_factory,
                      orchestrator=orchestrator, retry_initial_delay=retry_initial_delay)
@@ -379,10 +380,10 @@ def main(argv: list[str] | None = None, *, session: Any = None,
             rc = 130
         finally:
             meta["ended_at"] = time.time()
-            write_json(run_dir / "meta.json", meta)
+            write_file(run_dir / "meta.json", META, meta)
             if args.json:  # after the results directory: a failure here loses no measurement
                 try:
-                    write_json(args.json, {"results_dir": str(run_dir),
+                    write_file(args.json, RUN_SUMMARY, {"results_dir": str(run_dir),
                                            "agent_runs": [r.to_dict() for r in ctx.records],
                                            "scoreboard": ctx.board, "stages": meta["stages"],
                                            "interrupted": meta["interrupted"]})

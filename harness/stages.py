@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from harness.endpoint import Endpoint
-from harness.results import append_jsonl, write_json
+from harness.results import append_record, write_file
+from kit.contracts.results import AGENT_RUNS, META, SCOREBOARD
 
 
 @dataclass
@@ -79,7 +80,7 @@ class ScoreboardStage:
         board = run_scoreboard(ctx.live, orchestrator=orchestrator, model_factory=ctx.models(),
                                timeout=ctx.args.timeout, retry_initial_delay=ctx.retry_initial_delay)
         ctx.board = board
-        write_json(ctx.run_dir / "scoreboard.json", board)
+        write_file(ctx.run_dir / "scoreboard.json", SCOREBOARD, board)
         ctx.echo(format_board(board))
         return "ok" if not board["orchestrator_error"] else f"error: {board['orchestrator_error']}"
 
@@ -141,7 +142,7 @@ def run_stages(ctx: RunContext, names: list[str]) -> None:
             status = f"error: {type(exc).__name__}: {str(exc)[:300]}"
             ctx.echo(f"{stage.name:<10} {status}")
         ctx.meta["stages"][stage.name] = status
-        write_json(ctx.run_dir / "meta.json", ctx.meta)
+        write_file(ctx.run_dir / "meta.json", META, ctx.meta)
 
 
 # --------------------------------------------------------------------------- the bench stage
@@ -238,4 +239,4 @@ def record_unreachable(ep: Endpoint, msg: str, args: argparse.Namespace, run_dir
                     protocol=ep.protocol, model_id=ep.model_id, started_at=time.time(), error=msg,
                     unreachable=True)
     records.append(rec)
-    append_jsonl(run_dir / "agent_runs.jsonl", rec.to_dict())
+    append_record(run_dir / "agent_runs.jsonl", AGENT_RUNS, rec.to_dict())

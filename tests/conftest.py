@@ -62,3 +62,17 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if str(item.path).removeprefix(root).startswith(SLOW_PATHS):
             item.add_marker(pytest.mark.slow)
+
+
+def saved_levels(path) -> list:
+    """The levels of a summary.json the kit wrote, which carries its contract's schema_version
+    first (kit/contracts/results.py BENCH_SUMMARY)."""
+    import json
+    from pathlib import Path
+
+    from kit.contracts.results import BENCH_SUMMARY
+
+    data = json.loads(Path(path).read_text())
+    assert isinstance(data, dict) and list(data)[:2] == ["schema_version", "levels"], str(data)[:200]
+    assert data["schema_version"] == BENCH_SUMMARY.version
+    return data["levels"]

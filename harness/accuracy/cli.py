@@ -28,7 +28,9 @@ from harness.accuracy.items import ITEMS_TASK, ItemsError, load_items
 from harness.accuracy.runner import ITEMS_FILE, _Writer, finished, run_target
 from harness.accuracy.stats import METHODS
 from harness.accuracy.summary import summarize
-from harness.results import Skipped, appendable_problem, parse_json, read_bytes, writable_problem, write_json
+from harness.results import Skipped, appendable_problem, parse_json, read_bytes, writable_problem, write_file
+from kit.contracts import shape
+from kit.contracts.results import ACCURACY, ACCURACY_RUN
 
 
 class UsageError(ValueError):
@@ -162,9 +164,6 @@ def check_out_dir(out: Path, prog: str, flag: str) -> None:
 
 # Fields of a backend in run.json that are text (harness.accuracy writes them; a resumed run copies
 # them for backends it does not ask again, and the table and the report print them).
-_TEXT_FIELDS = ("model", "protocol", "label", "status", "asked", "lm_eval_via")
-
-
 def previous_run(out: Path, prog: str = "harness.accuracy") -> dict[str, Any]:
     """run.json of an earlier run in ``out`` ({} when there is none), read as every results file
     is (harness.results: no symlink followed, size and nesting capped) and checked for the
@@ -184,27 +183,10 @@ def previous_run(out: Path, prog: str = "harness.accuracy") -> dict[str, Any]:
 
 
 def _run_json_problem(prev: Any) -> str | None:
-    if not isinstance(prev, dict):
-        return "is not a JSON object"
-    backends = prev.get("backends", {})
-    if not isinstance(backends, dict):
-        return '"backends" is not an object'
-    for name, b in backends.items():
-        if not isinstance(b, dict):
-            return f'backends.{name} is not an object'
-        for k in _TEXT_FIELDS:
-            if b.get(k) is not None and not isinstance(b[k], str):
-                return f"backends.{name}.{k} is not a string"
-        sent = b.get("not_sent")
-        if sent is not None and not (isinstance(sent, list) and all(isinstance(x, str) for x in sent)):
-            return f"backends.{name}.not_sent is not a list of strings"
-    skipped = prev.get("skipped", [])
-    if not isinstance(skipped, list):
-        return '"skipped" is not a list'
-    for i, x in enumerate(skipped):
-        if not isinstance(x, dict) or not all(isinstance(x.get(k), str) for k in ("backend", "task", "reason")):
-            return f"skipped[{i}] is not {{backend, task, reason}} strings"
-    return None
+    """The first place ``prev`` is not of run.json's contract (kit/contracts/results.py
+    ACCURACY_RUN, which this module writes); None when it is."""
+    found = shape.problems(ACCURACY_RUN.shape, prev)
+    return found[0] if found else None
 
 
 # --------------------------------------------------------------------------- the run
@@ -271,8 +253,8 @@ def run_accuracy(targets: list[Target], opts: dict[str, Any], out_dir: Path, *,
     if len(leaves) > 1:  # accuracy.json pools every task; the same numbers per task here
         run["by_task"] = {leaf: summarize(names, [k for k in keys if k[0] == leaf], results)
                           for leaf in leaves}
-    write_json(out_dir / "accuracy.json", acc)
-    write_json(out_dir / "run.json", run)
+    write_file(out_dir / "accuracy.json", ACCURACY, acc)
+    write_file(out_dir / "run.json", ACCURACY_RUN, run)
     for line in format_table(acc, run):
         echo(line)
     return run

@@ -12,7 +12,8 @@ from typing import Callable
 
 from harness.accuracy.client import BackendDown, ItemFailed, Target
 from harness.accuracy.items import Item, messages, prompt_hash, score
-from harness.results import append_jsonl, read_jsonl
+from harness.results import append_record, read_records
+from kit.contracts.results import ACCURACY_ITEMS
 
 ITEMS_FILE = "items.jsonl"
 Key = tuple[str, str, str]  # (task, item id, prompt hash)
@@ -21,7 +22,7 @@ Key = tuple[str, str, str]  # (task, item id, prompt hash)
 def finished(out_dir: Path) -> dict[str, dict[Key, bool]]:
     """backend -> {(task, id, prompt_hash): correct} of every scored record (last one wins)."""
     out: dict[str, dict[Key, bool]] = {}
-    for rec in read_jsonl(out_dir / ITEMS_FILE):
+    for rec in read_records(out_dir / ITEMS_FILE, ACCURACY_ITEMS):
         if isinstance(rec.get("correct"), bool):
             out.setdefault(str(rec.get("backend")), {})[
                 (str(rec.get("task")), str(rec.get("id")), str(rec.get("prompt_hash")))] = rec["correct"]
@@ -35,7 +36,7 @@ class _Writer:
 
     def write(self, rec: dict) -> None:
         with self.lock:
-            append_jsonl(self.path, rec)
+            append_record(self.path, ACCURACY_ITEMS, rec)
 
 
 def run_target(target: Target, items: list[Item], writer: _Writer, done: set[Key], *,

@@ -21,7 +21,8 @@ from strands import Agent, ModelRetryStrategy, tool
 from harness.agent import count_ids as cid
 from harness.agent.bounded import run_bounded
 from harness.endpoint import Endpoint
-from harness.results import append_jsonl
+from harness.results import append_record
+from kit.contracts.results import AGENT_RUNS
 
 SYSTEM_PROMPT = ("You answer questions about the inventory table using the tools you are given. "
                  "Finish with a line 'Answer: <number>'.")
@@ -225,7 +226,7 @@ def run_trial(endpoints: Iterable[Endpoint], *, runs: int = 3, model_factory: Mo
                 rec = run_once(ep, i, runs, model=model, timeout=timeout, **retry)
             records.append(rec)
             if out_path is not None:
-                append_jsonl(out_path, rec.to_dict())
+                append_record(out_path, AGENT_RUNS, rec.to_dict())
             echo(rec.line())
             if rec.unreachable:
                 if i < runs:

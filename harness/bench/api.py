@@ -47,7 +47,7 @@ from harness.bench.profiles import ProfileError, get_profile
 from harness.bench.progress import BenchProgress
 from harness.bench.record import TokenCounter, now_ns
 from harness.endpoint import Endpoint
-from harness.results import Skipped, appendable_problem, parse_json, read_bytes, write_json
+from harness.results import Skipped, appendable_problem, parse_json, read_bytes
 
 
 class BenchError(ValueError):
@@ -251,7 +251,7 @@ async def run_bench_async(
         finally:
             writer.close()
         done = {_key(x) for x in levels if x.get("complete")}
-        write_json(out / store.CONFIG, {**config, "levels_done": sorted(done),
+        store.write_config(out, {**config, "levels_done": sorted(done),
                                         "levels_not_run": [s.label for s in plan
                                                            if _key(s.key()) not in done],
                                         "path_rtt_ms": path,
@@ -310,7 +310,7 @@ def _prepare_dir_io(out: Path, config: dict, resume: bool) -> list[dict]:
                          "or choose another directory")
     out.mkdir(parents=True, exist_ok=True)
     if not resume or not has_run:
-        write_json(out / store.CONFIG, config)
+        store.write_config(out, config)
         return []
     old = _resume_file(out, store.CONFIG)
     if old is not None:
@@ -323,7 +323,7 @@ def _prepare_dir_io(out: Path, config: dict, resume: bool) -> list[dict]:
         if (old.get("endpoint") or {}).get("model_id") != config["endpoint"]["model_id"]:
             raise BenchError(f"--resume: {out} was run against model "
                              f"{old['endpoint'].get('model_id')!r:.80}, not {config['endpoint']['model_id']!r}")
-    levels = _resume_file(out, store.SUMMARY)
+    levels = store.levels_of(_resume_file(out, store.SUMMARY))
     if levels is None:
         return []
     if not isinstance(levels, list) or not all(isinstance(lv, dict) for lv in levels):

@@ -32,6 +32,7 @@ from harness.bench.clients.body import chat_body, http_error_class
 from harness.bench.profiles import get_profile
 from harness.bench.record import Record, now_ns
 from harness.bench.sse import OpenAIStreamParser
+from kit.contracts.results import BENCH_REQUESTS
 
 _counter = itertools.count()
 _state: dict = {}
@@ -84,7 +85,7 @@ def _write(record: dict) -> None:
     if f is None:
         _state["out"].parent.mkdir(parents=True, exist_ok=True)
         f = _state["file"] = open(_state["out"], "a", encoding="utf-8")  # noqa: SIM115 - closed at test_stop
-    f.write(json.dumps(record, separators=(",", ":"), default=str) + "\n")
+    f.write(json.dumps(BENCH_REQUESTS.stamp(record, check=False), separators=(",", ":"), default=str) + "\n")
     f.flush()
 
 

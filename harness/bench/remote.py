@@ -2,7 +2,7 @@
 against the model server's loopback, so what it reports has no tunnel or internet path in it.
 
 1. ``kit_zip()``: the kit's bench as one zip the instance's Python runs directly (``python
-   kit.zip``): every ``harness`` module ``harness.bench.cli`` imports (found from the source with
+   kit.zip``): every ``harness`` and ``kit`` module ``harness.bench.cli`` imports (found from the source with
    ``ast``, so it follows refactors) plus a ``__main__.py``. Only pure Python of the kit; third-party
    packages come from the instance: Python >= 3.11 (the bench uses ``asyncio.timeout``; the
    engine venvs are ``ami/pins.py`` PYTHON_VERSION, 3.12) and ``aiohttp`` are required (the vLLM
@@ -30,10 +30,10 @@ from typing import Any, Callable
 
 from harness.bench import store
 from harness.endpoint import Endpoint
-from harness.results import write_json
 
 ROOT = Path(__file__).resolve().parents[2]  # the directory holding the harness package
 ENTRY = "harness.bench.cli"
+PACKAGES = ("harness", "kit")  # the kit's own packages the zip follows imports into (kit/: the core)
 # Where the instance's Python with aiohttp is: the engine venvs the kit's images and boot
 # scripts create (ami/components/vllm-cuda.yaml, userdata/engine-vllm-gpu.sh KIT_VENV,
 # ami/components/neuron-engine.yaml), then the system's.
@@ -77,13 +77,13 @@ def kit_modules(entry: str = ENTRY) -> list[Path]:
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
             if isinstance(node, ast.Import):
-                todo += [a.name for a in node.names if a.name.split(".")[0] == "harness"]
+                todo += [a.name for a in node.names if a.name.split(".")[0] in PACKAGES]
             elif isinstance(node, ast.ImportFrom):
                 base = node.module or ""
                 if node.level:
                     up = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
                     base = f"{up}.{base}" if base else up
-                if base.split(".")[0] == "harness":
+                if base.split(".")[0] in PACKAGES:
                     todo += [base] + [f"{base}.{a.name}" for a in node.names]
     return sorted(seen.values())
 
@@ -187,12 +187,13 @@ def _mark_instance(out_dir: Path, status: int) -> list[dict]:
     inst = _read(out_dir / "instance.json") or {}
     (out_dir / "instance.json").unlink(missing_ok=True)
     where = {"bench_from": "instance", "instance_cpus": inst.get("cpus")}
-    levels = [{**lv, **where} for lv in (_read(out_dir / store.SUMMARY) or []) if isinstance(lv, dict)]
+    levels = [{**lv, **where} for lv in (store.levels_of(_read(out_dir / store.SUMMARY)) or [])
+              if isinstance(lv, dict)]
     store.write_summary(out_dir, levels)
     config = _read(out_dir / store.CONFIG) or {}
-    write_json(out_dir / store.CONFIG, {**config, **where, "instance_python": inst.get("python"),
-                                        "instance_python_path": inst.get("python_path"),
-                                        "remote_exit_status": status})
+    store.write_config(out_dir, {**config, **where, "instance_python": inst.get("python"),
+                                 "instance_python_path": inst.get("python_path"),
+                                 "remote_exit_status": status})
     return levels
 
 

@@ -1,9 +1,12 @@
 """The files of one benchmark directory, and writing them without disturbing the measurement.
 
     DIR/requests.jsonl   one record per request, appended (fsync'd) as each request ends
-    DIR/summary.json     list of levels (see docs/bench.md), rewritten atomically per level
-    DIR/summary.csv      the same, flat
+    DIR/summary.json     {"schema_version": 1, "levels": [...]} (see docs/bench.md), rewritten
+                         atomically per level (before versions: the bare list of levels)
+    DIR/summary.csv      the same, flat, a schema_version column first
     DIR/bench.json       what was run: endpoint, profile, caps, plan, versions, times
+
+Each file's version and shape are its contract in kit/contracts/results.py (BENCH_*).
 
 Records are written from a background thread: an fsync on the event loop would stall every
 stream in flight and show up as latency that is not the server's.
@@ -19,7 +22,8 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-from harness.results import append_bytes, write_json, write_text
+from harness.results import append_bytes, write_file, write_text
+from kit.contracts.results import BENCH_CONFIG, BENCH_REQUESTS, BENCH_SUMMARY, BENCH_SUMMARY_CSV, VERSION_KEY
 
 try:
     import orjson
@@ -59,7 +63,8 @@ class RecordWriter:
         self.thread.start()
 
     def put(self, record: dict) -> None:
-        self.pending.append(_line(record))
+        # the version stamped, not the shape checked: this runs once per request on the event loop
+        self.pending.append(_line(BENCH_REQUESTS.stamp(record, check=False)))
         self.queued += 1
 
     def _run(self) -> None:
@@ -107,9 +112,20 @@ def _flat(level: dict) -> dict[str, Any]:
     return row
 
 
+def levels_of(saved: Any) -> Any:
+    """The levels of a parsed summary.json, of any version (before versions: the bare list);
+    anything else as it is, for the caller to refuse."""
+    saved = BENCH_SUMMARY.legacy(saved) if BENCH_SUMMARY.legacy else saved
+    return saved.get("levels") if isinstance(saved, dict) else saved
+
+
+def write_config(out_dir: Path, config: dict) -> None:
+    write_file(out_dir / CONFIG, BENCH_CONFIG, config)
+
+
 def write_summary(out_dir: Path, levels: list[dict]) -> None:
-    write_json(out_dir / SUMMARY, levels)
-    rows = [_flat(lv) for lv in levels]
+    write_file(out_dir / SUMMARY, BENCH_SUMMARY, {"levels": levels})
+    rows = [{VERSION_KEY: BENCH_SUMMARY_CSV.version, **_flat(lv)} for lv in levels]
     cols: list[str] = []
     for r in rows:
         cols.extend(c for c in r if c not in cols)

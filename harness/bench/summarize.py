@@ -16,13 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from harness.bench import metrics, store
-from harness.results import read_json, read_jsonl
+from harness.results import read_json, read_records
+from kit.contracts.results import BENCH_REQUESTS
 
 
 def summarize_dir(out_dir: Path, slo: dict[str, float] | None = None) -> list[dict]:
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for f in sorted(Path(out_dir).glob("requests*.jsonl")):
-        for r in read_jsonl(f):
+        for r in read_records(f, BENCH_REQUESTS):  # any version; a record's wrong-typed fields emptied
             key = ("concurrency", r["concurrency"]) if r.get("concurrency") is not None \
                 else ("rate", r.get("rate"))
             groups[(r.get("level_run"), key)].append(r)
@@ -36,7 +37,7 @@ def summarize_dir(out_dir: Path, slo: dict[str, float] | None = None) -> list[di
     # whether a level ran to its end is known only to the run that wrote summary.json (a level
     # cut by the time limit or Ctrl-C is "complete": false there); Locust levels have no such file
     prior: dict[Any, dict] = {}
-    saved = read_json(Path(out_dir) / store.SUMMARY)  # None when absent or unreadable
+    saved = store.levels_of(read_json(Path(out_dir) / store.SUMMARY))  # None when absent or unreadable
     for lv in saved if isinstance(saved, list) else []:
         if isinstance(lv, dict):
             prior[lv.get("level_run")] = lv

@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from harness.bench import store
 from harness.bench.metrics import percentile, ttft_ms
 from harness.calibration.args import Parser
 from harness.calibration.refserver import VOCAB, RefServerProcess
@@ -126,7 +127,7 @@ def run_ours(url: str, c: int, n: int, out: Path, tokenizer: Path | None, profil
     if tokenizer:
         cmd += ["--tokenizer", str(tokenizer)]
     subprocess.run(cmd, check=True, cwd=REPO, stdout=subprocess.DEVNULL)
-    level = json.loads((out / "summary.json").read_text())[0]
+    level = store.levels_of(json.loads((out / "summary.json").read_text()))[0]
     recs = [json.loads(x) for x in (out / "requests.jsonl").read_text().splitlines() if x.strip()]
     return {"level": level, "ttft": {r["id"]: ttft_ms(r) for r in recs if r["ok"] and not r["warmup"]},
             "keep": {r["id"] for r in recs if not r["warmup"]},

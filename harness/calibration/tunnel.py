@@ -36,6 +36,7 @@ from harness.calibration.relay import nginx_relays, stream_module
 from harness.endpoint import Endpoint
 from harness.tunnel_openssh import OpenSshForward
 from harness.tunnel_proc import ProcessForward
+from kit.contracts.results import TUNNEL_CALIBRATION
 
 PROG = "python -m harness.calibration.tunnel"
 SSHD = "/usr/sbin/sshd"
@@ -285,8 +286,13 @@ def _us(v: float | None) -> str:
 
 
 def render(path: str) -> int:
-    try:
-        result = json.loads(Path(path).read_text())
+    try:  # a file of any version (kit/contracts/results.py TUNNEL_CALIBRATION; before versions too)
+        notes: list[str] = []
+        result = TUNNEL_CALIBRATION.read(json.loads(Path(path).read_text()), path, notes)
+        if result is None:
+            raise ValueError("; ".join(notes))
+        for line in notes:
+            print(f"{PROG}: {line}", file=sys.stderr)
         rows = result["levels"]
         print(markdown({"reference": result.get("reference"), "levels": rows, "tunnel_vs_direct": compare(rows)}))
     except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -322,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
               flush=True)
     result = measure(a, report=(lambda r: None) if quiet else _print_row)
     if a.json:
-        print(json.dumps(result, indent=2))
+        print(json.dumps(TUNNEL_CALIBRATION.stamp(result), indent=2))
         return 0
     if a.markdown:
         print(markdown(result))

@@ -16,7 +16,8 @@ from harness.bench.metrics import decode_tok_s
 from harness.cost import formulas
 from harness.cost.prices import PriceBook
 from harness.cost.rows import cost_row
-from harness.results import endpoints_from_meta, load_bench, read_json, write_json
+from harness.results import endpoints_from_meta, load_bench, read_file, write_file
+from kit.contracts.results import COST, META
 
 MEASURED_BY = "this run's load benchmark (bench/<endpoint>/summary.json)"
 
@@ -61,8 +62,7 @@ def cost_for_run(results_dir: str | Path, book: PriceBook | None = None, input_p
     results_dir = Path(results_dir)
     formulas.positive("input_per_output", input_per_output, allow_zero=True)
     book = book or PriceBook.auto()
-    meta = read_json(results_dir / "meta.json")
-    meta = meta if isinstance(meta, dict) else {}
+    meta = read_file(results_dir / "meta.json", META) or {}
     eps = endpoints_from_meta(meta)
     bench = load_bench(results_dir)
     region = meta.get("region") or "us-east-1"
@@ -91,5 +91,5 @@ def cost_for_run(results_dir: str | Path, book: PriceBook | None = None, input_p
             row["missing"].insert(0, "bench results")
         result["endpoints"][name] = row
     if write:
-        write_json(results_dir / "cost.json", result)
+        write_file(results_dir / "cost.json", COST, result)
     return result

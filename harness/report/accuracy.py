@@ -7,7 +7,8 @@ import io
 from pathlib import Path
 from typing import Any
 
-from harness.results import read_json
+from harness.results import read_file
+from kit.contracts.results import ACCURACY, ACCURACY_RUN
 
 TITLE = "Accuracy: the same items on every backend"
 CAPTION = ("Accuracy with a 95% Wilson interval per backend; per pair, on the items both finished: "
@@ -21,13 +22,14 @@ HEAD = ["backend / pair", "n", "accuracy or A − B (pts)", "95% CI", "both / A 
 
 def _load(path: Path, notes: list[str] | None = None) -> tuple[dict | None, dict]:
     """accuracy.json and run.json, read as every file of a run is (harness.results: regular
-    files inside the run directory only, capped); anything but an object reads as absent."""
+    files inside the run directory only, capped; kit/contracts/results.py: wrong-typed entries
+    dropped and noted); anything but an object reads as absent."""
     d = path / "accuracy"
-    acc = read_json(d / "accuracy.json", root=path, notes=notes)
-    if not isinstance(acc, dict):
+    acc = read_file(d / "accuracy.json", ACCURACY, root=path, notes=notes, label="entries")
+    if acc is None:
         return None, {}
-    run = read_json(d / "run.json", root=path, notes=notes)
-    return acc, run if isinstance(run, dict) else {}
+    run = read_file(d / "run.json", ACCURACY_RUN, root=path, notes=notes, label="entries")
+    return acc, run or {}
 
 
 def _pts(x: Any) -> str:

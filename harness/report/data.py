@@ -5,21 +5,22 @@ which. Cost comes from ``cost.json``; when a run has none, it is computed here f
 price snapshot (offline) and the report says so.
 
 The directory may come from someone else: files are read through ``harness.results`` (regular
-files inside the directory only, no symlink followed, size and nesting capped), records and
-entries of the wrong type are dropped, and every file or entry skipped is one line in
-``RunData.notes`` (shown in the report and printed by ``python -m harness.report``).
+files inside the directory only, no symlink followed, size and nesting capped), each with its
+contract (kit/contracts/results.py: a file from before schema_version upgraded, fields of the
+wrong type emptied, records and entries that cannot be placed dropped), and every file or entry
+skipped is one line in ``RunData.notes`` (shown in the report and printed by
+``python -m harness.report``).
 """
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from kit import catalog, variants
 from harness.bench import metrics as bench_metrics
-from harness.results import endpoints_from_meta, load_bench, read_json, read_jsonl
+from harness.results import endpoints_from_meta, load_bench, read_file, read_records
+from kit.contracts.results import AGENT_RUNS, COST, META, SCOREBOARD
 
 DEFAULT_SLO_TTFT_P99_MS = 800.0  # seed 004's SLO: P99 TTFT <= 800 ms
 
@@ -98,12 +99,6 @@ class RunData:
                               scheme if isinstance(scheme, str) else None)
 
 
-def _scoreboard_rows(data: Any) -> list[dict]:
-    if isinstance(data, dict):
-        data = data.get("rows") or data.get("table") or []
-    return [r for r in data if isinstance(r, dict)] if isinstance(data, list) else []
-
-
 def load_run(results_dir: str | Path) -> RunData:
     path = Path(results_dir)
     if not path.is_dir():
@@ -112,133 +107,27 @@ def load_run(results_dir: str | Path) -> RunData:
     if not any(os.path.lexists(path / k) for k in known):
         raise NotAResultsDir(f"{path} is not a results directory (none of {', '.join(known)})")
     notes: list[str] = []
-    meta = read_json(path / "meta.json", root=path, notes=notes)
-    if meta is not None and not isinstance(meta, dict):
-        notes.append(f"{path / 'meta.json'}: skipped (not a JSON object)")
+    meta = read_file(path / "meta.json", META, root=path, notes=notes)
     missing = []
-    if not isinstance(meta, dict):
+    if meta is None:
         missing.append("meta.json (versions and configuration)")
         meta = {}
-    agent = _agent_runs(path, notes)
+    agent = read_records(path / "agent_runs.jsonl", AGENT_RUNS, root=path, notes=notes)
     if not agent:
         missing.append("agent trial (agent_runs.jsonl)")
-    scoreboard = _scoreboard_rows(read_json(path / "scoreboard.json", root=path, notes=notes))
+    board = read_file(path / "scoreboard.json", SCOREBOARD, root=path, notes=notes)
+    scoreboard = board["rows"] if board else []
     if not scoreboard:
         missing.append("scoreboard (scoreboard.json)")
-    bench = load_bench(path, notes=notes)
-    for name, levels in bench.items():
-        for lv in levels:
-            _clean_level(lv, f"{path / 'bench' / name / 'summary.json'}", notes)
+    bench = load_bench(path, notes=notes)  # levels cleaned by their contract there
     if not bench:
         missing.append("load benchmark (bench/*/summary.json)")
-    cost, note = read_json(path / "cost.json", root=path, notes=notes), ""
-    if not isinstance(cost, dict) or not isinstance(cost.get("endpoints"), dict):
+    cost, note = read_file(path / "cost.json", COST, root=path, notes=notes, label="entries"), ""
+    if cost is None:
         cost, note = _offline_cost(path)
-    else:
-        cost = clean_cost(cost, str(path / "cost.json"), notes)
+    elif cost.get("input_per_output") is None:
+        cost["input_per_output"] = 5  # the cost model's default ratio (harness.cost)
     return RunData(path, meta, agent, scoreboard, bench, cost, note, missing, notes)
-
-
-def _agent_runs(path: Path, notes: list[str]) -> list[dict]:
-    runs, dropped = [], 0
-    for r in read_jsonl(path / "agent_runs.jsonl", root=path, notes=notes):
-        if isinstance(r.get("backend"), str) or r.get("backend") is None:
-            runs.append(r)
-        else:
-            dropped += 1
-    if dropped:
-        notes.append(f"{path / 'agent_runs.jsonl'}: {dropped} records skipped (backend not a string)")
-    return runs
-
-
-def _num(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
-# cost.json entry fields the report computes with, by the type each must have
-_COST_NUMBERS = ("usd_per_hour", "usd_per_month_24x7", "usd_per_m_output_single", "usd_per_m_output_c16",
-                 "break_even_tok_s", "efficiency", "usd_per_m_output_incl_input")
-_COST_STRINGS = ("instance_type", "precision", "model_id", "service", "kind")
-_COST_SUB = {"measured": ("decode_tok_s",), "roofline": ("ceiling_tok_s",), "price": ()}
-
-
-def clean_cost(cost: dict, where: str, notes: list[str]) -> dict:
-    """A copy of cost.json with every entry of the wrong type dropped (and noted): entries that
-    are not objects, numbers that are not finite numbers, labels that are not strings."""
-    bad: list[str] = []
-    ends: dict[str, dict] = {}
-    for name, e in cost["endpoints"].items():
-        if not isinstance(e, dict):
-            bad.append(f"endpoints.{name}")
-            continue
-        e = dict(e)
-        for k in _COST_NUMBERS:
-            if e.get(k) is not None and not _num(e[k]):
-                bad.append(f"{name}.{k}")
-                e[k] = None
-        for k in _COST_STRINGS:
-            if e.get(k) is not None and not isinstance(e[k], str):
-                bad.append(f"{name}.{k}")
-                e[k] = None
-        for k, numbers in _COST_SUB.items():
-            sub = e.get(k)
-            if sub is not None and not isinstance(sub, dict):
-                bad.append(f"{name}.{k}")
-                sub = None
-            sub = dict(sub or {})
-            for n in numbers:
-                if sub.get(n) is not None and not _num(sub[n]):
-                    bad.append(f"{name}.{k}.{n}")
-                    sub[n] = None
-            for n in ("label", "note"):
-                if sub.get(n) is not None and not isinstance(sub[n], str):
-                    bad.append(f"{name}.{k}.{n}")
-                    del sub[n]
-            if k == "roofline":
-                sub["warnings"] = _strings(sub.get("warnings"), f"{name}.roofline.warnings", bad)
-            e[k] = sub
-        e["missing"] = _strings(e.get("missing"), f"{name}.missing", bad)
-        ends[str(name)] = e
-    out = {**cost, "endpoints": ends}
-    out["price_notes"] = _strings(cost.get("price_notes"), "price_notes", bad)
-    if not _num(cost.get("input_per_output", 5)):
-        bad.append("input_per_output")
-        out["input_per_output"] = 5
-    if bad:
-        notes.append(f"{where}: wrong-typed entries ignored: {', '.join(bad[:8])}"
-                     + (f" and {len(bad) - 8} more" if len(bad) > 8 else ""))
-    return out
-
-
-def _strings(v: Any, key: str, bad: list[str]) -> list[str]:
-    if v is None:
-        return []
-    if not isinstance(v, list):
-        bad.append(key)
-        return []
-    keep = [x for x in v if isinstance(x, str)]
-    if len(keep) != len(v):
-        bad.append(key)
-    return keep
-
-
-def _clean_level(lv: dict, where: str, notes: list[str]) -> None:
-    """Drop a level's fields of the wrong type (in place) so rendering never trips on them."""
-    bad = []
-    errs = lv.get("errors")
-    if errs is not None and not (isinstance(errs, dict) and all(_num(v) for v in errs.values())):
-        bad.append("errors")
-        lv["errors"] = {}
-    for k in ("completed", "failed"):
-        if lv.get(k) is not None and not (_num(lv[k]) and float(lv[k]).is_integer()):
-            bad.append(k)
-            lv[k] = None
-    for k in ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms", "queue_ms", "path_rtt_ms", "slo"):
-        if lv.get(k) is not None and not isinstance(lv[k], dict):
-            bad.append(k)
-            lv[k] = None
-    if bad:
-        notes.append(f"{where}: wrong-typed level fields ignored: {', '.join(sorted(set(bad)))}")
 
 
 def _offline_cost(path: Path) -> tuple[dict | None, str]:

@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from tests.bench.conftest import REPO
+from tests.conftest import saved_levels
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
@@ -20,7 +21,7 @@ def test_cli_run_discovers_the_model_and_writes_results(ref, tmp_path):
     p = cli("--base-url", ref.url, "--concurrency", "1,2", "--profile", "10-8", "--requests", "3",
             "--out", str(tmp_path / "o"), "--slo", "ttft_p99_ms=800")
     assert p.returncode == 0, p.stderr
-    levels = json.loads((tmp_path / "o" / "summary.json").read_text())
+    levels = saved_levels(tmp_path / "o" / "summary.json")
     assert [lv["concurrency"] for lv in levels] == [1, 2]
     rec = json.loads((tmp_path / "o" / "requests.jsonl").read_text().splitlines()[0])
     assert rec["model"] == "ref-model"  # from /v1/models
@@ -55,7 +56,7 @@ def test_unreachable_server_fails_requests_as_connect_errors_not_the_run(tmp_pat
     p = cli("--base-url", "http://127.0.0.1:9", "--model", "m", "--concurrency", "2",
             "--requests", "2", "--warmup", "0", "--out", str(tmp_path / "o"), "--quiet")
     assert p.returncode == 0, p.stderr
-    lv = json.loads((tmp_path / "o" / "summary.json").read_text())[0]
+    lv = saved_levels(tmp_path / "o" / "summary.json")[0]
     assert lv["errors"] == {"connect": 2} and lv["completed"] == 0
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.bench.conftest import REPO
+from tests.conftest import saved_levels
 
 TIME_LIMIT = 15.0  # --time-limit of every run; a run must end within it + GRACE
 GRACE = 8.0  # process start and imports on a busy 2-core machine included
@@ -195,7 +196,7 @@ def test_hostile_server_is_recorded_with_its_class_never_hangs_never_a_negative_
         assert r["ok"] is False and r["error"] == error, r
         assert detail in r.get("error_detail", ""), r
         assert isinstance(r["output_tokens"], int) and r["output_tokens"] >= 0
-    lv = json.loads((out / "summary.json").read_text())[0]
+    lv = saved_levels(out / "summary.json")[0]
     assert lv["errors"] == {error: 2} and lv["completed"] == 0
     for key in ("output_tok_s", "request_s", "goodput_request_s", "output_tok_s_peak"):
         assert lv[key] >= 0
@@ -205,7 +206,7 @@ def test_a_sane_server_through_the_same_harness_completes(hostile, tmp_path):
     _Handler.mode = "normal"
     p, _ = _run(hostile, tmp_path / "o")
     assert p.returncode == 0, p.stderr
-    lv = json.loads((tmp_path / "o" / "summary.json").read_text())[0]
+    lv = saved_levels(tmp_path / "o" / "summary.json")[0]
     assert lv["completed"] == 2 and lv["output_tokens"] == 6 and lv["output_tok_s"] > 0
 
 
@@ -244,7 +245,7 @@ def test_path_probes_against_a_models_endpoint_that_never_answers_keep_the_time_
     path = json.loads((out / "bench.json").read_text())["path_rtt_ms"]
     if get_mode == "hang":  # no answer: no round trip, and the reason says so
         assert path["n"] == 0 and "no answer within" in path["reason"], path
-    lv = json.loads((out / "summary.json").read_text())[0]
+    lv = saved_levels(out / "summary.json")[0]
     assert lv["completed"] == 1, lv  # the level still ran
 
 

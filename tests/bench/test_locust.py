@@ -11,6 +11,7 @@ import time
 
 from harness.bench import metrics
 from tests.bench.conftest import REPO
+from tests.conftest import saved_levels
 
 
 def test_locust_headless_writes_records_and_summarizes(ref, tmp_path):
@@ -33,7 +34,7 @@ def test_locust_headless_writes_records_and_summarizes(ref, tmp_path):
     s = subprocess.run([sys.executable, "-m", "harness.bench.summarize", str(out)], cwd=REPO,
                        capture_output=True, text=True, timeout=60)
     assert s.returncode == 0, s.stderr
-    lv = json.loads((out / "summary.json").read_text())[0]
+    lv = saved_levels(out / "summary.json")[0]
     assert lv["concurrency"] == 3 and lv["completed"] == len(recs)
     # against the server's record, not its nominal pacing (a loaded machine moves both): chunk for
     # chunk what it sent, nothing stamped before it was sent, TTFT no earlier than the server's,

@@ -14,6 +14,7 @@ from harness.bench.clients.bedrock import BedrockClient
 from harness.bench.clients.sagemaker import PROBE_ENDPOINT, SageMakerClient
 from harness.bench.path import measure_path, server_ttft_est_ms
 from tests.bench.conftest import REPO
+from tests.conftest import saved_levels
 
 
 def test_cli_writes_path_rtt_into_every_level_and_bench_json(ref, tmp_path):
@@ -23,7 +24,7 @@ def test_cli_writes_path_rtt_into_every_level_and_bench_json(ref, tmp_path):
                         "--profile", "10-4", "--requests", "2", "--path-probes", "7", "--out", str(out),
                         "--quiet"], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr
-    levels = json.loads((out / "summary.json").read_text())
+    levels = saved_levels(out / "summary.json")
     assert len(levels) == 2
     for lv in levels:
         path = lv["path_rtt_ms"]

@@ -11,6 +11,7 @@ import pytest
 from harness.bench import metrics
 from harness.bench.api import BenchError, run_bench
 from harness.endpoint import Endpoint
+from tests.conftest import saved_levels
 
 
 def ep(ref) -> Endpoint:
@@ -188,7 +189,7 @@ def test_resume_skips_completed_levels(ref, tmp_path):
     assert len(recs) == n_before + 4 + 3  # only concurrency 4 ran again (4 warm-up + 3)
     with pytest.raises(BenchError, match="profile"):
         run(ref, tmp_path, profile="10-8", concurrency=(1,), requests=3, resume=True)
-    summary = json.loads((tmp_path / "summary.json").read_text())
+    summary = saved_levels(tmp_path / "summary.json")
     assert summary == json.loads(json.dumps(levels))
     header = (tmp_path / "summary.csv").read_text().splitlines()[0].split(",")
     assert {"concurrency", "ttft_p99_ms", "itl_p50_ms", "output_tok_s", "goodput_request_s"} <= set(header)
@@ -269,7 +270,7 @@ def test_cancelling_the_run_mid_level_records_every_request_sent(ref, tmp_path):
     assert len(recs) >= 4 and {r["id"] for r in recs} == set(srv)  # nothing lost, nothing extra
     failed = [r for r in recs if not r["ok"]]
     assert len(failed) == 4 and all(r["error"] == "timeout" for r in failed)
-    lv = json.loads((tmp_path / "summary.json").read_text())[0]
+    lv = saved_levels(tmp_path / "summary.json")[0]
     assert not lv["complete"] and lv["failed"] == 4
     assert lv["completed"] + lv["warmup"]["completed"] == len(recs) - 4
 

@@ -14,6 +14,7 @@ import pytest
 from harness.bench.api import BenchError, run_bench
 from harness.bench.summarize import summarize_dir
 from harness.endpoint import Endpoint
+from tests.conftest import saved_levels
 
 REQUESTS = 3
 
@@ -60,7 +61,7 @@ def test_a_torn_line_then_resume_keeps_every_record_of_the_level_run_again(ref, 
     ref.configure(ttft_ms=5, itl_ms=1)
     out = tmp_path / "o"
     _bench(ref, out)
-    levels = json.loads((out / "summary.json").read_text())
+    levels = saved_levels(out / "summary.json")
     (out / "summary.json").write_text(json.dumps([lv for lv in levels if lv["concurrency"] == 1]))
     _tear(out / "requests.jsonl", how, at)
     levels = _bench(ref, out, resume=True)

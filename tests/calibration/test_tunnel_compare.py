@@ -2,6 +2,8 @@
 Markdown the README carries (pure functions over hand-made rows)."""
 from __future__ import annotations
 
+from pathlib import Path
+
 from harness.calibration.tunnel import compare, markdown, misses
 
 
@@ -76,3 +78,22 @@ def test_render_a_saved_result_and_refuse_anything_else(tmp_path, capsys):
     assert main(["--render", str(bad)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and str(bad) in err and "not a saved --json result" in err
+
+
+def test_every_saved_measurement_renders_and_a_new_one_carries_its_version(capsys):
+    """docs/measurements/tunnel-*.json were saved before schema_version: each still renders, with
+    no note; a result saved today (``--json``) starts with its contract's version."""
+    import json
+
+    from harness.calibration.tunnel import main
+    from kit.contracts.results import TUNNEL_CALIBRATION
+
+    saved = sorted((Path(__file__).resolve().parents[2] / "docs" / "measurements").glob("tunnel-*.json"))
+    assert len(saved) >= 5
+    for path in saved:
+        assert "schema_version" not in json.loads(path.read_text())
+        assert main(["--render", str(path)]) == 0, path
+        out, err = capsys.readouterr()
+        assert out.startswith("Reference server:") and err == "", path
+    fresh = TUNNEL_CALIBRATION.stamp({"reference": None, "levels": ROWS, "tunnel_vs_direct": []})
+    assert list(fresh)[0] == "schema_version" and TUNNEL_CALIBRATION.read(fresh, "x", []) == fresh

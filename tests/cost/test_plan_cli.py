@@ -93,9 +93,9 @@ def test_run_into_an_unwritable_results_dir_is_one_line(tmp_path, monkeypatch, c
 
     (tmp_path / "meta.json").write_text("{}")
 
-    def refuse(path, data):
+    def refuse(path, contract, data):
         raise PermissionError(13, "Permission denied", str(path))
-    monkeypatch.setattr(run_cost, "write_json", refuse)
+    monkeypatch.setattr(run_cost, "write_file", refuse)
     assert main(["run", str(tmp_path), "--offline"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "cannot write" in err[0] and "Permission denied" in err[0]

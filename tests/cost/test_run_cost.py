@@ -15,6 +15,7 @@ from harness.cost.prices import PriceBook
 from harness.cost.run_cost import cost_for_run
 from harness.results import write_json
 from tests.report.synthetic import make_results
+from kit.contracts.results import COST
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +26,7 @@ def book():
 def test_cost_json_from_saved_results(tmp_path, book):
     run = make_results(tmp_path)
     cost = cost_for_run(run, book)
-    assert json.loads((run / "cost.json").read_text()) == cost
+    assert json.loads((run / "cost.json").read_text()) == COST.stamp(cost)  # plus its schema_version, first
     g6 = cost["endpoints"]["g6"]
     assert g6["service"] == "ec2" and g6["price"]["source"] == "snapshot" and g6["usd_per_hour"] == 0.8048
     assert g6["usd_per_month_24x7"] == pytest.approx(587.504)  # 0.8048 x 730

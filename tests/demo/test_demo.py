@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.conftest import saved_levels
+
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "demo.sh"
 
@@ -44,11 +46,11 @@ def test_demo_runs_the_whole_flow_and_stops_the_engine(tmp_path):
     run_dir = report.parent
     assert (run_dir / "report.md").is_file() and (run_dir / "cost.json").is_file()
     # the bench measured the engine: both requests completed at the one level asked for
-    summary = json.loads((run_dir / "bench" / "demo" / "summary.json").read_text())
-    (level,) = summary["levels"] if isinstance(summary, dict) else summary
+    (level,) = saved_levels(run_dir / "bench" / "demo" / "summary.json")  # with its schema_version
     assert level["concurrency"] == 1 and level["completed"] == 2 and level["failed"] == 0
     # no AWS: the fake credentials in the environment were not used (no discovery, no scoreboard)
     meta = json.loads((run_dir / "meta.json").read_text())
+    assert list(meta)[0] == "schema_version" and list(json.loads((run_dir / "cost.json").read_text()))[0] == "schema_version"
     assert [e["name"] for e in meta["endpoints"]] == ["demo"]
     assert "scoreboard" not in meta["stages"]
 

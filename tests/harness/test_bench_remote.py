@@ -17,7 +17,7 @@ from harness.calibration.refserver import RefServerProcess
 from harness.endpoint import Endpoint
 from harness.tunnel_proc import ProcessForward
 from tests.bench.conftest import REPO
-from tests.conftest import require_binary
+from tests.conftest import require_binary, saved_levels
 from tests.harness.servers import sshd
 
 WITHOUT = {"KIT_BENCH_WITHOUT": "uvloop,orjson,rich"}
@@ -68,7 +68,7 @@ def test_bench_from_instance_results_arrive_shaped_as_a_local_run(instance, tmp_
     assert sorted(p.name for p in there.iterdir()) == sorted(p.name for p in (tmp_path / "local").iterdir())
     assert [lv["concurrency"] for lv in got] == [1, 2] and all(lv["completed"] == 3 for lv in got)
     assert all(lv["bench_from"] == "instance" and lv["instance_cpus"] >= 1 for lv in got)
-    assert json.loads((there / "summary.json").read_text()) == got
+    assert saved_levels(there / "summary.json") == got
     for a, b in zip(got, here):
         assert set(a) - {"bench_from", "instance_cpus"} == set(b)
         assert a["path_rtt_ms"]["n"] == 20 and a["path_rtt_ms"]["how"] == "GET /models"
@@ -107,7 +107,7 @@ def test_harness_run_stage_bench_from_instance(instance, tmp_path, monkeypatch):
     status = stages.bench([ep], tmp_path, args, lines.append, meta)
     assert status == "ok (1/1 endpoints)", lines
     assert meta["bench"]["g6"]["from"] == "instance" and meta["bench"]["g6"]["path_rtt_ms"]["n"] == 20
-    assert json.loads((tmp_path / "bench" / "g6" / "summary.json").read_text())[0]["completed"] == 2
+    assert saved_levels(tmp_path / "bench" / "g6" / "summary.json")[0]["completed"] == 2
     assert any("running on the instance" in line for line in lines)
 
 

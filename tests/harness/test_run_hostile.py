@@ -88,14 +88,14 @@ def test_json_failing_at_the_end_keeps_the_results(tmp_path, capsys, no_aws, mon
     """The --json target becomes unwritable while the run measures: the results directory is
     complete, the failure is one line, exit 1."""
     target = tmp_path / "late" / "out.json"
-    real = run.write_json
+    real = run.write_file
 
-    def write_json(path, data):
+    def write_file(path, contract, data):
         if path == target:
             raise PermissionError(13, "Permission denied", str(path))
-        real(path, data)
+        real(path, contract, data)
 
-    monkeypatch.setattr(run, "write_json", write_json)
+    monkeypatch.setattr(run, "write_file", write_file)
     with FakeOpenAI(SCRIPTS["good"]) as srv:
         rc, lines = _main(["--endpoint", f"a={srv.base_url}", "--only", "agent", "--runs", "1",
                            "--results", str(tmp_path / "results"), "--json", str(target)], tmp_path)

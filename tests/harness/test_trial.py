@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+from pathlib import Path
 
 import boto3
 import pytest
@@ -12,7 +13,7 @@ import pytest
 from harness import run
 from harness.agent import count_ids as cid
 from harness.results import read_jsonl
-from tests.conftest import sigint_as_a_terminal_would
+from tests.conftest import sigint_as_a_terminal_would, saved_levels
 from tests.harness.fake_openai import SCRIPTS, FakeOpenAI, text_only, throttle_first
 from tests.harness.servers import free_port
 
@@ -239,7 +240,19 @@ def test_full_run_every_stage_from_saved_results(tmp_path, no_aws):
     for f in ("meta.json", "agent_runs.jsonl", "scoreboard.json", "bench/local/summary.json",
               "bench/local/requests.jsonl", "cost.json", "report.md", "report.html"):
         assert (run_dir / f).exists(), f
-    levels = json.loads((run_dir / "bench/local/summary.json").read_text())
+    # every results file carries its contract's schema_version first (kit/contracts/results.py)
+    from kit.contracts.results import FILES, VERSION_KEY
+
+    versions = {Path(f.name).name: f.version for f in FILES}
+    for path in sorted(p for p in run_dir.rglob("*") if p.suffix in (".json", ".jsonl", ".csv")):
+        if path.suffix == ".csv":
+            header, first = path.read_text().splitlines()[:2]
+            assert header.split(",")[0] == VERSION_KEY and first.split(",")[0] == str(versions[path.name])
+            continue
+        docs = [json.loads(line) for line in path.read_text().splitlines()] if path.suffix == ".jsonl" \
+            else [json.loads(path.read_text())]
+        assert docs and all(list(d)[0] == VERSION_KEY and d[VERSION_KEY] == versions[path.name] for d in docs), path
+    levels = saved_levels(run_dir / "bench/local/summary.json")
     assert [lv["concurrency"] for lv in levels] == [1, 2] and all(lv["completed"] == 4 for lv in levels)
     # the path's round trip, measured before the levels, is in every level and in the run's meta
     path = json.loads((run_dir / "meta.json").read_text())["bench"]["local"]["path_rtt_ms"]

@@ -18,6 +18,7 @@ import pytest
 from aiohttp import web
 
 from tests.harness.fake_openai import SCRIPTS, FakeOpenAI
+from tests.conftest import saved_levels
 from tests.harness.servers import free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -121,7 +122,7 @@ def test_the_bench_sends_basic_auth_and_saves_no_secret(tmp_path, case, user, pa
                  "--requests", "2", "--warmup", "0", "--path-probes", "0", "--out", str(out), "--quiet")
         assert p.returncode == 0, (p.stdout, p.stderr)
         assert srv.seen and set(srv.seen) == {srv.expected}
-    assert json.loads((out / "summary.json").read_text())[0]["completed"] == 2
+    assert saved_levels(out / "summary.json")[0]["completed"] == 2
     _scan([p.stdout, p.stderr], [out], _secrets(user, password))
 
 

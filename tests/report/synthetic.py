@@ -1,9 +1,14 @@
-"""A synthetic results/<run-id>/ directory in the layout of harness.results (built per test)."""
+"""A synthetic results/<run-id>/ directory in the layout of harness.results (built per test).
+
+By default its files are as the kit wrote them before schema_version (bare ``write_json``,
+summary.json a bare list): every report test also proves an old run still renders.
+``versioned=True`` writes the same content through the contracts (kit/contracts/results.py)."""
 from __future__ import annotations
 
 from pathlib import Path
 
-from harness.results import append_jsonl, write_json
+from harness.results import append_jsonl, append_record, write_file, write_json
+from kit.contracts.results import AGENT_RUNS, BENCH_SUMMARY, META, SCOREBOARD
 
 
 def _lat(p50: float, spread: float = 1.0) -> dict:
@@ -56,11 +61,16 @@ def _endpoint(name, protocol, service, model, instance, words):
     return d | ({"kind": protocol} if words == "old" else {"protocol": protocol, "service": service})
 
 
-def make_results(root: Path, parts=("meta", "agent", "bench", "scoreboard"), words: str = "new") -> Path:
+def make_results(root: Path, parts=("meta", "agent", "bench", "scoreboard"), words: str = "new",
+                 versioned: bool = False) -> Path:
     run = root / "20261129-120000"
     run.mkdir(parents=True)
+
+    def save(path, contract, data):
+        write_file(path, contract, data) if versioned else write_json(path, data)
+
     if "meta" in parts:
-        write_json(run / "meta.json", {
+        save(run / "meta.json", META, {
             "run_id": run.name, "started_at": "2026-11-29T12:00:00Z", "finished_at": "2026-11-29T12:41:07Z",
             "region": "us-east-1",
             "versions": {"kit": "0.1.0", "python": "3.11.2", "boto3": "1.44.5", "strands-agents": "1.62.0",
@@ -70,12 +80,16 @@ def make_results(root: Path, parts=("meta", "agent", "bench", "scoreboard"), wor
             "endpoints": [_endpoint(*e, words) for e in ENDPOINTS]})
     if "agent" in parts:
         for rec in AGENT:
-            append_jsonl(run / "agent_runs.jsonl", rec)
+            append_record(run / "agent_runs.jsonl", AGENT_RUNS, rec) if versioned \
+                else append_jsonl(run / "agent_runs.jsonl", rec)
     if "scoreboard" in parts:
-        write_json(run / "scoreboard.json", {"rows": [
+        save(run / "scoreboard.json", SCOREBOARD, {"rows": [
             {"backend": "vLLM on EC2 g6 (L4)", "answer": "Paris", "seconds": 0.151, "tok_s": 13.2},
             {"backend": "Amazon Bedrock", "answer": "Paris", "seconds": 0.861, "tok_s": 2.3}]})
     if "bench" in parts:
         for name, levels in BENCH.items():
-            write_json(run / "bench" / name / "summary.json", levels)
+            if versioned:
+                write_file(run / "bench" / name / "summary.json", BENCH_SUMMARY, {"levels": levels})
+            else:
+                write_json(run / "bench" / name / "summary.json", levels)
     return run

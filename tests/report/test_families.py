@@ -2,13 +2,12 @@
 EC2 twins' (g6 and its variants g6@g5, g6@g6e, g6@g7e)."""
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from harness.report.data import load_run
 from harness.report.families import family_rows, families_table
 from harness.report.page import html_page, markdown
+from tests.conftest import saved_levels
 from tests.report.families_fixture import EC2_TWINS, OUT_TOKENS, TEST_PRICES, make_family_results
 
 # bytes one decode step of the w4a16 E2B reads at 4096 tokens of context (tests/kit/test_plan.py)
@@ -32,7 +31,7 @@ def test_one_row_per_endpoint_in_family_order_sagemaker_then_its_ec2_twin(run):
 
 def test_figures_come_from_the_bench_summary(run):
     g6 = next(r for r in family_rows(run) if r["family"] == "g6")
-    summary = json.loads((run.path / "bench" / "sagemaker@g6-xlarge" / "summary.json").read_text())
+    summary = saved_levels(run.path / "bench" / "sagemaker@g6-xlarge" / "summary.json")
     c64 = next(lv for lv in summary if lv["concurrency"] == 64)
     # $/M output at 64 streams = hourly price / measured output tok/s at 64
     assert g6["usd_per_m_output_c64"] == pytest.approx(TEST_PRICES["ml.g6.xlarge"] / (c64["output_tok_s"] * 3600) * 1e6)
@@ -45,7 +44,7 @@ def test_figures_come_from_the_bench_summary(run):
 
 def test_ec2_twin_figures_come_from_its_own_bench_summary_and_price(run):
     g5 = next(r for r in family_rows(run) if r["name"] == "g6@g5")
-    summary = json.loads((run.path / "bench" / "g6@g5" / "summary.json").read_text())
+    summary = saved_levels(run.path / "bench" / "g6@g5" / "summary.json")
     levels = {lv["concurrency"]: lv for lv in summary}
     assert [lv["concurrency"] for lv in g5["levels"]] == [1, 16, 64]
     # $/M at 64 on g5.xlarge's own price, not the g6 backend's

@@ -149,7 +149,7 @@ ROWS = {
     "meta.json nested 100": (meta_nested_100, "nested deeper than 64", False),
     "agent_runs non-UTF-8": (agent_not_utf8, "1 not UTF-8", False),
     "agent_runs non-object": (agent_not_object, "3 not a JSON object", False),
-    "agent_runs backend list": (agent_backend_list, "2 records skipped (backend not a string)", False),
+    "agent_runs backend list": (agent_backend_list, "2 records skipped (backend not a string or None)", False),
     "cost.json wrong types": (cost_wrong_types, "cost.json: wrong-typed entries ignored", False),
     "summary errors wrong types": (summary_errors_wrong, "wrong-typed level fields ignored", False),
     "bench named with $": (bench_dollar_name, None, False),
