@@ -9,5 +9,9 @@
   harness.report and the ``--resume`` paths); ``shape`` is the small checker those shapes use.
 
 Plain Python, standard library only: the bench's instance zip (harness/bench/remote.py) carries
-the modules it imports, and the instance's Python has nothing of the kit installed.
+the modules it imports, and the instance's Python has nothing of the kit installed (aiohttp is
+all the bench requires there), so the shapes are ``TypedDict`` classes held to by a small
+checker (``shape``) rather than pydantic models, although pydantic is installed here (2.14.4,
+constraints.txt, through strands-agents). tests/kit/test_contract_results.py imports them with
+no site-packages.
 """

@@ -137,3 +137,24 @@ def test_a_bench_directory_from_before_versions_resumes(tmp_path):
     (out / "summary.json").write_text(json.dumps([{"concurrency": 1, "complete": True}]))
     (out / "requests.jsonl").write_text("")
     assert _prepare_dir(out, config, resume=True) == [{"concurrency": 1, "complete": True}]
+
+
+def test_the_contracts_need_only_the_standard_library():
+    """The bench's instance zip (harness/bench/remote.py) carries these modules to a Python that
+    has nothing of the kit installed: they must import with no site-packages at all."""
+    import subprocess
+    import sys
+
+    code = "import kit.contracts.results, kit.contracts.shape, kit.contracts.outputs, kit.contracts.boot_env"
+    p = subprocess.run([sys.executable, "-S", "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+
+
+def test_the_bench_zip_carries_the_contracts_it_imports():
+    import io
+    import zipfile
+
+    from harness.bench.remote import kit_zip
+
+    names = set(zipfile.ZipFile(io.BytesIO(kit_zip())).namelist())
+    assert {"kit/__init__.py", "kit/contracts/__init__.py", "kit/contracts/results.py", "kit/contracts/shape.py"} <= names
