@@ -215,7 +215,7 @@ class InferenceInstance(Construct):
         full_env = {**base_env, "KIT_SIGNAL_URL": self.ready_handle.ref, "KIT_SIGNAL_RESOURCE": self.logical_id}
         # exactly the variables kit/contracts/boot_env.py declares for this engine (a ValueError
         # naming one otherwise): what the scripts read is what the stack writes
-        boot_env.check_env(full_env, engine_script)
+        full_env = boot_env.check_env(full_env, engine_script)
         self.user_data_text = render_user_data(engine_script, full_env)
         size = deployed_size(self.user_data_text, full_env)
         if size > USER_DATA_LIMIT:
