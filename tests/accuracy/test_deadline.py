@@ -61,7 +61,7 @@ class DripServer:
 
     def _drip(self, conn: socket.socket) -> None:
         with conn:
-            conn.settimeout(1.0)
+            conn.settimeout(HANG)  # the client (a fresh process) may take seconds to send under load
             try:
                 conn.recv(65536)
             except OSError:
