@@ -8,9 +8,13 @@ By default it runs the four cases of issue 20 in one run, each after the previou
 
 - uniform: 4 closed-loop streams, every request 64 new tokens (the batch-size level);
 - mixed: 8 closed-loop streams whose requests ask 256, 16 and 64 new tokens in turn (each stream
-  starts at a different place in the cycle), so short and long rows share the batch;
-- join: two requests of 384 new tokens, then one of 8 sent ``--join-delay`` s later: its time to
-  first token against the long requests' duration (a wave scheduler makes it wait for them);
+  starts at a different place in the cycle and goes through it ``--rounds`` times), so short and
+  long rows share the batch (the last long requests finish with the batch part empty whatever
+  the scheduler; more rounds make that tail a smaller part of the run);
+- join: two requests of 384 new tokens, then one of 8 sent ``--join-delay`` s later (sooner if
+  the long ones are a quarter through by then, so it arrives while they decode on a fast engine
+  too): its time to first token against the long requests' duration (a wave scheduler makes it
+  wait for them);
 - 16 streams of 64 tokens, closed loop: median time to first token when requests queue.
 
 The verdict line compares mixed with uniform throughput and the join TTFT with the long
@@ -45,7 +49,9 @@ class Result:
     start: float  # perf_counter when sent
 
 
-async def _one(session: aiohttp.ClientSession, url: str, model: str, tokens: int, i: int) -> Result:
+async def _one(session: aiohttp.ClientSession, url: str, model: str, tokens: int, i: int,
+               progress: list | None = None) -> Result:
+    """One streamed request; ``progress[0]`` counts its content chunks as they come."""
     body = {"model": model, "stream": True, "stream_options": {"include_usage": True},
             "max_tokens": tokens, "ignore_eos": True, "temperature": 0,
             "messages": [{"role": "user", "content": f"Count upwards from {i}."}]}
@@ -58,12 +64,14 @@ async def _one(session: aiohttp.ClientSession, url: str, model: str, tokens: int
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
             chunk = json.loads(line[6:])
-            if first is None and chunk.get("choices"):
+            if chunk.get("choices"):
                 delta = chunk["choices"][0].get("delta") or {}
-                # The first generated text, whichever channel it lands in (a random model may
-                # open a thought channel, which the engine streams as reasoning_content).
+                # Generated text, whichever channel it lands in (a random model may open a
+                # thought channel, which the engine streams as reasoning_content).
                 if delta.get("content") or delta.get("reasoning_content") or delta.get("tool_calls"):
-                    first = time.perf_counter() - start
+                    first = first if first is not None else time.perf_counter() - start
+                    if progress is not None:
+                        progress[0] += 1
             usage = chunk.get("usage") or usage
     end = time.perf_counter() - start
     return Result(first if first is not None else end, end, usage["completion_tokens"], start)
@@ -99,19 +107,27 @@ async def _cases(url: str, model: str, rounds: int, join_delay: float, echo) -> 
         line, uniform = _level_line("uniform", *await _streams(session, url, model, n, (tokens,), rounds))
         echo(line + f"   {n} streams x {tokens} tokens")
         n, asks = MIXED
-        line, mixed = _level_line("mixed", *await _streams(session, url, model, n, asks, len(asks)))
-        echo(line + f"   {n} streams asking {'/'.join(map(str, asks))} in turn")
+        line, mixed = _level_line("mixed", *await _streams(session, url, model, n, asks, rounds * len(asks)))
+        echo(line + f"   {n} streams asking {'/'.join(map(str, asks))} in turn, {rounds} times over")
         long_tokens, short_tokens = JOIN
-        longs = [asyncio.ensure_future(_one(session, url, model, long_tokens, 1000 + k)) for k in range(2)]
-        await asyncio.sleep(join_delay)
+        progress = [[0], [0]]
+        t0 = time.perf_counter()
+        longs = [asyncio.ensure_future(_one(session, url, model, long_tokens, 1000 + k, progress[k]))
+                 for k in range(2)]
+        # join_delay, or sooner once both long streams are a quarter through: on a fast engine
+        # they could otherwise be over before the late request is even sent.
+        while time.perf_counter() - t0 < join_delay and min(p[0] for p in progress) < long_tokens // 4:
+            await asyncio.sleep(0.002)
+        sent = time.perf_counter() - t0
         short = await _one(session, url, model, short_tokens, 2000)
         long_results = await asyncio.gather(*longs)
         long_s = max(r.e2e for r in long_results)
-        # When the short request's first token came, measured from when the long ones were sent.
         share = short.ttft / long_s
+        during = sent < min(r.e2e for r in long_results)  # sent while both were still decoding
         echo(f"join     2 x {long_tokens} tokens took {long_s:.2f} s; a {short_tokens}-token request sent "
-             f"{join_delay:g} s later: first token after {short.ttft * 1000:.0f} ms ({share:.0%} of the long "
-             f"requests' duration), done after {short.e2e:.2f} s")
+             f"{sent:.2f} s later: first token after {short.ttft * 1000:.0f} ms ({share:.0%} of the long "
+             f"requests' duration), done after {short.e2e:.2f} s"
+             + ("" if during else "; the long requests had ended before it was sent: the case measured nothing"))
         n, tokens = MANY
         line, _ = _level_line(f"{n}x{tokens}", *await _streams(session, url, model, n, (tokens,), rounds))
         echo(line + f"   {n} streams x {tokens} tokens (TTFT p50 is the queueing figure)")
@@ -140,7 +156,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="comma-separated levels: run the older sweep (--tokens per request) instead of the cases")
     p.add_argument("--tokens", type=positive(int), default=128, help="sweep: new tokens per request (default 128)")
     p.add_argument("--rounds", type=positive(int), default=2,
-                   help="requests per stream at the uniform, 16-stream and sweep levels (default 2)")
+                   help="requests per stream at the uniform, 16-stream and sweep levels, passes over "
+                        "the 256/16/64 cycle at the mixed one (default 2)")
     p.add_argument("--join-delay", type=positive(float), default=0.5,
                    help="join case: seconds between the long requests and the short one (default 0.5)")
     a = p.parse_args(argv)

@@ -78,9 +78,10 @@ def test_neuron_engine_cases_against_a_paced_server():
         ref.stop()
     assert r.returncode == 0, r.stderr
     rows = {line.split()[0]: line.split() for line in r.stdout.splitlines()[1:]}
-    assert [rows[k][1:3] for k in ("uniform", "mixed", "16x64")] == [["8", "512"], ["24", "2688"], ["32", "2048"]]
-    join = re.search(r"took ([0-9.]+) s; .* first token after ([0-9]+) ms \(([0-9]+)%", r.stdout)
-    long_s, ttft_ms, share = float(join[1]), int(join[2]), int(join[3])
+    assert [rows[k][1:3] for k in ("uniform", "mixed", "16x64")] == [["8", "512"], ["48", "5376"], ["32", "2048"]]
+    join = re.search(r"took ([0-9.]+) s; .* sent ([0-9.]+) s later: first token after ([0-9]+) ms \(([0-9]+)%", r.stdout)
+    long_s, sent, ttft_ms, share = float(join[1]), float(join[2]), int(join[3]), int(join[4])
+    assert sent <= 0.2 + 0.05 and "measured nothing" not in r.stdout
     assert long_s >= 0.03 + 384 * 0.002 and 30 <= ttft_ms < long_s * 1000 and abs(share - 100 * ttft_ms / 1000 / long_s) <= 1
     assert "verdict  mixed/uniform throughput" in r.stdout
 
