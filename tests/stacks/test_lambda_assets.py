@@ -18,7 +18,8 @@ def test_the_staged_handler_imports_with_nothing_but_its_asset(name):
     module = lambda_code.handler_name(name).rpartition(".")[0]
     # -I: isolated (no user site, no PYTHONPATH, no cwd on the path); -S: no site-packages
     probe = f"import sys; sys.path.insert(0, {stage!r}); import {module} as m; print(m.handler.__module__)"
-    out = subprocess.run([sys.executable, "-I", "-S", "-c", probe], capture_output=True, text=True, cwd="/")
+    # -B: no __pycache__ written into the staged folder, which later synths of this process hash as the asset
+    out = subprocess.run([sys.executable, "-I", "-S", "-B", "-c", probe], capture_output=True, text=True, cwd="/")
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == module
 

@@ -40,6 +40,16 @@ def without_guard_inputs(template: dict) -> dict:
     return out
 
 
+def differences(a, b, path: str = "") -> list[str]:
+    """Paths where two templates differ, with both values (short), for a readable failure."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return [d for k in sorted(set(a) | set(b), key=str) for d in
+                (differences(a[k], b[k], f"{path}/{k}") if k in a and k in b else [f"{path}/{k}: only one side"])]
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        return [d for i, (x, y) in enumerate(zip(a, b)) for d in differences(x, y, f"{path}[{i}]")]
+    return [] if a == b else [f"{path}: {str(a)[:120]!r} -> {str(b)[:120]!r}"]
+
+
 def test_adding_a_backend_row_changes_no_existing_stack(tmp_path, with_variant):
     # g6e typed into kit/catalog.py *above* g6: the worst case for position-derived addresses.
     before = with_variant
@@ -51,7 +61,8 @@ def test_adding_a_backend_row_changes_no_existing_stack(tmp_path, with_variant):
         # and nothing else in the stack moved either, but the image check's list of configured
         # backends (stacks/image_guard.py): a new backend is one more name the check reads, and
         # the check re-runs at every deploy anyway (CheckedAt); it replaces nothing
-        assert without_guard_inputs(after[name]) == without_guard_inputs(template), name
+        moved = differences(without_guard_inputs(template), without_guard_inputs(after[name]))
+        assert not moved, f"{name}: {moved[:5]}"
     assert blocks(after["G6eStack"]) == [96]
     taken = {b for name, t in before.items() for b in blocks(t)}
     assert 96 not in taken
