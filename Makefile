@@ -80,8 +80,12 @@ lint: synth ruff
 	$(PY) -m kit.regions lint cdk.out  # --regions = each template's own region, not the shell's
 	$(VENV)/bin/shellcheck $$(git ls-files '*.sh' 2>/dev/null || find . -name '*.sh' -not -path './node_modules/*' -not -path './.venv/*')
 
+# Two workers, each test file whole in one (its module fixtures, e.g. a synthesized app, built
+# once): most tests wait on servers, subprocesses and sockets, so two processes overlap that
+# waiting on 2 cores. Measured here on a quiet machine, same commit (docs/development.md).
+PYTEST_WORKERS ?= 2
 pytest: setup
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile
 
 test: lint pytest
 
