@@ -92,7 +92,7 @@ test: lint pytest
 # The fast tier while editing: no synth, no slow tests (pyproject.toml's `slow` marker, set per
 # module in tests/conftest.py from measured durations). `make test` is still what CI runs.
 check: $(STAMP_DEV) sysdeps ruff
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -m "not slow" -n $(PYTEST_WORKERS) --dist loadfile
 
 run: setup-run
 	$(PY) -m harness.run $(ARGS)
