@@ -21,7 +21,7 @@ unexport CDK_DEFAULT_ACCOUNT
 
 help:
 	@echo "make test   set up (.venv, npm ci, system packages), synth every stack, lint, pytest"
-	@echo "make check  the fast tier (~2 min): ruff, then the tests not marked slow"
+	@echo "make check  the fast tier (~1 min): ruff, then the tests not marked slow"
 	@echo "make run    lean set-up, then python -m harness.run ARGS='...'"
 	@echo "make deploy ARGS='G6Stack ...'   check the machine images, then npx cdk deploy (no ARGS: all backends)"
 	@echo "make leftovers   after cdk destroy: what still exists, \$$/month, how to remove it"
