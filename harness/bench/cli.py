@@ -89,7 +89,10 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--warmup", type=_nonneg_int, default=None,
                     help="warm-up requests per level (default: one per stream / ceil(rate))")
     ap.add_argument("--slo", default=None, help="e.g. ttft_p99_ms=800,itl_p99_ms=50 (docs/bench.md)")
-    ap.add_argument("--timeout", type=_pos(float), default=300.0, help="seconds per request (300)")
+    # --request-timeout: the name harness.accuracy (and harness.run --accuracy-request-timeout) give the
+    # same thing, one request's whole deadline; --timeout still works
+    ap.add_argument("--timeout", "--request-timeout", dest="timeout", type=_pos(float), default=300.0,
+                    help="seconds per request (300)")
     ap.add_argument("--time-limit", type=_pos(float), default=3600.0,
                     help="hard limit in seconds for the whole run (3600)")
     ap.add_argument("--max-inflight", type=_pos(int), default=1024,

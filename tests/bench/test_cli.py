@@ -35,6 +35,7 @@ def test_cli_run_discovers_the_model_and_writes_results(ref, tmp_path):
     (["--slo", "ttft=3"], "--slo"),
     (["--duration", "5"], "not allowed with argument --requests"),
     (["--timeout", "0"], "--timeout"),
+    (["--request-timeout", "0"], "--request-timeout"),  # harness.accuracy's name for the same deadline
 ])
 def test_bad_input_is_one_line_and_nonzero(tmp_path, args, needle):
     base = ["--base-url", "http://127.0.0.1:9", "--model", "m", "--requests", "2",
