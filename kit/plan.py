@@ -336,10 +336,21 @@ def check_deploy(backend_id: str, instance_type: str, model_id: str, context: in
     if facts is None:
         return None
     spec = catalog.INSTANCES.get(instance_type)
-    if spec is None or not spec.accelerators:
-        return None  # an instance the catalog does not know: the config checks have spoken
     choice = choose_model(model_id)
     n = deploy_concurrency(b)
+    if (spec is None or not spec.accelerators) and b.engine_kind != "neuron":
+        # A GPU type the catalog has no row for (g4dn.xlarge, g6.4xlarge pass the config's family
+        # and botocore checks): with no GPU count or memory the planner cannot check the model fits
+        # nor size TP, volume and readiness, and the stack would deploy unsized (a 31B on a 16 GB
+        # T4 fails at load, after the instance was paid for). Refuse, naming a catalog type.
+        check_inputs(choice, context, n)
+        best = smallest_fit(backend_id, choice, context, n)
+        where = (f"smallest {b.id} type that fits: {best.instance_type} (TP {best.tp})" if best
+                 else f"no {b.id} type in the catalog serves it")
+        raise PlanError(f"{model_id}: {instance_type} has no GPU count or memory in the catalog "
+                        f"(kit/catalog.py), so the planner cannot check it fits; {where}")
+    if spec is None or not spec.accelerators:
+        return None  # Neuron: kit.config refused a type without a NeuronCore count first
     check_inputs(choice, context, n)
     p = place(b, spec, choice, context, n)
     if p.deployable:

@@ -116,3 +116,25 @@ def test_gpu_families_in_one_run(tmp_path):
     assert sorted(v["InstanceType"] for v in variants) == sorted(types.split(","))
     out = s.templates["SageMakerStack"]["Outputs"]["EndpointNames"]["Value"]
     assert out.count("=") == 4  # what discovery expands into sagemaker@g5-xlarge, ... (harness/discovery.py)
+
+
+@pytest.mark.parametrize("context", [
+    {"model": GEMMA_31B, "g6_instance_type": "g4dn.xlarge"},  # one 16 GB T4: would fail at load
+    {"model": GEMMA_31B, "g6_instance_type": "g6.4xlarge"},  # one L4, and no extra volume for 61 GB
+])
+def test_a_gpu_type_the_catalog_lacks_is_refused_not_deployed_unsized(tmp_path, context):
+    # The config's family and botocore checks accept these; without the catalog's GPU count and
+    # memory the planner cannot size TP, volume or readiness, so the stack must not synthesize.
+    with pytest.raises(ConfigError) as e:
+        synth(tmp_path, backends="g6", **context)
+    msg = str(e.value)
+    t = context["g6_instance_type"]
+    assert "\n" not in msg
+    assert msg.startswith(f"g6_instance_type='{t}': {GEMMA_31B}: {t} has no GPU count or memory in the catalog")
+    assert msg.endswith("smallest g6 type that fits: g7e.2xlarge (TP 1); set -c g6_instance_type=g7e.2xlarge")
+
+
+def test_a_variant_twin_on_a_type_the_catalog_lacks_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match=r"g4dn\.xlarge has no GPU count or memory in the catalog") as e:
+        synth(tmp_path, backends="g6", g6_variants="t4=@g4dn.xlarge")
+    assert "\n" not in str(e.value)
