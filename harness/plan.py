@@ -150,7 +150,8 @@ def configured_fit_lines(context: dict | None = None) -> list[str]:
         for itype in bc.instance_types or (bc.instance_type,):
             spec = catalog.INSTANCES.get(itype)
             if spec is None:
-                lines.append(f"  {name:<11} {itype:<16} not in the catalog: not planned")
+                lines.append(f"  {name:<11} {itype:<16} {bc.model_id}: REFUSED: no GPU count or memory in the "
+                             "catalog (kit/catalog.py); synth refuses it, as kit/plan.py check_deploy does")
                 continue
             n = kp.deploy_concurrency(b)
             p = kp.place(b, spec, choice, config.max_model_len, n)

@@ -83,3 +83,11 @@ def test_make_run_offline_plan_checks_the_configured_model():
     assert "g6.xlarge        google/gemma-4-31B-it (bf16): DOES NOT FIT: 61.4 GB weights" in big
     assert big.endswith("smallest that fits: g7e.2xlarge")
     assert "model fit (kit/plan.py" in offline_plan_text()
+
+
+def test_make_run_offline_plan_says_synth_refuses_a_type_the_catalog_lacks():
+    from harness.plan import configured_fit_lines
+
+    lines = configured_fit_lines({"backends": "g6", "g6_instance_type": "g4dn.xlarge"})
+    row = next(ln for ln in lines if "g4dn.xlarge" in ln)
+    assert "REFUSED" in row and "no GPU count or memory in the catalog" in row
