@@ -51,7 +51,10 @@ MODEL_DATA_DOWNLOAD_TIMEOUT_S = 1800
 
 
 def vllm_environment(model_id: str, max_model_len: int, gpus: int) -> dict[str, str]:
-    """SM_VLLM_FOO_BAR=value becomes `--foo-bar value` in the container (true → bare flag)."""
+    """SM_VLLM_FOO_BAR=value becomes `--foo-bar value` in the container: the DLC's entrypoint
+    strips SM_VLLM_, lowercases, turns `_` into `-` and appends a non-empty value after the flag
+    (aws/deep-learning-containers vllm/build_artifacts/sagemaker_entrypoint.sh at cb035a10), so
+    SM_VLLM_TENSOR_PARALLEL_SIZE is vLLM's --tensor-parallel-size (vllm/engine/arg_utils.py)."""
     env = {
         "SM_VLLM_MODEL": model_id,
         "SM_VLLM_MAX_MODEL_LEN": str(max_model_len),
