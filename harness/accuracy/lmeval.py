@@ -189,6 +189,54 @@ def refused_chat_fields(base_url: str, model: str, seed: int, timeout: float = 6
     return detail if status == 400 and ("seed" in detail or "stop" in detail) else None
 
 
+class _Reply:
+    """What lm-eval's ``model_call`` reads of a ``requests`` response (api_models.py at 0.4.13:
+    ``ok``, ``text``, ``raise_for_status()``, ``json()``)."""
+
+    def __init__(self, url: str, status: int, body: bytes) -> None:
+        self.url, self.status_code, self.content = url, status, body
+        self.ok = 200 <= status < 400
+        self.text = body.decode("utf-8", "replace")
+
+    def json(self) -> Any:
+        return json.loads(self.content)
+
+    def raise_for_status(self) -> None:
+        if not self.ok:
+            import requests
+
+            raise requests.HTTPError(f"{self.status_code} for {self.url}: {self.text[:200]}", response=self)
+
+
+@contextlib.contextmanager
+def deadline_posts(deadline_s: float):
+    """lm-eval's one-request-at-a-time path (``num_concurrent`` 1: ``TemplateAPI.model_call``,
+    api_models.py at 0.4.13) posts with ``requests``' ``timeout``, which bounds each socket read,
+    not the request: a server dripping a byte every few seconds holds it for ever. While lm-eval
+    runs, that module's ``requests`` is a stand-in whose ``post`` goes through
+    harness.http_deadline.fetch, the stage's whole-request deadline. (Its concurrent path, aiohttp
+    with a total ``ClientTimeout``, has one already.)"""
+    import lm_eval.models.api_models as api
+
+    real, dumps = api.requests, json.dumps  # (``json`` is post's own keyword below, as in requests)
+
+    class _Requests:
+        HTTPError = real.HTTPError
+
+        @staticmethod
+        def post(url: str, json: Any = None, headers: dict | None = None, **_: Any) -> _Reply:
+            data = dumps(json).encode()
+            status, body = fetch(url, deadline_s=deadline_s, data=data,
+                                 headers={"Content-Type": "application/json", **(headers or {})})
+            return _Reply(url, status, body)
+
+    api.requests = _Requests
+    try:
+        yield
+    finally:
+        api.requests = real
+
+
 def _chat_target(target: Any, kind: str, opts: dict[str, Any], res: TaskResult,
                  stack: contextlib.ExitStack) -> Any:
     """The target itself, or (chat, a server that refuses lm-eval's seed/stop) a local gateway."""
@@ -309,6 +357,7 @@ def run_task(task: str, targets: list[Any], writer: Any, out_dir: Path, opts: di
             try:
                 with contextlib.ExitStack() as stack:
                     direct = _chat_target(target, kind, opts, res, stack)
+                    stack.enter_context(deadline_posts(opts["settings"].timeout))
                     out = evaluate(model="local-chat-completions" if kind == "chat" else "local-completions",
                                    model_args=_model_args(direct, kind, opts), tasks=names, limit=opts["limit"],
                                    log_samples=True, apply_chat_template=kind == "chat",

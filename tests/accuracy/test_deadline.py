@@ -154,3 +154,39 @@ def test_every_probe_has_a_total_deadline(drip, probe):
         assert "no complete reply within" in str(out["error"]), out
     else:  # a probe that gets no answer reads as "not served" / "not refused"
         assert out == {"value": False if probe == "serves_echo" else None}, out
+
+
+def test_lm_eval_one_request_at_a_time_has_the_deadline_too(drip):
+    """lm-eval at --concurrency 1 posts through ``requests`` (a per-read timeout, api_models.py
+    model_call); inside deadline_posts, which the task runner enters around lm-eval, that post
+    ends at the stage's deadline however the server drips."""
+    import lm_eval.models.api_models as api
+
+    from harness.accuracy.lmeval import deadline_posts
+    from harness.http_deadline import Deadline
+
+    real = api.requests
+    with deadline_posts(DEADLINE):
+        t0 = time.monotonic()
+        with pytest.raises(Deadline):
+            api.requests.post(drip.url + "/completions", json={"model": "m", "prompt": "Q1"}, headers={},
+                              verify=True, timeout=DEADLINE)
+        assert time.monotonic() - t0 < DEADLINE + 2
+    assert api.requests is real
+
+
+def test_the_stand_in_answers_like_requests_for_a_server_that_replies():
+    import lm_eval.models.api_models as api
+
+    from harness.accuracy.lmeval import deadline_posts
+    from tests.fakes.openai import FakeOpenAI
+
+    with FakeOpenAI(lambda body, n: {"text": "x"}, echo_logprobs=True) as srv, deadline_posts(DEADLINE):
+        r = api.requests.post(srv.base_url + "/completions", json={"model": "m", "prompt": "Q1 is", "echo": True,
+                                                                  "max_tokens": 1, "logprobs": 1}, headers={})
+        assert r.ok and r.json()["choices"][0]["logprobs"]["tokens"] == ["Q1", "is", "x"]
+        r.raise_for_status()
+        bad = api.requests.post(srv.base_url + "/nowhere", json={}, headers={})
+        assert not bad.ok and bad.status_code == 404
+        with pytest.raises(api.requests.HTTPError):
+            bad.raise_for_status()
