@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
 # Image test for the Neuron engine: start the image's launcher on 127.0.0.1 over a checkpoint
-# directory baked into the image, wait for /health, ask for one chat completion, stop the server.
-# Exit 0 only if the answer has text. The Neuron sibling of smoke-completion.sh (vLLM).
+# directory baked into the image, wait for /health, ask for one chat completion, then greedy-decode
+# a counting prompt of over 600 tokens (smoke-lib.sh smoke_long_prompt), stop the server. Exit 0
+# only if the answer has text and the long prompt is continued with the right numbers: proof on
+# the hardware that decoding past the 512-token sliding window serves the right tokens. The
+# Neuron sibling of smoke-completion.sh (vLLM).
 #
 #   neuron-smoke-completion.sh LAUNCHER MODEL_DIR SERVED_NAME [extra launcher args...]
 #
 # A failure ends with one line naming the stage that failed, last on stderr: "load" (the engine
-# died or was not healthy in time, or did not reuse the image's graphs) or "answer" (no text).
+# died or was not healthy in time, or did not reuse the image's graphs), "answer" (no text) or
+# "long prompt" (the only line on stderr: the numbers expected and those that came back, or the
+# prompt's token count if not over 600).
 #
 # SMOKE_REQUIRE_CACHED=1: fail unless the engine reused compiled graphs (its log says "reusing
 # compiled model"), i.e. the image's graphs match what a boot asks for.
@@ -32,11 +37,16 @@ log=$(mktemp /tmp/smoke-neuron.XXXXXX.log)
   >"$log" 2>&1 &
 server=$!
 stage=load
+why=
 cleanup() {
   local rc=$?
   kill "$server" 2>/dev/null || true
   wait "$server" 2>/dev/null || true
-  [ "$rc" = 0 ] || echo "neuron image test failed at $stage: $served from $model_dir (exit $rc; the lines above say why)" >&2
+  if [ "$rc" != 0 ] && [ -n "$why" ]; then
+    echo "neuron image test failed at $stage: $served from $model_dir: $why" >&2
+  elif [ "$rc" != 0 ]; then
+    echo "neuron image test failed at $stage: $served from $model_dir (exit $rc; the lines above say why)" >&2
+  fi
 }
 trap cleanup EXIT
 
@@ -50,3 +60,10 @@ fi
 stage=answer
 text=$(smoke_completion_text "$port" "$served" "$log")
 echo "neuron smoke completion ok: $text"
+
+stage="long prompt"
+if ! long=$(smoke_long_prompt "$port" "$served"); then
+  why=$long
+  exit 1
+fi
+echo "neuron smoke $long"

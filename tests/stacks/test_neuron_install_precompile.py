@@ -9,6 +9,7 @@ smoke script, run against a stand-in server, passes only when the engine reused 
 """
 from __future__ import annotations
 
+import json
 import shlex
 import subprocess
 import sys
@@ -135,20 +136,47 @@ def test_precompile_step_does_nothing_without_a_model(tmp_path):
     assert not (root / "launcher-args").exists()
 
 
-STAND_IN = textwrap.dedent('''\
-    import json, sys
+STAND_IN = textwrap.dedent(r'''
+    import json, os, re, sys
     from http.server import BaseHTTPRequestHandler, HTTPServer
     args = sys.argv[1:]
     port = int(args[args.index("--port") + 1])
     print("reusing compiled model in /cache" if "--cached" in args else "compiling for {} into /cache", flush=True)
+
+    def tokens(text):
+        # As Gemma's tokenizer cuts "1, 2, 3,": <bos>, then every digit and every comma alone.
+        return ["<bos>"] + re.findall(r"\d|,", text)
+
+    def completion(body):
+        # A model that counts on from the last number it sees; with --sees-511, one that sees the
+        # prompt only up to position 511 (the sliding-window bug the image test is there to catch).
+        with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "completions.json"), "a") as f:
+            f.write(json.dumps(body) + "\n")
+        if "--refuses" in args:
+            return 400, {"error": {"message": "stop sequences are not supported by this engine",
+                                   "type": "invalid_request_error", "param": "stop", "code": None}}
+        seen = tokens(body["prompt"])
+        if "--sees-511" in args:
+            seen = seen[:511]
+        last = int(re.findall(r"(\d+),", "".join(seen[1:]))[-1])
+        text = " " + ", ".join(str(last + i) for i in range(1, 13)) + ","
+        prompt_tokens = 600 if "--short-prompt" in args else len(tokens(body["prompt"]))
+        return 200, {"object": "text_completion", "choices": [{"index": 0, "text": text, "finish_reason": "length"}],
+                     "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": 64}}
+
     class H(BaseHTTPRequestHandler):
         def log_message(self, *a): pass
         def do_GET(self):
             self.send_response(200); self.end_headers(); self.wfile.write(b"ok")
         def do_POST(self):
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            out = json.dumps({"choices": [{"message": {"content": "Paris (" + body["model"] + ")"}}]}).encode()
-            self.send_response(200); self.send_header("Content-Type", "application/json"); self.end_headers()
+            code = 200
+            if self.path == "/v1/completions":
+                code, reply = completion(body)
+            else:
+                reply = {"choices": [{"message": {"content": "Paris (" + body["model"] + ")"}}]}
+            out = json.dumps(reply).encode()
+            self.send_response(code); self.send_header("Content-Type", "application/json"); self.end_headers()
             self.wfile.write(out)
     HTTPServer(("127.0.0.1", port), H).serve_forever()
 ''')
@@ -171,6 +199,9 @@ def test_image_smoke_passes_only_when_the_engine_reused_its_graphs(tmp_path, cac
     if cached:
         assert r.returncode == 0, r.stdout + r.stderr
         assert "neuron smoke completion ok: Paris (google/gemma-4-E2B-it)" in r.stdout
+        assert ("neuron smoke long prompt ok: 1173 prompt tokens, continued with 321 322 323 324 325 326 327 328"
+                in r.stdout), r.stdout
+        assert r.stderr == ""
     else:
         assert r.returncode == 1 and "did not reuse the image's compiled graphs" in r.stderr
 
@@ -232,3 +263,83 @@ def test_the_image_test_names_load_or_answer_in_one_last_line(tmp_path, server, 
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 1
     assert last_line(r).startswith(f"neuron image test failed at {stage}: google/gemma-4-E2B-it from "), r.stderr
+
+
+# --- the long prompt: decoding past the 512-token sliding window, checked with no reference -------
+
+def run_smoke(tmp_path: Path, server: str, *extra: str) -> subprocess.CompletedProcess:
+    """neuron-smoke-completion.sh as the image's test step runs it (agent environment), the
+    launcher a stand-in that runs ``server`` with the launcher's arguments."""
+    import socket
+    script = tmp_path / "server.py"
+    script.write_text(server)
+    launcher = fake_tool(tmp_path / "kit-neuron-serve", f'exec {shlex.quote(sys.executable)} {script} "$@"')
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return subprocess.run([str(SMOKE), str(launcher), str(tmp_path / "ckpt"), "google/gemma-4-E2B-it", *extra],
+                          env=agent_env(SMOKE_REQUIRE_CACHED="1", SMOKE_PORT=str(port), SMOKE_POLL="0.2",
+                                        SMOKE_TIMEOUT="30"),
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_the_long_prompt_is_a_greedy_counting_prompt_the_engine_accepts(tmp_path):
+    r = run_smoke(tmp_path, STAND_IN, "--cached")
+    assert r.returncode == 0, r.stdout + r.stderr
+    (body,) = [json.loads(line) for line in (tmp_path / "completions.json").read_text().splitlines()]
+    assert body["model"] == "google/gemma-4-E2B-it"
+    assert body["prompt"] == ", ".join(str(i) for i in range(1, 321)) + ","
+    # Greedy and short; nothing the engine refuses (api.py: no stop sequences) and within its
+    # shapes (default prompt buckets up to 2048, 4096 in all).
+    assert body["temperature"] == 0 and body["max_tokens"] == 64
+    assert set(body) == {"model", "prompt", "temperature", "max_tokens"}
+    from ami.neuron.neuron_config import DEFAULT_SHAPES
+    digits_and_commas = sum(c.isdigit() or c == "," for c in body["prompt"])
+    assert 600 < digits_and_commas and digits_and_commas + 2 + 64 <= DEFAULT_SHAPES.max_prompt_tokens
+
+
+@pytest.mark.parametrize("mode, says", [
+    # Sees the prompt only up to position 511 (<bos>, 1-9 in 18 tokens, 10-99 in 270, then 4
+    # each): counts on from 154, the last number it saw whole.
+    ("--sees-511", 'counts "155 156 157 158 159 160 161 162", expected "321 322 323 324 325 326 327 328" '
+                   '(the engine wrote " 155, 156, 157, 158, 159, 160, 161, 162, 163, 164, 165, 166,")'),
+    ("--short-prompt", "the long prompt is only 600 tokens (usage.prompt_tokens), not over 600"),
+    ("--refuses", "the long prompt's /v1/completions reply has no usage.prompt_tokens: "
+                  '{"error": {"message": "stop sequences are not supported by this engine"'),
+])
+def test_a_wrong_long_prompt_answer_fails_the_image_test_in_one_line(tmp_path, mode, says):
+    r = run_smoke(tmp_path, STAND_IN, "--cached", mode)
+    assert r.returncode == 1
+    (line,) = r.stderr.splitlines()  # the only line on stderr, so the only one the build shows
+    assert line.startswith("neuron image test failed at long prompt: google/gemma-4-E2B-it from "), line
+    assert says in line, line
+    assert "long prompt ok" not in r.stdout
+
+
+@pytest.mark.slow
+def test_the_long_prompt_reaches_the_real_cpu_engine(tmp_path):
+    """Wiring only: the real engine (CPU, tiny random model saved as a checkpoint) takes the
+    request and reports the prompt's tokens; its random weights do not count, so the image test
+    fails at the long prompt, in one line with the tiny tokenizer's count of the prompt."""
+    from ami.neuron import tiny
+    ckpt = tmp_path / "ckpt"
+    tiny.save(str(ckpt))
+    prompt = ", ".join(str(i) for i in range(1, 321)) + ","
+    n = len(tiny.build_tokenizer().encode(prompt, add_special_tokens=True))
+    assert n > 600
+    launcher = fake_tool(tmp_path / "kit-neuron-serve",
+                         f"cd {ROOT} && PYTHONPATH={ROOT} HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 "
+                         f'exec {shlex.quote(sys.executable)} -m ami.neuron.server --device cpu "$@"')
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    r = subprocess.run([str(SMOKE), str(launcher), str(ckpt), "tiny", "--prompt-buckets", "128,512,2048",
+                        "--max-total-tokens", "4096", "--cpu-threads", "1"],
+                       env=agent_env(SMOKE_PORT=str(port), SMOKE_POLL="0.2", SMOKE_TIMEOUT="120"),
+                       capture_output=True, text=True, timeout=180)
+    assert r.returncode == 1
+    (line,) = r.stderr.splitlines()
+    assert line.startswith(f"neuron image test failed at long prompt: tiny from {ckpt}: greedy continuation "
+                           f'of the {n}-token prompt "1, 2, ..., 320," counts "'), line
+    assert 'expected "321 322 323 324 325 326 327 328"' in line
