@@ -99,10 +99,11 @@ def is_compiled(cfg: NeuronEngineConfig) -> bool:
     return marker.exists() and json.loads(marker.read_text()).get("cache_key") == cfg.cache_key
 
 
-def build_model(model_dir: str, cfg: NeuronEngineConfig, model_src: str | None, model_class: str,
-                config_class: str, load: bool = True):
-    """Compile (unless the cache holds this exact configuration) and, if ``load``, load onto the
-    NeuronCores. Returns the NxDI application model."""
+def construct_model(model_dir: str, cfg: NeuronEngineConfig, model_src: str | None, model_class: str,
+                    config_class: str, torch_dtype=None):
+    """The NxDI application model, configured and not yet compiled or loaded: what the engine
+    serves, and what the port check (tests/neuron/port_check.py) runs on CPU. ``torch_dtype``
+    overrides the planned dtype (the CPU check runs float32)."""
     import torch
 
     transformers5_shim()
@@ -114,11 +115,19 @@ def build_model(model_dir: str, cfg: NeuronEngineConfig, model_src: str | None, 
 
     model_cls, config_cls = _import(model_class), _import(config_class)
     neuron_config_cls = config_cls.get_neuron_config_cls()
-    neuron_config = neuron_config_cls(**cfg.neuron_config_kwargs(), torch_dtype=getattr(torch, cfg.torch_dtype))
+    dtype = torch_dtype if torch_dtype is not None else getattr(torch, cfg.torch_dtype)
+    neuron_config = neuron_config_cls(**cfg.neuron_config_kwargs(), torch_dtype=dtype)
     # config.json read directly: NxD Inference's load_pretrained_config asks AutoConfig, which
     # does not know Gemma 4 under the image's transformers 4.57 (ami/neuron/nxdi_compat.py).
     config = config_cls(neuron_config, load_config=load_config(model_dir))
-    model = model_cls(model_dir, config)
+    return model_cls(model_dir, config)
+
+
+def build_model(model_dir: str, cfg: NeuronEngineConfig, model_src: str | None, model_class: str,
+                config_class: str, load: bool = True):
+    """Compile (unless the cache holds this exact configuration) and, if ``load``, load onto the
+    NeuronCores. Returns the NxDI application model."""
+    model = construct_model(model_dir, cfg, model_src, model_class, config_class)
 
     marker = Path(cfg.compiled_dir) / MARKER
     if is_compiled(cfg):

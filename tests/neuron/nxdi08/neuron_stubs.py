@@ -14,6 +14,9 @@ import importlib.machinery
 import sys
 import types
 
+# Set once a model is built (nxd_world1 does, before running it): from then on, creating or calling a
+# stub raises, naming it, so a Neuron-only function reached at run time fails loudly.
+STRICT = {"on": False}
 NEURON_ONLY = ("torch_neuronx", "neuronx_distributed", "neuronxcc", "torch_xla", "libneuronxla", "nki")
 
 
@@ -37,9 +40,13 @@ class _StubMeta(type):
 
 class _Stub(metaclass=_StubMeta):
     def __init__(self, *args, **kwargs):
+        if STRICT["on"]:
+            raise NotImplementedError(f"Neuron-only {type(self).__qualname__} reached at run time")
         self._args = args
 
     def __call__(self, *args, **kwargs):
+        if STRICT["on"]:
+            raise NotImplementedError(f"Neuron-only {type(self).__qualname__}(...) called at run time")
         # A decorator applied with arguments (@nki.jit(mode=...)) returns the function it wraps.
         if len(args) == 1 and callable(args[0]) and not kwargs:
             return args[0]
