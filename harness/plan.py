@@ -69,7 +69,10 @@ def render(choice: kp.ModelChoice, context: int, concurrency: int, priced: dict,
              + (f" ({a.top_k} of {a.experts} experts)" if a.experts else "")
              + f"; {kp.checkpoint_bytes(choice) / 1e9:.1f} GB of weights; one token reads "
              f"{a.weights_read_per_token(choice.precision, choice.embed_precision) / 1e9:.2f} GB + "
-             f"{a.kv_read_per_token(context) / 1e9:.3f} GB of K/V",
+             f"{a.kv_read_per_token(context) / 1e9:.3f} GB of K/V"
+             + (f" (on the Neuron engine {kp.neuron_kv_read_per_token(choice, context) / 1e9:.3f} GB: every layer's "
+                "cache at the compiled length, whatever the token bucket)"
+                if choice.facts and any(catalog.backend(b).engine_kind == "neuron" for b in priced) else ""),
              *([f"  figures: {a.source}"] if a.source else []),
              f"  allowances: vLLM uses {kp.GPU_MEMORY_UTILIZATION:.0%} of each GPU, {kp.GPU_RUNTIME_GIB:g} GiB of it "
              "for runtime; Neuron: the kit engine's own checks (85% of 16 GiB per NeuronCore, 4 GB per gather)"]

@@ -187,19 +187,38 @@ def plan_gpu(backend: catalog.Backend, spec: catalog.InstanceSpec, choice: Model
 
 
 def _neuron_kv_bound(text: dict, tokens: int, batch: int) -> int:
-    """The engine's K/V bound on one NeuronCore (``kv_cache_bytes``): every layer owning K/V, at
-    the widest head, all KV heads (replicated, not split), the whole compiled batch and length."""
-    layers = text["num_hidden_layers"] - (text.get("num_kv_shared_layers") or 0)
-    head = max(text.get("head_dim") or 0, text.get("global_head_dim") or 0,
-               text["hidden_size"] // text["num_attention_heads"])
-    return layers * 2 * text["num_key_value_heads"] * head * tokens * batch * KV_BYTES
+    """The K/V cache on one NeuronCore as the engine's Gemma 4 E2B port allocates it (the engine's
+    ``kv_cache_bytes``, ami/neuron/neuron_config.py, which cites the port's lines): every layer,
+    the KV-shared ones too, at its own head dim (sliding ``head_dim``, full ``global_head_dim``),
+    all at one length max(sliding_window, tokens), all KV heads (replicated, not split), the
+    whole compiled batch. E2B at 4096 tokens, batch 4: 0.70 GB."""
+    layers = text["num_hidden_layers"]
+    sliding = text.get("head_dim") or text["hidden_size"] // text["num_attention_heads"]
+    full = text.get("global_head_dim") or sliding
+    width = {"full_attention": full, "sliding_attention": sliding}
+    heads = sum(width.get(k, max(full, sliding)) for k in (text.get("layer_types") or [None] * layers)[:layers])
+    length = max(text.get("sliding_window") or 0, tokens)
+    return 2 * text["num_key_value_heads"] * heads * length * batch * KV_BYTES
+
+
+def neuron_kv_read_per_token(choice: ModelChoice, context: int) -> int | None:
+    """K/V bytes one decode step of one sequence reads on the Neuron engine: its whole cache, every
+    layer at the compiled length (``_neuron_kv_bound`` at batch 1). None without the size's facts."""
+    return _neuron_kv_bound(km.TEXT_CONFIGS[choice.facts.size], context, 1) if choice.facts else None
 
 
 def plan_neuron(backend: catalog.Backend, spec: catalog.InstanceSpec, choice: ModelChoice,
                 context: int, concurrency: int) -> Placement:
     arch = choice.arch
     weights = checkpoint_bytes(choice)
-    read = arch.weights_read_per_token(choice.precision, choice.embed_precision) + arch.kv_read_per_token(context)
+    # What one decode step of one stream reads on the engine: the weights, and the sequence's whole
+    # K/V cache (every layer at the compiled length). The port's per-layer cache shapes make NxD
+    # Inference take each layer's full length instead of the token bucket's (kv_cache_manager.py
+    # l.332-333 at cd3abf3: "if hasattr(self, 'v_shapes'): seq_len = self.v_shapes[idx][2]"), so
+    # smaller token buckets read no less. Without a port (no facts) the architecture's reads.
+    kv_read = neuron_kv_read_per_token(choice, context)
+    read = arch.weights_read_per_token(choice.precision, choice.embed_precision) + (
+        arch.kv_read_per_token(context) if kv_read is None else kv_read)
     warnings = _precision_warnings(spec, choice)
     gib, minutes = _extras(choice, neuron=True)
     budget = NEURON_HBM_PER_CORE_BYTES * NEURON_HBM_USABLE

@@ -115,16 +115,28 @@ def embedding_tables(model_config: dict, dtype_bytes: int) -> list[EmbeddingTabl
 
 
 def kv_cache_bytes(model_config: dict, shapes: Shapes, dtype_bytes: int) -> int:
-    """Upper bound of the KV cache on one NeuronCore: every layer that owns K/V (Gemma 4 E2B's
-    last ``num_kv_shared_layers`` reuse earlier ones), at the widest head, for the whole
-    compiled batch and length. KV heads are replicated when there are fewer than the tp degree
-    (E2B has one), so the cache is not divided across cores."""
+    """The KV cache on one NeuronCore as the Gemma 4 E2B port allocates it (neuronx-distributed-
+    inference 6aa6121, contrib/models/gemma-4-E2B/src/modeling_gemma4_e2b.py):
+    - every layer has its own K and V, the KV-shared ones too ("All 35 layers have independent
+      cache slots", Gemma4E2BKVCacheManager docstring l.1076);
+    - each at its layer's head dim: ``head_dim`` for sliding layers, ``global_head_dim`` for full
+      ones (layer_kv_configs, l.1612-1628);
+    - all at one length, max(sliding_window, max_length) (init_model, l.1269-1277: "All layers use
+      a uniform cache size"), for the whole batch (``kv_cache_batch_size`` = batch_size, NxD
+      Inference cd3abf3 models/config.py l.167);
+    - KV heads replicated up to the tp degree when there are fewer (E2B has one: one per core,
+      get_shardable_head_counts, l.1624-1627), so the cache is not divided across cores.
+    Gemma 4 E2B, 4096 tokens, batch 4, bf16: (28 x 256 + 7 x 512) x 2 x 4096 x 4 x 2 = 0.70 GB."""
     tc = text_config(model_config)
-    layers = tc["num_hidden_layers"] - (tc.get("num_kv_shared_layers") or 0)
-    head = max(tc.get("head_dim") or 0, tc.get("global_head_dim") or 0,
-               tc["hidden_size"] // tc["num_attention_heads"])
+    layers = tc["num_hidden_layers"]
+    sliding = tc.get("head_dim") or tc["hidden_size"] // tc["num_attention_heads"]
+    full = tc.get("global_head_dim") or sliding
+    width = {"full_attention": full, "sliding_attention": sliding}
+    kinds = tc.get("layer_types") or [None] * layers  # a layer of unknown kind: the wider head
+    heads = sum(width.get(k, max(full, sliding)) for k in kinds[:layers])
     kv_heads = tc.get("num_key_value_heads") or tc["num_attention_heads"]
-    return layers * 2 * kv_heads * head * shapes.total_tokens * shapes.batch_size * dtype_bytes
+    length = max(tc.get("sliding_window") or 0, shapes.total_tokens)
+    return 2 * kv_heads * heads * length * shapes.batch_size * dtype_bytes
 
 
 def check_memory(weight_bytes: int, kv_bytes: int, tp_degree: int,

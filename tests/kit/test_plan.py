@@ -10,6 +10,7 @@ import pytest
 
 from ami.neuron import neuron_config as neuron_engine
 from kit import catalog
+from kit import models as km
 from kit import plan as kp
 
 GIB = 2**30
@@ -63,12 +64,30 @@ def test_31b_refuses_one_l4_with_its_numbers():
 def test_e2b_on_inf2_xlarge_follows_the_neuron_engine():
     p = kp.place(catalog.backend("inf2"), catalog.INSTANCES["inf2.xlarge"], kp.choose_model("E2B"), 4096, 1)
     assert p.tp == 2  # the catalog's inf2 degrees up to 2 cores that divide 8 heads
-    # The engine's K/V bound: 15 owning layers x 2 x 1 KV head x 512 (widest head) x 4096 x batch 1 x 2 bytes.
-    kv = 15 * 2 * 1 * 512 * 4096 * 2
-    assert p.per_device_bytes == 9_257_138_688 / 2 + kv == 4_754_398_464
+    # The port's K/V cache: all 35 layers (KV-shared ones too) at the uniform length 4096, 28 sliding
+    # x 256 + 7 full x 512 wide, 1 KV head (replicated), K and V, batch 1, 2 bytes.
+    kv = (28 * 256 + 7 * 512) * 2 * 1 * 4096 * 1 * 2
+    assert kv == 176_160_768 and p.kv_bytes == kv
+    assert p.per_device_bytes == 9_257_138_688 / 2 + kv == 4_804_730_112
     assert p.per_device_budget == pytest.approx(0.85 * 16 * GIB)
     assert "4.7 GB split 2 ways = 2.3 GB per gather" in p.reason  # the 262144 x 8960 per-layer table
-    assert p.ceiling_tok_s == pytest.approx(817e9 / 4_632_939_520) == pytest.approx(176.35, abs=0.01)
+    # One decode step reads the weights (4,559,539,200 bytes) and the sequence's whole cache: the
+    # port reads every layer at the compiled length, whatever the token bucket.
+    assert p.bytes_read_per_token == 4_559_539_200 + kv
+    assert p.ceiling_tok_s == pytest.approx(817e9 / 4_735_699_968) == pytest.approx(172.52, abs=0.01)
+
+
+def test_the_neuron_kv_cache_at_the_kits_shapes_is_0_70_gb_per_core():
+    """Batch 4 at 4096 tokens (the compiled shapes at max_model_len 4096): 0.70 GB per NeuronCore,
+    the engine's figure and the planner's alike; the smallest context still allocates the
+    sliding window (512) for every layer."""
+    cfg = {"text_config": km.TEXT_CONFIGS["E2B"]}
+    shapes = neuron_engine.make_shapes((128, 512, 2048), 4096, 4)
+    assert neuron_engine.kv_cache_bytes(cfg, shapes, 2) == 704_643_072
+    p = kp.place(catalog.backend("inf2"), catalog.INSTANCES["inf2.xlarge"], kp.choose_model("E2B"), 4096, 4)
+    assert p.kv_bytes == 704_643_072
+    short = neuron_engine.make_shapes((128,), 256, 1)
+    assert neuron_engine.kv_cache_bytes(cfg, short, 2) == (28 * 256 + 7 * 512) * 2 * 512 * 2
 
 
 def test_neuron_refuses_int4_and_sizes_without_a_port():

@@ -33,7 +33,8 @@ def test_31b_names_where_it_fits_and_refuses_the_rest(capsys):
             in rest)
     assert "  bedrock: managed" in rest
     assert "RTX PRO 6000 Blackwell Server Edition 96 GB GDDR7 1597 GB/s, native bf16 fp16 fp8 int8 int4" in fits
-    assert "inf2 inf2.48xlarge: Neuron engine:" in rest  # the engine's own refusal, with its numbers
+    assert "inf2 inf2.xlarge: Neuron engine:" in rest  # the engine's own refusal, with its numbers
+    assert "inf2 inf2.48xlarge: fits, but only contrib PR #106's port serves 31B" in rest
 
 
 def test_e2b_lists_the_kit_packages_where_they_load(capsys):
@@ -91,3 +92,15 @@ def test_make_run_offline_plan_says_synth_refuses_a_type_the_catalog_lacks():
     lines = configured_fit_lines({"backends": "g6", "g6_instance_type": "g4dn.xlarge"})
     row = next(ln for ln in lines if "g4dn.xlarge" in ln)
     assert "REFUSED" in row and "no GPU count or memory in the catalog" in row
+
+
+def test_e2b_on_neuron_reads_the_ports_whole_cache_per_token(capsys):
+    """The Neuron rows' ceiling counts what the engine reads: every layer's K/V at the compiled
+    length (0.176 GB at 4096), not the 0.073 GB an ideal engine would (sliding layers capped)."""
+    _, out, _ = run(capsys, "--model", "E2B", "--backends", "inf2")
+    assert ("one token reads 4.56 GB + 0.073 GB of K/V (on the Neuron engine 0.176 GB: every layer's cache "
+            "at the compiled length, whatever the token bucket)") in out
+    assert rows(out)[("inf2", "inf2.xlarge")][2:6] == ["2", "4.8", "GB", "14.6"]
+    assert rows(out)[("inf2", "inf2.xlarge")][7] == "173"
+    _, gpu, _ = run(capsys, "--model", "E2B", "--backends", "g6")
+    assert "on the Neuron engine" not in gpu

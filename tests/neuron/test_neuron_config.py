@@ -145,13 +145,17 @@ def test_neuron_ls_core_count():
 
 
 def test_memory_check_counts_weights_per_core_and_a_replicated_kv_cache():
-    full = {**E2B, "text_config": {**E2B["text_config"], "global_head_dim": 512}}
-    # 15 layers own K/V (35 - 20 shared), 1 KV head, widest head 512, 4096 x 4, bf16.
+    kinds = ["full_attention" if i % 5 == 4 else "sliding_attention" for i in range(35)]  # 4 sliding : 1 full
+    full = {**E2B, "text_config": {**E2B["text_config"], "global_head_dim": 512, "sliding_window": 512,
+                                   "layer_types": kinds}}
+    # The port's cache: all 35 layers (the 20 KV-shared ones keep their own slots), 28 sliding x 256 +
+    # 7 full x 512, 1 KV head (replicated on each core), all at max(512, 4096), batch 4, bf16: 0.70 GB.
     from ami.neuron.neuron_config import kv_cache_bytes
-    assert kv_cache_bytes(full, DEFAULT_SHAPES, 2) == 15 * 2 * 1 * 512 * 4096 * 4 * 2
+    kv = (28 * 256 + 7 * 512) * 2 * 1 * 4096 * 4 * 2
+    assert kv_cache_bytes(full, DEFAULT_SHAPES, 2) == kv == 704_643_072
     # The E2B checkpoint on disk (~10.2 GB with its vision/audio towers) fits at tp 2.
     cfg = plan(full, neuron_cores=2, tp_degrees=TWO, platform="inf2", weight_bytes=10_200_000_000)
-    assert cfg.bytes_per_core == 5_100_000_000 + 15 * 2 * 512 * 4096 * 4 * 2
+    assert cfg.bytes_per_core == 5_100_000_000 + kv
     # A 26B-class checkpoint does not, and says what to change.
     with pytest.raises(ConfigError, match=r"52\.0 GB of weights over tp degree 2.*raise the tp degree"):
         plan(full, neuron_cores=2, tp_degrees=TWO, platform="inf2", weight_bytes=52_000_000_000)
