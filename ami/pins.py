@@ -40,7 +40,7 @@ class NeuronLine:
     line: str  # "2.28": what `-c neuron_sdk=` takes
     sdk: str  # the release whose package set is pinned
     pip: dict[str, str]  # Neuron Python packages (Neuron pip repository)
-    apt: dict[str, str]  # Neuron runtime packages (Neuron apt repository), held
+    apt: dict[str, str]  # Neuron driver and runtime packages (Neuron apt repository), held
     torch: str  # the PyTorch release torch-neuronx runs on (CPU wheel)
     # torchvision of that PyTorch release, also the CPU build. NxD Inference requires torchvision
     # (unpinned, setup.py at cd3abf3); from PyPI it is the CUDA build, which cannot load next to
@@ -77,8 +77,14 @@ class NeuronLine:
 ENGINE_TRANSFORMERS = ("transformers==4.57.6", "huggingface_hub==0.36.2", "tokenizers==0.22.2")
 
 NEURON_LINES: dict[str, NeuronLine] = {
-    # 2.28.1 = 2.28.0 plus a driver fix for Linux 6.18 (aws-neuronx-dkms 2.26.10.0, which the DLAMI
-    # carries, not this image); every package below is the same in 2.28.0 and 2.28.1.
+    # 2.28.1 = 2.28.0 plus a driver fix for Linux 6.18: aws-neuronx-dkms 2.26.10.0 ("Compatibility
+    # fixes for Linux kernel 6.18", aws-neuron-sdk v2.28.1 release-notes/components/runtime.rst
+    # l.72-79; n2-manifest.json at v2.31.1 l.252-254 lists it for 2.28.1, l.286-288 2.26.5.0 for
+    # 2.28.0). The parent DLAMI does not carry it: the 20260227 DLAMI is the one released with 2.28.0
+    # (release-notes/components/dlamis.rst at v2.31.1 l.96-101, "Date of Release: 02/26/2026") and
+    # no DLAMI was released for 2.28.1 (the next entry is 2.29.0), so it ships 2.28.0's driver,
+    # 2.26.5.0. The image installs 2.26.10.0 and holds it with the kernel (neuron-engine.yaml,
+    # PinNeuronRuntime; KERNEL_HOLD below). Every other package is the same in 2.28.0 and 2.28.1.
     "2.28": NeuronLine(
         line="2.28", sdk="2.28.1",
         pip={
@@ -89,6 +95,7 @@ NEURON_LINES: dict[str, NeuronLine] = {
             "neuronx-distributed-inference": "0.8.16251",
         },
         apt={
+            "aws-neuronx-dkms": "2.26.10.0",
             "aws-neuronx-runtime-lib": "2.30.51.0",
             "aws-neuronx-collectives": "2.30.59.0",
             "aws-neuronx-tools": "2.28.23.0",
@@ -116,6 +123,7 @@ NEURON_LINES: dict[str, NeuronLine] = {
             "neuronx-distributed-inference": "0.10.18399",
         },
         apt={
+            "aws-neuronx-dkms": "2.29.0.0",  # 2.31.0's driver (n2-manifest.json at v2.31.1 l.132-134)
             "aws-neuronx-runtime-lib": "2.33.10.0",
             "aws-neuronx-collectives": "2.33.10.0",
             "aws-neuronx-tools": "2.31.13.0",
@@ -144,6 +152,13 @@ def neuron_line(line: str | None = None) -> NeuronLine:
 NEURON_SDK = neuron_line().sdk
 NEURON_PIP = neuron_line().pip
 NEURON_APT = neuron_line().apt
+# The kernel packages the Neuron image holds at the kernel its driver was built for (dpkg-query
+# patterns, matched against what is installed; neuron-engine.yaml KernelHold): the AWS flavour's
+# image, modules and headers of each installed kernel and the meta packages (linux-aws,
+# linux-image-aws, linux-headers-aws) that would pull a newer one. Ubuntu's AWS kernels carry the
+# flavour in every package name (linux-image-<version>-aws); the running kernel's own
+# linux-image-$(uname -r) is held whatever its name.
+KERNEL_HOLD = ("linux-*aws*",)
 # Where aws-neuronx-tools installs neuron-ls and neuron-top: not on the default PATH (systemd's
 # /usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin, which cloud-init's scripts, the
 # kit's units and the Image Builder agent get). aws-neuron/aws-neuron-sdk issue #447: "neuron-ls:

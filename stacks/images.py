@@ -249,7 +249,8 @@ def neuron_spec(config: KitConfig, parent_ami: str | None = None) -> ImageSpec:
             components=(_uv(), ComponentUse("neuron-engine.yaml", {
                 "PythonVersion": pins.PYTHON_VERSION, "AssetsS3Uri": assets,
                 "NeuronSdk": line.sdk, "NeuronPip": pins.neuron_pip_specs(line.line),
-                "NeuronApt": pins.neuron_apt_specs(line.line), "TorchVersion": line.torch,
+                "NeuronApt": pins.neuron_apt_specs(line.line), "KernelHold": " ".join(pins.KERNEL_HOLD),
+                "TorchVersion": line.torch,
                 "TorchvisionVersion": line.torchvision,
                 "EnginePip": engine_pip_specs(line.line), "NxdiRepo": pins.NXDI_REPO, "NxdiCommit": pins.NXDI_COMMIT,
                 "NxdiRef": pins.NXDI_REF,

@@ -122,6 +122,9 @@ def test_components_attached_to_each_recipe_with_the_pinned_values(kit):
     assert "neuronx-cc==2.23.6484.0" in n["NeuronPip"].split()
     assert "neuronx-distributed-inference==0.8.16251" in n["NeuronPip"].split()
     assert "aws-neuronx-runtime-lib=2.30.51.0*" in n["NeuronApt"].split()
+    # The 2.28.1 driver (the Linux 6.18 fix; the 20260227 DLAMI has 2.28.0's 2.26.5.0), held with the kernel.
+    assert "aws-neuronx-dkms=2.26.10.0*" in n["NeuronApt"].split()
+    assert n["KernelHold"] == "linux-*aws*"
     assert "transformers==4.57.6" in n["EnginePip"].split()
     assert n["NeuronToolsBin"] == "/opt/aws/neuron/bin"
     assert all("==" in s for s in n["EnginePip"].split()) and "aiohttp==" in n["EnginePip"]
