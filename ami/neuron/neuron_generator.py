@@ -21,10 +21,10 @@ import sys
 import types
 from pathlib import Path
 
-from .boot_budget import boot_budget, check_boot_budget, host_memory_bytes
+from .boot_budget import Checkpoint, boot_budget, check_boot_budget, host_memory_bytes, read_checkpoint
 from .chat import ChatFormat
 from .generator import BatchedGenerator, Limits
-from .neuron_config import ConfigError, NeuronEngineConfig, parse_neuron_ls, plan
+from .neuron_config import DTYPES, ConfigError, NeuronEngineConfig, kv_cache_bytes, parse_neuron_ls, plan, text_config
 
 log = logging.getLogger(__name__)
 MARKER = "ami-engine.json"
@@ -86,9 +86,15 @@ def engine_config(model_dir: str, shapes, dtype: str, tp_degree: int | None, cac
     if weight_bytes and host:
         # Does this boot fit the host memory and the readiness window (KIT_READY_TIMEOUT_S, from
         # userdata/engine-neuron.sh)? Refused in one line if not (ami/neuron/boot_budget.py).
+        # The compile's copies are modelled term by term: the checkpoint's text tensors and tied
+        # embedding from its safetensors headers, the KV cache as the port allocates it.
         window = os.environ.get("KIT_READY_TIMEOUT_S")
-        budget = check_boot_budget(boot_budget(weight_bytes, cfg.tp_degree, shapes, host,
-                                               float(window) if window else None, is_compiled(cfg)))
+        tied = text_config(model_config).get("tie_word_embeddings", model_config.get("tie_word_embeddings", True))
+        ckpt = read_checkpoint(model_dir, bool(tied)) or Checkpoint.upper_bound(weight_bytes)
+        kv = kv_cache_bytes(model_config, shapes, DTYPES[dtype][1])
+        budget = check_boot_budget(boot_budget(ckpt, cfg.tp_degree, shapes, host,
+                                               float(window) if window else None, is_compiled(cfg),
+                                               kv_bytes=kv, vcpus=os.cpu_count()))
         log.info("boot budget: %s", budget.line())
     return cfg
 
@@ -157,5 +163,5 @@ def make_generator(model_id: str, model_dir: str, cfg: NeuronEngineConfig, limit
     except OSError:
         eos = None
     chat = ChatFormat.for_tokenizer(tokenizer, eos if isinstance(eos, list) else [eos])
-    return BatchedGenerator(model_id, chat, limits, NxDISlotRunner(model, cfg.shapes.batch_size),
+    return BatchedGenerator(model_id, chat, limits, NxDISlotRunner(model, cfg.shapes.batch_size, cfg.shapes.max_prompt_tokens),
                             batch_wait_s, max_queue)

@@ -50,8 +50,9 @@ import torch
 class NxDISlotRunner:
     prompt_logits = False  # context encoding returns the last position's logits only (see above)
 
-    def __init__(self, model, slots: int) -> None:
+    def __init__(self, model, slots: int, largest_bucket: int) -> None:
         self.model, self.slots = model, slots
+        self.largest_bucket = largest_bucket  # the largest context-encoding bucket (max prompt)
         self.next_pos: dict[int, int] = {}  # slot -> position of its next token
 
     @staticmethod
@@ -65,9 +66,20 @@ class NxDISlotRunner:
         if not 0 <= slot < self.slots:
             raise ValueError(f"slot {slot} outside the compiled batch of {self.slots}")
         n = len(prompt_ids)
-        out = self.model(input_ids=torch.tensor([prompt_ids], dtype=torch.int32),
-                         attention_mask=torch.ones((1, n), dtype=torch.int32),
-                         position_ids=torch.arange(n, dtype=torch.int32)[None],
+        ids, mask, pos = list(prompt_ids), [1] * n, list(range(n))
+        if n == 1:
+            # NxDI pads position_ids with 1 up to the bucket (model_wrapper.py pad_inputs,
+            # ``tensor_pad_vals = [pad_token_id, 0, 1]``, l.764 at cd3abf3) and takes the hidden
+            # state at the first maximum position (model_base.py l.1011): for a one-token prompt
+            # that is a padding row. Only the largest bucket is chosen for its own length
+            # (``_get_seq_bucket``: a smaller bucket must exceed the length, l.898-912), so the
+            # token fills it at position 0 and nothing is padded. The copies' K/V land in slots
+            # that decode steps overwrite before any query sees them (queries attend j < position).
+            width = self.largest_bucket
+            ids, mask, pos = ids * width, [1] + [0] * (width - 1), [0] * width
+        out = self.model(input_ids=torch.tensor([ids], dtype=torch.int32),
+                         attention_mask=torch.tensor([mask], dtype=torch.int32),
+                         position_ids=torch.tensor([pos], dtype=torch.int32),
                          seq_ids=torch.tensor([slot], dtype=torch.int32),
                          sampling_params=self._sampling_params(1))
         self.next_pos[slot] = n

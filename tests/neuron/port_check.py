@@ -91,6 +91,7 @@ class Case:
     max_diff: float = 0.0
     first_bad: int | None = None  # first position (absolute) whose logits differ or whose argmax differs
     positions: int = 0
+    bad_positions: int = 0
     detail: list[str] = field(default_factory=list)
 
     @property
@@ -101,7 +102,12 @@ class Case:
         diff = float((ours - ref).abs().max())
         self.max_diff = max(self.max_diff, diff)
         self.positions += 1
-        if self.first_bad is None and (diff > TOLERANCE or int(ours.argmax()) != int(ref.argmax())):
+        # A different argmax counts unless the reference itself had the two within tolerance
+        # (random weights make near-ties; a flip inside the tolerance is not a disagreement).
+        top = int(ours.argmax())
+        bad = diff > TOLERANCE or float(ref.max() - ref[top]) > TOLERANCE
+        self.bad_positions += bad
+        if bad and self.first_bad is None:
             self.first_bad = pos
             self.detail.append(f"position {pos}: max |diff| {diff:.3g}, argmax {int(ours.argmax())} vs "
                                f"{int(ref.argmax())}")
@@ -223,7 +229,7 @@ def run(patched: bool, workdir: Path) -> list[Case]:
     port_src = stage_port(workdir / "port", patched)
     ref = write_checkpoint(workdir / "ckpt")
     model = load_port(port_src, workdir / "ckpt")
-    runner = NxDISlotRunner(model, SLOTS)
+    runner = NxDISlotRunner(model, SLOTS, PROMPT_BUCKETS[-1])
     gen = torch.Generator().manual_seed(1)
     vocab = SCALED["vocab_size"]
 
@@ -271,8 +277,8 @@ def run(patched: bool, workdir: Path) -> list[Case]:
 
     # 3. Continuous batching: four slots at once, prompts of different lengths on both sides of
     #    the window, admitted out of slot order.
-    many = Case("slots", f"{SLOTS} slots decoding together, prompts of 70/9/33/88 tokens, {DECODE_STEPS} steps")
-    generate(many, {2: prompt(70), 0: prompt(9), 3: prompt(33), 1: prompt(88)})
+    many = Case("slots", f"{SLOTS} slots decoding together, prompts of 70/1/33/88 tokens, {DECODE_STEPS} steps")
+    generate(many, {2: prompt(70), 0: prompt(1), 3: prompt(33), 1: prompt(88)})
     cases.append(many)
 
     # 4. Global layers alone: RoPE on the wide heads. The window covers every prompt here, so the
@@ -312,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
         for c in cases:
             first = "none" if c.first_bad is None else str(c.first_bad)
             print(f"  {'ok  ' if c.ok else 'FAIL'} {c.name:14s} max |logit diff| {c.max_diff:.3g} over "
-                  f"{c.positions} positions, first differing position {first}: {c.what}")
+                  f"{c.positions} positions ({c.bad_positions} differ), first differing position {first}: {c.what}")
     failed = [c.name for c in cases if not c.ok]
     if failed:
         print(f"port-check: {label} disagrees with transformers in: {', '.join(failed)}", file=sys.stderr)

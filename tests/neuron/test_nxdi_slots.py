@@ -109,10 +109,21 @@ class StubNxDIModel:
         if int(position_ids.min()) == 0:  # _is_prefill: context encoding
             assert n == 1, "only supports single seq_id"
             length = input_ids.shape[1]
+            tokens = input_ids[0].tolist()
+            if attention_mask[0, 1:].sum() == 0 and length > 1:
+                # A one-token prompt fills the largest bucket at position 0 (nxdi_slots.py): no
+                # row is padded, so NxDI's gather at the first maximum position is its row 0.
+                assert length == self.ctx[-1] and position_ids.tolist() == [[0] * length]
+                assert tokens == [tokens[0]] * length
+                length, bucket = 1, self.ctx[-1]
+                tokens = tokens[:1]
+                self.kv[lines[0]] = {p: tokens[0] for p in range(bucket)}  # copies, overwritten by decode
+                self.calls.append(("context", lines[0], length, bucket))
+                seen = [tokens]
+                return self._logits(n, seen)
             assert attention_mask.tolist() == [[1] * length]
             assert position_ids.tolist() == [list(range(length))]
             bucket = first_fit(self.ctx, length)
-            tokens = input_ids[0].tolist()
             # the whole bucket is written: positions past the prompt hold padding
             self.kv[lines[0]] = {p: (tokens[p] if p < length else 0) for p in range(bucket)}
             self.calls.append(("context", lines[0], length, bucket))
@@ -131,6 +142,10 @@ class StubNxDIModel:
                 if line not in lines:
                     self.kv[line][pos[0]] = toks[0]
             self.calls.append(("generation", tuple(lines), bucket))
+        return self._logits(n, seen)
+
+    @staticmethod
+    def _logits(n, seen):
         logits = torch.full((n, 1, VOCAB), -30.0)
         for i, seq in enumerate(seen):
             logits[i, 0, next_token(seq)] = 30.0
@@ -189,7 +204,7 @@ async def collect(it, seen=None):
 
 def test_context_encoding_by_slot_and_one_generation_call_per_step_over_the_live_slots():
     model = StubNxDIModel()
-    runner = NxDISlotRunner(model, slots=4)
+    runner = NxDISlotRunner(model, slots=4, largest_bucket=model.ctx[-1])
     longs = [list(range(3, 23)), list(range(40, 80))]  # 20 and 40 tokens: buckets 64 and 64
     short = [5, 9, 2]  # 3 tokens: bucket 16, its own, not the longest prompt's
 
@@ -226,5 +241,6 @@ def test_context_encoding_by_slot_and_one_generation_call_per_step_over_the_live
 
     head, *tokens = echo
     assert isinstance(head, PromptLogprobs) and [e.token for e in head.entries[1:]] == [12, 13, 14]
-    assert ("context", 2, 1, 16) in contexts  # echo with logprobs: a one-token context encoding
+    # echo with logprobs: a one-token context encoding, sent as the largest bucket (nxdi_slots.py)
+    assert ("context", 2, 1, 64) in contexts
     assert [t.token for t in tokens] == reference([11, 12, 13, 14], 2)
