@@ -72,6 +72,7 @@ elif sys.argv[1] == "showhold":
 ''',
 }
 PRELUDE = '''import os, sys
+from pathlib import Path
 STATE = Path(os.environ["FAKE_STATE"])
 def load():
     return {n: (s, v) for n, s, v in (line.split() for line in (STATE / "dpkg").read_text().splitlines())}
