@@ -50,11 +50,23 @@ NEURON_DLAMI = "/aws/service/neuron/dlami/pytorch-2.9/ubuntu-24.04/latest/image_
 # tried in order: Image Builder uses the second type when the first has no capacity).
 # vllm-sm75 build: 32 Graviton3 cores and 64 GiB: compile needs no GPU, and c7g costs less than a
 # g5g of the same size.
-NEURON_BUILD_INSTANCE = "inf2.xlarge"
+# Neuron: the image compiles the graphs an inf2.xlarge boot loads (NEURON_PRECOMPILE_TARGET: the
+# shapes are planned for it, and only a backend on it gets them), on a host that holds the compile
+# (NEURON_BUILD_HOST). Compiling Gemma 4 E2B peaks near 24.5 GiB of host memory
+# (ami/neuron/boot_budget.py, each copy with its source), over an inf2.xlarge's 16 GiB. An
+# inf2.8xlarge has 128 GiB and 32 vCPUs around the same single Inferentia2 chip (2 NeuronCores;
+# Neuron docs inf2-arch.rst at v2.31.1 l.32-50), so what it compiles and its test phase serves is
+# what an inf2.xlarge loads: the same platform (inf2: neuronx-cc targets the instance family, and
+# NxD maps inf2 to one hardware target, neuronx_distributed/utils/utils.py l.6-22 at 73ab227), the
+# same tp degrees and NeuronCores (kit/catalog.py), LNC 1 on both (the launcher's
+# NEURON_LOGICAL_NC_CONFIG=1), and a cache key that names none of the host's size
+# (ami/neuron/neuron_config.py cache_key). tests/stacks/test_neuron_build_host.py checks these.
+NEURON_PRECOMPILE_TARGET = "inf2.xlarge"
+NEURON_BUILD_HOST = "inf2.8xlarge"
 BUILD_HOSTS: dict[str, dict[str, tuple[str, ...]]] = {
     "vllm-cuda": {"build": ("g6.xlarge",)},
     "vllm-sm75": {"build": ("c7g.8xlarge", "c7g.16xlarge"), "gpu-test": ("g5g.2xlarge",)},
-    **{image: {"build": (NEURON_BUILD_INSTANCE,)} for image in NEURON_IMAGES.values()},
+    **{image: {"build": (NEURON_BUILD_HOST,)} for image in NEURON_IMAGES.values()},
 }
 # The public parameter each image's first pipeline starts from (neuron: unless neuron_parent_image).
 PARENT_PARAMETERS: dict[str, str] = {

@@ -8,8 +8,9 @@
   then publishes the image the g5g backend reads.
 - ``NeuronImageStack`` (x86_64, for inf2 and trn1): the SDK 2.28 Neuron DLAMI + that release's Neuron
   pins (ami/pins.py) + the kit's Neuron engine (ami/neuron) with its launcher, built and tested on an
-  inf2.xlarge. ``-c neuron_sdk=2.31`` builds ``NeuronSdk231ImageStack`` instead (its own pipeline and
-  SSM parameter; both can exist side by side): not supported upstream on inf2/trn1, for trying.
+  inf2.8xlarge (an inf2.xlarge's chip with the host memory the compile needs) for inf2.xlarge.
+  ``-c neuron_sdk=2.31`` builds ``NeuronSdk231ImageStack`` instead (its own pipeline and SSM
+  parameter; both can exist side by side): not supported upstream on inf2/trn1, for trying.
 
 Every pipeline publishes its AMI id to an SSM parameter (``/imagebuilder/inference-kit/ami/<image>``, data type
 ``aws:ec2:image``) through Image Builder's distribution settings; the backend stacks read it at
@@ -54,7 +55,8 @@ from kit.plan import PlanError, neuron_compile
 from kit.config import ConfigError, KitConfig
 from stacks.package import package_scheme
 from kit.image_facts import (BUILD_HOSTS, FAMILY_IMAGE, GPU_DLAMI, IMAGE_PARAMETERS,  # noqa: F401 (re-exported)
-                             IMAGE_STACKS, NEURON_BUILD_INSTANCE, NEURON_DLAMI, PARAMETER_PREFIX,
+                             IMAGE_STACKS, NEURON_BUILD_HOST, NEURON_DLAMI, NEURON_PRECOMPILE_TARGET,
+                             PARAMETER_PREFIX,
                              NEURON_IMAGES, PARENT_AMI_NAMES, SM75_CANDIDATE_PARAMETER, neuron_image, pipeline_name)
 from stacks.lambda_code import handler_code, handler_name
 
@@ -217,19 +219,21 @@ NEURON_COMPILE_PARAMETERS = ("PrecompileModel", "CompileArgs")
 
 def neuron_precompile(config: KitConfig) -> dict[str, str]:
     """What the Neuron image compiles in (neuron-engine.yaml, PrecompileModel): the model of the
-    first selected backend that boots the neuron image on the build host's type, with the shapes
-    the planner decides for it there (kit/plan.py ``neuron_compile``: the same call, on the same
-    facts, that gives the backend's stack its KIT_* variables, stacks/ec2_backend.py), so its boot
-    on that type finds graphs with the same cache key and loads without compiling. Nothing when no
-    selected backend boots the neuron image on that type."""
+    first selected backend that boots the neuron image on the precompile target's type
+    (NEURON_PRECOMPILE_TARGET, inf2.xlarge; the build runs on NEURON_BUILD_HOST, the same chip with
+    the host memory the compile needs: kit/image_facts.py), with the shapes the planner decides
+    for it there (kit/plan.py ``neuron_compile``: the same call, on the same facts, that gives the
+    backend's stack its KIT_* variables, stacks/ec2_backend.py), so its boot on that type finds
+    graphs with the same cache key and loads without compiling. Nothing when no selected backend
+    boots the neuron image on that type."""
     bc = next((bc for bc in config.backends if FAMILY_IMAGE.get(BACKENDS[bc.id].image or "") == "neuron"
-               and bc.instance_type == NEURON_BUILD_INSTANCE), None)
+               and bc.instance_type == NEURON_PRECOMPILE_TARGET), None)
     if bc is None:
         return dict.fromkeys(NEURON_COMPILE_PARAMETERS, "none")
     try:
-        nc = neuron_compile(bc.id, NEURON_BUILD_INSTANCE, bc.model_id, config.max_model_len)
+        nc = neuron_compile(bc.id, NEURON_PRECOMPILE_TARGET, bc.model_id, config.max_model_len)
     except PlanError as e:  # the backend's own stack refuses the same, first (stacks/sizing.py)
-        raise ConfigError(f"{bc.id}_instance_type={NEURON_BUILD_INSTANCE!r}: {e}") from None
+        raise ConfigError(f"{bc.id}_instance_type={NEURON_PRECOMPILE_TARGET!r}: {e}") from None
     return {"PrecompileModel": bc.model_id, "CompileArgs": " ".join(nc.engine_args())}
 
 

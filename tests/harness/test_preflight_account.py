@@ -99,8 +99,12 @@ def test_fresh_account_every_block_names_its_fix(aws, cdk_json, capsys):
     assert "image neuron not built in us-east-1" in out and "python -m harness.images build neuron --region" in out
     # the build subnet: one AZ must offer c7g.8xlarge, c7g.16xlarge and g5g.2xlarge together (moto's data)
     assert "us-east-1a, us-east-1b, us-east-1c, us-east-1d offer c7g.8xlarge, c7g.16xlarge, g5g.2xlarge" in out
-    # neuron: inf2.xlarge is 4 vCPUs, the Inf quota 8
-    assert "inf2.xlarge: 'Running On-Demand Inf instances' (L-1945791B) = 8 >= 4 vCPUs" in out
+    # neuron: the inf2.xlarge backend is 4 vCPUs, the Inf quota 8; the image's build host, an
+    # inf2.8xlarge (the compile's host memory: ami/neuron/boot_budget.py), is 32
+    assert "vCPU quota L-1945791B        ok      8 vCPUs >= 4 needed" in out
+    assert ("'Running On-Demand Inf instances' (L-1945791B) = 8 vCPUs, the neuron build host inf2.8xlarge needs 32; "
+            "fix: aws service-quotas request-service-quota-increase --service-code ec2 --quota-code L-1945791B "
+            "--desired-value 32 --region us-east-1") in out
     # the container image tag and the endpoint quota, with the code ListServiceQuotas returned
     assert (f"763104351884.dkr.ecr.us-east-1.amazonaws.com/vllm:{TAG}: ImageNotFound (Requested image not found); "
             "fix: pick a vLLM DLC tag published in this region (-c sagemaker_vllm_tag=<tag>") in out

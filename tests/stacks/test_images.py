@@ -55,7 +55,8 @@ def test_each_image_has_its_own_stack(kit):
     ("vllm-sm75", "ssm:/aws/service/deeplearning/ami/arm64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id",
      ["c7g.8xlarge", "c7g.16xlarge"], "arm64"),
     # SDK 2.28's DLAMI by its name, found in the account at deploy time (Custom::AmiByName)
-    ("neuron", "name:Deep Learning AMI Neuron (Ubuntu 24.04) 20260227", ["inf2.xlarge"], "x86_64"),
+    # built and tested on an inf2.8xlarge: an inf2.xlarge's chip with the host memory the compile needs
+    ("neuron", "name:Deep Learning AMI Neuron (Ubuntu 24.04) 20260227", ["inf2.8xlarge"], "x86_64"),
 ])
 def test_build_recipe_parent_and_build_host(kit, image, parent, build_types, arch):
     stack = IMAGE_STACKS[image]
