@@ -17,7 +17,7 @@ export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export AWS_EC2_METADATA_DISABLED := true
 unexport CDK_DEFAULT_ACCOUNT
 
-.PHONY: help setup setup-run sysdeps synth lint ruff pytest test check run deploy leftovers clean bench-fidelity bench-tunnel bench-engine patch-check demo
+.PHONY: help setup setup-run sysdeps synth lint ruff pytest test check run deploy leftovers clean bench-fidelity bench-tunnel bench-engine patch-check port-check demo
 
 help:
 	@echo "make test   set up (.venv, npm ci, system packages), synth every stack, lint, pytest"
@@ -26,6 +26,7 @@ help:
 	@echo "make deploy ARGS='G6Stack ...'   check the machine images, then npx cdk deploy (no ARGS: all backends)"
 	@echo "make leftovers   after cdk destroy: what still exists, \$$/month, how to remove it"
 	@echo "make demo   the whole flow on this machine, no AWS: tiny engine, harness.run, report"
+	@echo "make port-check   the Neuron E2B port on CPU vs transformers past the window (KIT_PORT_PATCH=off: as pinned)"
 	@echo "make bench-fidelity | bench-tunnel | bench-engine   the kit measuring itself (harness/calibration)"
 	@echo "make clean  remove .venv, node_modules, cdk.out"
 
@@ -110,6 +111,13 @@ leftovers: setup-run
 # Apply ami/patches (Turing shared memory) to the pinned vLLM sdist from PyPI; also in pytest.
 patch-check: setup-run
 	$(PY) -m ami.check_patch
+
+# The Gemma 4 E2B Neuron port's model code on CPU against transformers, past the sliding window,
+# with the kit's patch (ami/patches/gemma4-e2b-port.patch); KIT_PORT_PATCH=off runs the port as
+# pinned and must fail. Prints, per case, the largest logit difference and the first differing
+# position. Also in `make test` (tests/neuron/test_port_check.py).
+port-check: $(STAMP_DEV)
+	$(PY) -m tests.neuron.port_check $(ARGS)
 
 # The whole flow without AWS: the Neuron engine's CPU generator on a tiny random Gemma 4 on
 # loopback, harness.run against it (agent trial, bench, cost, report), engine stopped, report path

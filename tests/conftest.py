@@ -54,7 +54,7 @@ SLOW_PATHS = (
     "tests/harness/test_preflight_account.py", "tests/neuron/test_hostile.py", "tests/neuron/test_nxdi08.py",
     "tests/report/test_hostile.py", "tests/package/test_hostile_tensors.py", "tests/package/test_hostile_files.py",
     "tests/package/test_hostile_out.py", "tests/accuracy/test_deadline.py", "tests/report/test_scale.py",
-    "tests/harness/test_url_credentials.py",
+    "tests/harness/test_url_credentials.py", "tests/neuron/test_port_check.py",
 )
 
 

@@ -18,6 +18,9 @@ from ami import pins
 from tests.stacks.test_neuron_install import agent_env, render, step_script
 
 PORT = "contrib/models/gemma-4-E2B/src"
+# The port's files at the pinned commit (tests/neuron/nxdi08/PROVENANCE.md): the kit's patch
+# (ami/patches/gemma4-e2b-port.patch) must apply to them as the build applies it.
+PINNED_PORT = Path(__file__).resolve().parents[1] / "neuron" / "nxdi08" / "port"
 
 
 def git(*args: str, cwd: Path) -> str:
@@ -26,9 +29,9 @@ def git(*args: str, cwd: Path) -> str:
     return r.stdout.strip()
 
 
-@pytest.fixture
-def upstream(tmp_path):
-    """A repository with main and a pull request whose head carries the port; returns (url, commit)."""
+def make_upstream(tmp_path, port_text: str | None = None):
+    """A repository with main and a pull request whose head carries the port (the pinned files, or
+    a modeling file with ``port_text``); returns (url, commit)."""
     work = tmp_path / "work"
     work.mkdir()
     git("init", "-q", cwd=work)
@@ -37,7 +40,10 @@ def upstream(tmp_path):
     git("commit", "-qm", "main", cwd=work)
     git("checkout", "-qb", "pr", cwd=work)
     (work / PORT).mkdir(parents=True)
-    (work / PORT / "modeling_gemma4_e2b.py").write_text("# port\n")
+    for f in PINNED_PORT.glob("*.py"):
+        (work / PORT / f.name).write_bytes(f.read_bytes())
+    if port_text is not None:
+        (work / PORT / "modeling_gemma4_e2b.py").write_text(port_text)
     git("add", ".", cwd=work)
     git("commit", "-qm", "port", cwd=work)
     commit = git("rev-parse", "HEAD", cwd=work)
@@ -46,6 +52,11 @@ def upstream(tmp_path):
     git("update-ref", pins.NXDI_REF, commit, cwd=bare)
     git("branch", "-D", "pr", cwd=bare)
     return bare, commit
+
+
+@pytest.fixture
+def upstream(tmp_path):
+    return make_upstream(tmp_path)
 
 
 def run_step(root: Path, url: str, commit: str):
@@ -59,8 +70,26 @@ def test_the_port_is_taken_from_the_pinned_commit_of_the_pull_request(upstream, 
     bare, commit = upstream
     r = run_step(tmp_path / "root", f"file://{bare}", commit)
     assert r.returncode == 0, r.stderr
-    assert (tmp_path / "root/opt/ami/nxdi-gemma4/src/modeling_gemma4_e2b.py").read_text() == "# port\n"
-    assert (tmp_path / "root/opt/ami/nxdi-gemma4/SOURCE").read_text().split() == [f"file://{bare}", commit]
+    installed = (tmp_path / "root/opt/ami/nxdi-gemma4/src/modeling_gemma4_e2b.py").read_text()
+    pinned = (PINNED_PORT / "modeling_gemma4_e2b.py").read_text()
+    # the kit's patch is applied: the linear KV cache and full-head RoPE, not the pinned lines
+    assert installed != pinned and "sliding_window=None,  # linear cache (see above)" in installed
+    assert "rotary_dim = int(head_dim * partial_rotary_factor)" in pinned
+    assert "rotary_dim = int(head_dim * partial_rotary_factor)" not in installed
+    source = (tmp_path / "root/opt/ami/nxdi-gemma4/SOURCE").read_text().split()
+    assert source[:2] == [f"file://{bare}", commit] and source[-1] == "gemma4-e2b-port.patch"
+
+
+def test_a_port_the_kit_patch_no_longer_applies_to_stops_the_build_in_one_line(tmp_path):
+    pinned = (PINNED_PORT / "modeling_gemma4_e2b.py").read_text()
+    moved = pinned.replace("class ProportionalRotaryEmbedding(RotaryEmbedding):", "class ProportionalRope(RotaryEmbedding):")
+    bare, commit = make_upstream(tmp_path, moved)
+    r = run_step(tmp_path / "root", f"file://{bare}", commit)
+    assert r.returncode == 1
+    lines = [x for x in r.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1, r.stderr
+    assert "gemma4-e2b-port.patch" in lines[0] and commit in lines[0] and "make port-check" in lines[0]
+    assert not (tmp_path / "root/opt/ami/nxdi-gemma4/src").exists()
 
 
 def test_a_force_pushed_pull_request_stops_the_build_saying_how_to_re_pin(upstream, tmp_path):
