@@ -75,6 +75,16 @@ def _choices(gen: Generator, prep: PreparedCompletion) -> list[_Choice]:
 async def respond(request: web.Request, gen: Generator, prep: PreparedCompletion) -> web.StreamResponse:
     """Raises QueueFull (before anything is sent) when the queue cannot take every prompt."""
     streams = gen.generate_many(prep.prompt_ids, _params(prep))
+    # Queued: from here on the rows are this handler's to cancel, whatever ends it (a client gone
+    # before the first chunk cancels the handler at its first await, before any pump started).
+    try:
+        return await _answer(request, gen, prep, streams)
+    finally:
+        for s in streams:
+            await s.aclose()  # frees each row's slot (or queue place) at the next step; idempotent
+
+
+async def _answer(request: web.Request, gen: Generator, prep: PreparedCompletion, streams: list) -> web.StreamResponse:
     choices = _choices(gen, prep)
     tok = gen.chat.tokenizer
 

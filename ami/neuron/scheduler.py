@@ -99,6 +99,11 @@ class QueueFull(RuntimeError):
         self.retry_after = retry_after
 
 
+class NeverFits(ValueError):
+    """More sequences in one request than the queue can ever hold: a 400, not a 429 (waiting
+    would not help)."""
+
+
 class _TokenStream:
     """Async iterator of one request's items. Closing it (client gone, or done) cancels the
     row: it is skipped if still queued, and frees its slot at the next step if running."""
@@ -234,6 +239,10 @@ class BatchScheduler:
                                  f"compiled total is {self.max_total}")
         loop = asyncio.get_running_loop()
         streams = []
+        if len(rows) > self.max_queue:
+            raise NeverFits(f"{len(rows)} prompts in one request; this engine queues at most {self.max_queue} "
+                            f"sequences at a time (--max-queue {self.max_queue}): send at most {self.max_queue} "
+                            "prompts per request")
         with self._cv:
             if self._failed is not None or self._stopping:
                 raise RuntimeError("the engine has stopped")

@@ -25,7 +25,7 @@ from . import api, completions, intake, logs
 from .cli import DEFAULT_BODY_TIMEOUT_S
 from .generator import Generator, LimitError, QueueFull, SamplingParams
 from .reasoning import ThoughtStream
-from .scheduler import PromptLogprobs, Sampled
+from .scheduler import NeverFits, PromptLogprobs, Sampled
 from .toolcalls import ContentDelta, ToolCall, ToolCallStream
 
 log = logging.getLogger("ami.neuron.server")
@@ -186,10 +186,20 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         return _busy(exc)
     except RuntimeError as exc:  # the engine has stopped (/health says so too)
         return _json_error(503, str(exc), kind="server_error")
+    # The request is queued: from here on it is this handler's to cancel, whatever ends it (the
+    # client gone before the first chunk cancels the handler at its first await).
+    try:
+        return await _answer_chat(request, completion, req, stream, params, counter, len(prompt_ids))
+    finally:
+        await stream.aclose()  # frees the slot (or the queue place) at the next step; idempotent
+
+
+async def _answer_chat(request, completion, req, stream, params, counter, prompt_tokens):
+    gen: Generator = request.app[GENERATOR]
     events = _events(gen, stream, params, req.tools is not None, counter)
     text = _token_text(gen)
     if req.stream:
-        return await _stream(request, completion, events, req.include_usage, len(prompt_ids), counter, text)
+        return await _stream(request, completion, events, req.include_usage, prompt_tokens, counter, text)
 
     content, reasoning, calls, logprobs, reason = [], [], [], [], "stop"
     try:
@@ -208,7 +218,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
                     reason = value
     except RuntimeError as exc:
         return _json_error(500, str(exc), kind="server_error")
-    return web.json_response(completion.full("".join(content), calls, reason, len(prompt_ids), counter[0],
+    return web.json_response(completion.full("".join(content), calls, reason, prompt_tokens, counter[0],
                                              reasoning="".join(reasoning),
                                              logprobs=logprobs if req.logprobs else None))
 
@@ -270,6 +280,8 @@ async def text_completions(request: web.Request) -> web.StreamResponse:
         return prepared
     try:
         return await completions.respond(request, request.app[GENERATOR], prepared)
+    except NeverFits as exc:
+        return _json_error(400, str(exc), "prompt", "too_many_prompts")
     except QueueFull as exc:
         return _busy(exc)
     except RuntimeError as exc:  # a failed generation, or the engine has stopped

@@ -139,6 +139,20 @@ def test_a_full_queue_is_a_429_with_retry_after(tiny_tokenizer):
     assert err["code"] == "queue_full" and err["type"] == "rate_limit_error" and "retry later" in err["message"]
 
 
+def test_more_prompts_than_the_queue_holds_is_a_400_naming_max_queue(tiny_tokenizer):
+    """Waiting cannot help a request the queue can never take: not a 429 'retry later' for ever."""
+    runner = FakeSlotRunner(slots=2)
+    gen = BatchedGenerator("q", ChatFormat.for_tokenizer(tiny_tokenizer), Limits(64, 512, 2), runner,
+                           0.0, max_queue=2)
+    with InProcessServer(gen) as srv, httpx.Client(timeout=20) as c:
+        over = c.post(srv.url + "/v1/completions", json={"model": "q", "prompt": ["p", "p", "p"], "max_tokens": 1})
+        fits = c.post(srv.url + "/v1/completions", json={"model": "q", "prompt": ["p", "p"], "max_tokens": 1})
+    assert over.status_code == 400 and "Retry-After" not in over.headers
+    err = over.json()["error"]
+    assert err["param"] == "prompt" and err["code"] == "too_many_prompts" and "--max-queue 2" in err["message"]
+    assert fits.status_code == 200 and len(fits.json()["choices"]) == 2
+
+
 LL_TASK = """task: kit_engine_ll
 dataset_path: json
 dataset_kwargs:
