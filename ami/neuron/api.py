@@ -20,6 +20,7 @@ The most alternatives taken is 20, vLLM's default ``--max-logprobs``.
 from __future__ import annotations
 
 import json
+import re
 import math
 import secrets
 import time
@@ -210,6 +211,14 @@ def _check_turn(prev: dict | None, msg: dict, where: str) -> None:
                            "(a user or tool message between them)", f"{where}.role")
 
 
+# OpenAI's rule for a function's name (API reference, FunctionObject.name: "Must be a-z, A-Z, 0-9,
+# or contain underscores and dashes, with a maximum length of 64"; the API's 400 quotes the pattern
+# "does not match ^[a-zA-Z0-9_-]{1,64}$"). Gemma's template writes the name into the prompt
+# between control tokens, and the tool-call parser reads it back up to '{': a name with spaces,
+# markup or control-token text would be misread either way.
+TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
+
+
 def _tools(body: dict) -> list[dict] | None:
     tools = body.get("tools")
     choice = body.get("tool_choice", "auto")
@@ -220,12 +229,20 @@ def _tools(body: dict) -> list[dict] | None:
         return None
     if not isinstance(tools, list):
         raise RequestError("tools must be a list", "tools")
+    names: dict[str, int] = {}
     for i, t in enumerate(tools):
         fn = t.get("function") if isinstance(t, dict) else None
         if not isinstance(t, dict) or t.get("type") != "function" or not isinstance(fn, dict) \
                 or not isinstance(fn.get("name"), str) or not fn["name"]:
             raise RequestError(f"tools[{i}] must be {{'type': 'function', 'function': {{'name': ...}}}}",
                                "tools")
+        if not TOOL_NAME.fullmatch(fn["name"]):
+            raise RequestError(f"tools[{i}].function.name {show(fn['name'])} must be 1 to 64 of a-z, A-Z, 0-9, "
+                               "'_' and '-' (OpenAI's rule for function names)", f"tools[{i}].function.name")
+        if fn["name"] in names:
+            raise RequestError(f"tools[{i}].function.name {show(fn['name'])} is also tools[{names[fn['name']]}]'s; "
+                               "a call names its function, so each name must be unique", f"tools[{i}].function.name")
+        names[fn["name"]] = i
         if fn.get("description") is not None and not isinstance(fn["description"], str):
             raise RequestError(f"tools[{i}].function.description must be a string, got "
                                f"{show(fn['description'])}", "tools")

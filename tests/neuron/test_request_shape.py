@@ -150,3 +150,27 @@ def test_over_http_the_engine_answers_an_openai_400(server, body, param):  # noq
                                                        **body}).encode())
     assert got == 400, payload[:300]
     assert openai_error(got, hdrs, payload)["param"] == param
+
+
+BAD_TOOL_NAMES = [("a space", "my tool"), ("control-token text", "f<end_of_turn>"), ("non-ASCII", "функция"),
+                  ("65 characters", "f" * 65), ("empty", ""), ("a dot", "a.b"), ("a brace", "f{x}")]
+
+
+@pytest.mark.parametrize("case, name", BAD_TOOL_NAMES, ids=[c[0] for c in BAD_TOOL_NAMES])
+def test_a_tool_name_outside_openais_rule_is_a_400_naming_it(case, name):
+    tools = [{"type": "function", "function": {"name": "ok"}}, {"type": "function", "function": {"name": name}}]
+    with pytest.raises(RequestError) as e:
+        _parse([{"role": "user", "content": "hi"}], tools=tools)
+    assert e.value.status == 400 and e.value.param in ("tools[1].function.name", "tools")
+
+
+def test_two_tools_with_one_name_are_a_400_naming_the_second():
+    tools = [{"type": "function", "function": {"name": "f"}}, {"type": "function", "function": {"name": "f"}}]
+    with pytest.raises(RequestError) as e:
+        _parse([{"role": "user", "content": "hi"}], tools=tools)
+    assert e.value.param == "tools[1].function.name" and "tools[0]" in str(e.value)
+
+
+def test_names_inside_the_rule_are_taken():
+    tools = [{"type": "function", "function": {"name": n}} for n in ("count_ids", "get-weather", "A1", "f" * 64)]
+    assert len(_parse([{"role": "user", "content": "hi"}], tools=tools).tools) == 4
