@@ -81,11 +81,13 @@ class _Parser(argparse.ArgumentParser):
         raise ValueError(f"harness.deploy: {message} (see --help)")
 
 
-def _context(path: Path, overrides: list[str]) -> dict[str, Any]:
+def _context(path: Path | None, overrides: list[str]) -> dict[str, Any]:
+    """cdk.json's context (``--cdk-json``, else ./cdk.json when there is one) plus ``-c``; a named
+    file that is missing or broken is one line naming it (kit/regions.py read_context)."""
     from kit.regions import context_with
 
     try:
-        return context_with(path, overrides)
+        return context_with(path or Path("cdk.json"), overrides, required=path is not None)
     except ValueError as e:
         raise ValueError(f"harness.deploy: {e}") from None
 
@@ -103,7 +105,7 @@ def main(argv: list[str] | None = None, *, client: ClientFor | None = None,
     p.add_argument("--leave-out-missing", action="store_true",
                    help="deploy the backends whose images exist, leave the others out")
     p.add_argument("--dry-run", action="store_true", help="check and print the cdk command, run nothing")
-    p.add_argument("--cdk-json", type=Path, default=Path("cdk.json"))
+    p.add_argument("--cdk-json", type=Path, default=None, help="default ./cdk.json")
     p.add_argument("-c", "--context", action="append", default=[], metavar="KEY=VALUE")
     try:
         a = p.parse_args(argv)

@@ -468,10 +468,15 @@ class _Parser(argparse.ArgumentParser):
         raise ValueError(f"harness.images: {message} (see --help)")
 
 
-def _context(path: Path, overrides: list[str]) -> dict[str, Any]:
+def _context(path: Path | None, overrides: list[str]) -> dict[str, Any]:
+    """cdk.json's context (``--cdk-json``, else ./cdk.json when there is one) plus ``-c``; a named
+    file that is missing or broken is one line naming it (kit/regions.py read_context)."""
     from kit.regions import context_with
 
-    return context_with(path, overrides)
+    try:
+        return context_with(path or Path("cdk.json"), overrides, required=path is not None)
+    except ValueError as e:
+        raise ValueError(f"harness.images: {e}") from None
 
 
 def _stack_name(image: str, region: str, kit_region: str) -> str:
@@ -548,7 +553,7 @@ def main(argv: list[str] | None = None, *, aws: Aws | None = None, out: TextIO =
     p.add_argument("--ami", help="share: this AMI id instead of the image's current one")
     p.add_argument("--no-deploy", action="store_true", help="build: refuse instead of deploying a missing image stack")
     p.add_argument("--poll", type=float, default=30.0, help="build: seconds between polls (default 30)")
-    p.add_argument("--cdk-json", type=Path, default=Path("cdk.json"))
+    p.add_argument("--cdk-json", type=Path, default=None, help="default ./cdk.json")
     p.add_argument("-c", "--context", action="append", default=[], metavar="KEY=VALUE")
     try:
         a = p.parse_args(argv)

@@ -433,14 +433,17 @@ def main(argv: list[str] | None = None, *, client: ClientFor | None = None, pric
          account: str | None = None, out: TextIO = sys.stdout) -> int:
     p = _Parser(prog="python -m harness.leftovers", description=__doc__.split("\n\n")[0])
     p.add_argument("--region", help="only this region (default: every region the configuration uses)")
-    p.add_argument("--cdk-json", type=Path, default=Path("cdk.json"))
+    p.add_argument("--cdk-json", type=Path, default=None, help="default ./cdk.json")
     p.add_argument("-c", "--context", action="append", default=[], metavar="KEY=VALUE")
     try:
         a = p.parse_args(argv)
         from kit.config import ConfigError, parse
         from kit.regions import RegionError, check_region, read_context
 
-        ctx = read_context(a.cdk_json)
+        try:  # a named file that is missing or broken is one line naming it, never the defaults
+            ctx = read_context(a.cdk_json or Path("cdk.json"), required=a.cdk_json is not None)
+        except ValueError as e:
+            raise ValueError(f"harness.leftovers: {e}") from None
         for o in a.context:
             k, sep, v = o.partition("=")
             if not sep or not k:

@@ -120,13 +120,13 @@ def configured_fit_lines(context: dict | None = None) -> list[str]:
     """The configured deployments (cdk.json context, or ``context``) against the planner: per
     backend and instance type, whether its model fits, on what TP degree, at what ceiling; the
     smallest type that fits when it does not. For ``make run``'s offline plan."""
-    from kit.config import ConfigError, parse
+    from kit.config import parse
     from kit.regions import read_context
     from kit.schemes import scheme_of_model
 
     try:
         config = parse(read_context() if context is None else context)
-    except ConfigError as e:
+    except ValueError as e:  # ConfigError, or a cdk.json that cannot be read (kit/jsonfile.py)
         return [f"model fit: not planned, the configuration is refused: {e}"]
     lines = [f"model fit (kit/plan.py; max_model_len {config.max_model_len}, one sequence on vLLM, the compiled batch "
              f"of {kp.NEURON_BATCH_SIZE} on Neuron; "

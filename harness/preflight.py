@@ -26,7 +26,6 @@ Running instances also count against a vCPU quota: the table shows the quota, no
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from dataclasses import dataclass, field
@@ -452,15 +451,18 @@ def parse_backends(value: str | None) -> list[str] | None:
     return ids
 
 
-def _context(path: Path, overrides: list[str]) -> dict[str, Any] | None:
-    """cdk.json context plus ``-c KEY=VALUE`` overrides (as the CDK CLI takes them); None when
-    there is no cdk.json and no override."""
+def _context(path: Path | None, overrides: list[str]) -> dict[str, Any] | None:
+    """cdk.json context (``--cdk-json``, else ./cdk.json) plus ``-c KEY=VALUE`` overrides (as the
+    CDK CLI takes them); None when ./cdk.json does not exist and there is no override. A named
+    file that is missing, or any that is broken, is one line naming it (kit/regions.py)."""
+    from kit.regions import read_context
+
     ctx: dict[str, Any] | None = None
-    if path.exists():
+    if path is not None or os.path.lexists("cdk.json"):
         try:
-            ctx = dict(json.loads(path.read_text()).get("context", {}))
+            ctx = read_context(path or Path("cdk.json"), required=path is not None)
         except ValueError as e:
-            raise ValueError(f"{path}: not JSON ({e})") from None
+            raise ValueError(f"preflight: {e}") from None
     for o in overrides:
         k, sep, v = o.partition("=")
         if not sep or not k:
@@ -480,7 +482,7 @@ def main(argv: list[str] | None = None, *, session: Any = None, **inject: Any) -
     p.add_argument("--backends", help=f"comma-separated (default: cdk.json context backends): {','.join(catalog.BACKEND_IDS)}")
     p.add_argument("--region", help="the kit's region (default: cdk.json context region; the shell's "
                                     "AWS_REGION is not used, see kit/regions.py)")
-    p.add_argument("--cdk-json", type=Path, default=Path("cdk.json"), help="default ./cdk.json")
+    p.add_argument("--cdk-json", type=Path, default=None, help="default ./cdk.json")
     p.add_argument("-c", "--context", action="append", default=[], metavar="KEY=VALUE",
                    help="context override, as for cdk deploy -c (e.g. g5g_instance_type=g5g.4xlarge)")
     try:
@@ -488,7 +490,7 @@ def main(argv: list[str] | None = None, *, session: Any = None, **inject: Any) -
         backends = parse_backends(args.backends)
         ctx = _context(args.cdk_json, args.context)
         try:  # the one region resolution the stacks deploy with (kit/regions.py)
-            kit = resolve(args.region, context=ctx, cdk_json=args.cdk_json)
+            kit = resolve(args.region, context=ctx if ctx is not None else {})
         except RegionError as e:
             raise ValueError(f"preflight: {e}") from None
         region = kit.region

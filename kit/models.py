@@ -26,7 +26,6 @@ once, one row of each embedding table, and the K/V cache of every attention laye
 """
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -222,36 +221,77 @@ class DecoderArch:
 _LAYER_TYPE = {"sliding_attention": "sliding", "full_attention": "full"}
 
 
-def from_text_config(name: str, config: Mapping, source: str = "") -> DecoderArch:
+# What a Gemma 4 text config may hold, per shape field: (least, most). The bounds are far past
+# any published size (the 31B: hidden 5376, 60 layers, vocabulary 262,144) and keep the planner's
+# arithmetic finite: a negative or zero size made negative bytes and a traceback, or a plan.
+_MOST = 10_000_000
+_LAYERS_MOST = 10_000  # layer_types is built one entry per layer when the config has none
+
+
+def _whole(text: Mapping, key: str, lo: int, hi: int = _MOST, default: object = KeyError,
+           none_ok: bool = False) -> int | None:
+    """``text[key]`` as a whole number in [lo, hi]; ``default`` when absent (KeyError: required);
+    None when it is null and ``none_ok``. ValueError naming the field and its valid range."""
+    if key not in text:
+        if default is KeyError:
+            raise KeyError(key)
+        return default  # type: ignore[return-value]
+    v = text[key]
+    if v is None and none_ok:
+        return None
+    if isinstance(v, float) and v.is_integer() and abs(v) <= hi:
+        v = int(v)
+    if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
+        raise ValueError(f"{key}={v!r:.40} is not a whole number from {lo:,} to {hi:,}")
+    return v
+
+
+def from_text_config(name: str, config: Mapping, source: str = "", *, where: str | None = None) -> DecoderArch:
     """A DecoderArch from a Gemma 4 ``config.json`` (or its ``text_config``), the fields
-    transformers' ``Gemma4TextConfig`` defines; ValueError (one line) on anything else."""
-    text = dict(config.get("text_config", config))
+    transformers' ``Gemma4TextConfig`` defines; ValueError (one line, starting with ``where``,
+    default ``name``) on anything else: a missing field, a size that is not a whole number in
+    its range (negative, zero heads, a billion layers), an unknown layer type."""
+    where = where or name
+    text = config.get("text_config", config)
+    if not isinstance(text, Mapping):
+        raise ValueError(f"{where}: text_config is not an object (not a Gemma 4 config?)")
     tie = config.get("tie_word_embeddings", text.get("tie_word_embeddings", True))
     try:
-        layers = int(text["num_hidden_layers"])
+        layers = _whole(text, "num_hidden_layers", 1, _LAYERS_MOST)
         kinds = text.get("layer_types") or [
             "sliding_attention" if (i + 1) % 6 else "full_attention" for i in range(layers)]  # transformers' default
+        if not isinstance(kinds, list) or any(k not in _LAYER_TYPE for k in kinds):
+            raise ValueError(f"layer_types must be a list of {' or '.join(_LAYER_TYPE)}")
+        if len(kinds) != layers:
+            raise ValueError(f"{len(kinds)} layer_types for num_hidden_layers={layers}")
         moe = bool(text.get("enable_moe_block"))
+        ple = _whole(text, "hidden_size_per_layer_input", 0, default=0, none_ok=True) or 0
+        vocab = _whole(text, "vocab_size", 1)
+        experts = _whole(text, "num_experts", 1) if moe else 0
+        top_k = _whole(text, "top_k_experts", 1, experts) if moe else 0
         return DecoderArch(
-            name=name, hidden=int(text["hidden_size"]), layers=layers,
-            intermediate=int(text["intermediate_size"]), heads=int(text["num_attention_heads"]),
-            kv_heads=int(text["num_key_value_heads"]), head_dim=int(text.get("head_dim", 256)),
-            vocab=int(text["vocab_size"]), layer_types=tuple(_LAYER_TYPE[k] for k in kinds),
-            sliding_window=text.get("sliding_window"), global_head_dim=int(text.get("global_head_dim", 512)),
-            global_kv_heads=text.get("num_global_key_value_heads"), tie_embeddings=bool(tie),
-            kv_shared_layers=int(text.get("num_kv_shared_layers") or 0),
+            name=name, hidden=_whole(text, "hidden_size", 1), layers=layers,
+            intermediate=_whole(text, "intermediate_size", 1), heads=_whole(text, "num_attention_heads", 1),
+            kv_heads=_whole(text, "num_key_value_heads", 1), head_dim=_whole(text, "head_dim", 1, default=256),
+            vocab=vocab, layer_types=tuple(_LAYER_TYPE[k] for k in kinds),
+            sliding_window=_whole(text, "sliding_window", 1, default=None, none_ok=True),
+            global_head_dim=_whole(text, "global_head_dim", 1, default=512),
+            global_kv_heads=_whole(text, "num_global_key_value_heads", 1, default=None, none_ok=True),
+            tie_embeddings=bool(tie),
+            kv_shared_layers=_whole(text, "num_kv_shared_layers", 0, layers, default=0, none_ok=True) or 0,
             double_wide_mlp=bool(text.get("use_double_wide_mlp")),
-            ple_dim=int(text.get("hidden_size_per_layer_input") or 0),
-            ple_vocab=int(text.get("vocab_size_per_layer_input") or text["vocab_size"])
-            if text.get("hidden_size_per_layer_input") else 0,
+            ple_dim=ple,
+            ple_vocab=(_whole(text, "vocab_size_per_layer_input", 1, default=None, none_ok=True) or vocab)
+            if ple else 0,
             k_eq_v=bool(text.get("attention_k_eq_v")),
-            experts=int(text["num_experts"]) if moe else 0, top_k=int(text["top_k_experts"]) if moe else 0,
-            expert_intermediate=int(text["moe_intermediate_size"]) if moe else 0,
-            max_context=text.get("max_position_embeddings"), source=source)
+            experts=experts, top_k=top_k,
+            expert_intermediate=_whole(text, "moe_intermediate_size", 1) if moe else 0,
+            max_context=_whole(text, "max_position_embeddings", 1, 1 << 40, default=None, none_ok=True),
+            source=source)
     except KeyError as e:
-        raise ValueError(f"{name}: config has no {e.args[0]!r} (not a Gemma 4 text config?)") from None
+        raise ValueError(f"{where}: config has no {e.args[0]!r} (not a Gemma 4 text config?)") from None
     except (TypeError, ValueError) as e:
-        raise ValueError(f"{name}: config field not understood ({e})") from None
+        raise ValueError(f"{where}: config field not understood ({e})") from None
 
 
 def _pattern(layers: int, every: int) -> list[str]:
@@ -384,17 +424,12 @@ def default_precision(model_id: str) -> str:
 
 
 def load_config(path: str | Path) -> DecoderArch:
-    """A DecoderArch from a config.json on disk; ValueError (one line) when it is not one."""
+    """A DecoderArch from a config.json on disk, read by kit/jsonfile.py (a regular file, bounded,
+    nesting capped); ValueError (one line naming the file) when it is not one."""
+    from kit.jsonfile import read_object
+
     p = Path(path)
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except OSError as e:
-        raise ValueError(f"{path}: cannot read ({e.strerror})") from None
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path}: not JSON ({e.msg} at line {e.lineno})") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: not a config.json object")
-    return from_text_config(p.parent.name or p.stem, data, source=str(path))
+    return from_text_config(p.parent.name or p.stem, read_object(p), source=str(path), where=str(path))
 
 
 def valid_words() -> str:

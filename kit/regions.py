@@ -20,6 +20,7 @@ No aws-cdk-lib import: the harness, preflight and tests use this without jsii.
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 from dataclasses import dataclass, field
@@ -42,19 +43,31 @@ def region_key(backend_id: str) -> str:
     return f"{backend_id}_region"
 
 
-def read_context(cdk_json: Path | None = None) -> dict[str, Any]:
-    """cdk.json's ``context`` (empty when the file is missing or not JSON)."""
-    try:
-        return dict(json.loads(Path(cdk_json or CDK_JSON).read_text()).get("context", {}))
-    except (OSError, ValueError, AttributeError):
+def read_context(cdk_json: Path | None = None, *, required: bool = False) -> dict[str, Any]:
+    """cdk.json's ``context`` (default: the repo's cdk.json), read by kit/jsonfile.py (bounded).
+    Empty when the file does not exist and ``required`` is false (no cdk.json where a command
+    runs); ``JsonFileError``, one line naming the file, when it was named (``required``: the
+    user's ``--cdk-json``) and does not exist, or when it exists but is not a regular file, is too
+    large, is not JSON, is not an object or has a ``context`` that is not one. Never a silent
+    default configuration in place of a file the user meant."""
+    from kit.jsonfile import JsonFileError, json_type, read_object
+
+    path = Path(cdk_json or CDK_JSON)
+    label = "--cdk-json" if required else "cdk.json"
+    if not required and not os.path.lexists(path):
         return {}
+    data = read_object(path, label=label)
+    ctx = data.get("context", {})
+    if not isinstance(ctx, dict):
+        raise JsonFileError(f"{label} {path}: \"context\" is a JSON {json_type(ctx)}, not an object of KEY: VALUE")
+    return dict(ctx)
 
 
-def context_with(cdk_json: Path | None, overrides: list[str]) -> dict[str, Any]:
+def context_with(cdk_json: Path | None, overrides: list[str], *, required: bool = False) -> dict[str, Any]:
     """cdk.json's context with ``-c KEY=VALUE`` overrides applied, as the CDK CLI applies them
     (a command that wraps ``cdk deploy`` must decide from the same context the deploy will see).
-    Raises ValueError naming a malformed override."""
-    ctx = read_context(cdk_json)
+    Raises ValueError naming a malformed override or the file (``read_context``)."""
+    ctx = read_context(cdk_json, required=required)
     for o in overrides:
         key, sep, value = o.partition("=")
         if not sep or not key:
@@ -117,7 +130,15 @@ def resolve(explicit: str | None = None, context: Mapping[str, Any] | None = Non
             cdk_json: Path | None = None) -> KitRegions:
     """The kit's regions from an explicit value, else ``context`` (default: cdk.json's) ``region``,
     else DEFAULT_REGION; per-backend ``<id>_region`` from the context. Raises RegionError."""
-    ctx = read_context(cdk_json) if context is None else context
+    if context is None:
+        from kit.jsonfile import JsonFileError
+
+        try:
+            ctx: Mapping[str, Any] = read_context(cdk_json)
+        except JsonFileError as e:  # the region cannot be known from a broken cdk.json: say which
+            raise RegionError(str(e)) from None
+    else:
+        ctx = context
     if explicit:
         region, source = check_region("--region", explicit), "--region"
     elif ctx.get("region") is not None:

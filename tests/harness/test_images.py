@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import io
+from pathlib import Path
 
 import pytest
 
@@ -11,6 +12,8 @@ from harness import images
 from tests.harness.aws_replay import Error, Replay, ssm_parameters
 from tests.harness.imagebuilder_recorded import ACCOUNT, T0, Account, Build
 
+# the catalog's defaults, without the repo's cdk.json (a --cdk-json that does not exist is refused)
+EMPTY_CDK_JSON = str(Path(__file__).with_name("fixtures") / "empty-cdk.json")
 PRICES = {"g6.xlarge": 0.8048, "g5g.2xlarge": 0.556}  # harness/cost/price_snapshot.json (seed 000 cost table)
 
 
@@ -30,7 +33,7 @@ def aws_for(clients: dict[str, Replay], prices=PRICES) -> images.Aws:
 
 def run(argv, clients, deploy=None):
     out = io.StringIO()
-    rc = images.main(argv + ["--cdk-json", "/nonexistent/cdk.json"], aws=aws_for(clients), out=out, deploy=deploy)
+    rc = images.main(argv + ["--cdk-json", EMPTY_CDK_JSON], aws=aws_for(clients), out=out, deploy=deploy)
     return rc, out.getvalue()
 
 
@@ -220,7 +223,7 @@ def test_share_refuses_an_ami_on_the_aws_managed_key_before_changing_anything():
     (["list", "--region", "zz-fake-9"], "zz-fake-9"),
 ])
 def test_bad_input_is_one_line_and_exit_2(argv, words, capsys):
-    rc = images.main(argv + ["--cdk-json", "/nonexistent/cdk.json"], aws=aws_for({}), out=io.StringIO())
+    rc = images.main(argv + ["--cdk-json", EMPTY_CDK_JSON], aws=aws_for({}), out=io.StringIO())
     err = capsys.readouterr().err.strip()
     assert rc == 2 and words in err and "\n" not in err and "Traceback" not in err
 
@@ -228,7 +231,7 @@ def test_bad_input_is_one_line_and_exit_2(argv, words, capsys):
 def test_build_line_says_when_a_price_is_missing_rather_than_inventing_one():
     acct = Account({"inference-kit-vllm-cuda-build": Build("inference-kit-vllm-cuda-build")})
     out = io.StringIO()
-    rc = images.main(["build", "vllm-cuda", "--cdk-json", "/nonexistent"], out=out,
+    rc = images.main(["build", "vllm-cuda", "--cdk-json", EMPTY_CDK_JSON], out=out,
                      aws=aws_for(acct.clients(), prices={}))
     assert rc == 0 and out.getvalue().splitlines()[-1].endswith("(1h00m, cost unknown)")
 
@@ -237,7 +240,7 @@ def test_an_access_error_is_one_line(capsys):
     def ib(op, p):
         return Error("AccessDeniedException", "User is not authorized to perform: imagebuilder:ListImagePipelines")
     out = io.StringIO()
-    rc = images.main(["build", "vllm-cuda", "--cdk-json", "/nonexistent"], out=out,
+    rc = images.main(["build", "vllm-cuda", "--cdk-json", EMPTY_CDK_JSON], out=out,
                      aws=aws_for({"imagebuilder": Replay("imagebuilder", ib)}))
     assert rc == 1
     assert out.getvalue() == ("harness.images build: An error occurred (AccessDeniedException) when "
@@ -262,7 +265,7 @@ def test_build_deploys_the_image_stack_with_the_context_that_makes_it_exist():
 
 
 def test_build_of_an_image_no_selected_backend_boots_is_refused_up_front(capsys):
-    rc = images.main(["build", "vllm-sm75", "-c", "backends=g6", "--cdk-json", "/nonexistent"], aws=aws_for({}),
+    rc = images.main(["build", "vllm-sm75", "-c", "backends=g6", "--cdk-json", EMPTY_CDK_JSON], aws=aws_for({}),
                      out=io.StringIO())
     err = capsys.readouterr().err.strip()
     assert rc == 2 and err == ("harness.images build: no selected backend boots vllm-sm75 (backends=g6); select one "
@@ -280,7 +283,7 @@ def test_ctrl_c_while_following_says_the_build_goes_on_and_how_to_stop_it():
     aws = aws_for(acct.clients())
     aws.sleep = interrupt
     out = io.StringIO()
-    rc = images.main(["build", "vllm-sm75", "--cdk-json", "/nonexistent/cdk.json"], aws=aws, out=out)
+    rc = images.main(["build", "vllm-sm75", "--cdk-json", EMPTY_CDK_JSON], aws=aws, out=out)
     assert rc == 130
     arn = "arn:aws:imagebuilder:us-east-1:123456789012:image/inference-kit-vllm-sm75-build/1.0.4660/1"
     assert out.getvalue().splitlines()[-1] == (
@@ -294,7 +297,7 @@ def test_build_in_a_region_where_no_backend_boots_the_image_is_refused_up_front(
     """The app makes a region's image stacks only for the backends placed there (stacks/wiring.py):
     'images build vllm-sm75 --region us-west-2' with g5g in us-east-1 ran 'npx cdk deploy
     VllmSm75ImageStack-us-west-2', which the CDK answers with no such stack."""
-    rc = images.main(["build", "vllm-sm75", "--region", "us-west-2", "--cdk-json", "/nonexistent"], aws=aws_for({}),
+    rc = images.main(["build", "vllm-sm75", "--region", "us-west-2", "--cdk-json", EMPTY_CDK_JSON], aws=aws_for({}),
                      out=io.StringIO())
     err = capsys.readouterr().err.strip()
     assert rc == 2 and err == ("harness.images build: no selected backend that boots vllm-sm75 deploys to us-west-2 "
