@@ -43,11 +43,27 @@ def price_rows(plan: dict[str, list[kp.Placement]], book: PriceBook, region: str
             chip = catalog.INSTANCES[p.instance_type].chip
             row = p.to_dict() | {"price": q.to_dict(), "usd_per_hour": q.usd_per_hour, "chip": chip.name,
                                  "native_precisions": [k for k, v in chip.precision.items() if v == "native"]}
+            if region and q.region != region:  # the snapshot had no price there: another region's
+                row["price_region"] = q.region
             if q.usd_per_hour is not None and p.ceiling_tok_s:
                 row["usd_per_m_output_at_ceiling"] = formulas.usd_per_m_output(q.usd_per_hour, p.ceiling_tok_s)
             rows.append(row)
         out[bid] = rows
     return out
+
+
+def region_problem(book: PriceBook, region: str | None) -> str | None:
+    """Why ``region`` cannot be priced (None: it can): without live prices (offline, no
+    credentials), a region the dated snapshot holds no instance price for would show another
+    region's prices under its name."""
+    if region is None or book.client is not None:
+        return None
+    held = sorted({r["region"] for r in book.snapshot["instances"] if r.get("usd_per_hour") is not None})
+    if region in held:
+        return None
+    return (f"--region {region}: the price snapshot (dated {book.snapshot['as_of']}) has no {region} prices "
+            f"(it holds {', '.join(held)}); give one of those, price {region} live (AWS credentials, no "
+            "--offline), or leave --region out (the snapshot's prices as they are)")
 
 
 def _snapshot_region(book: PriceBook, instance_type: str) -> str:
@@ -77,6 +93,11 @@ def render(choice: kp.ModelChoice, context: int, concurrency: int, priced: dict,
              f"  allowances: vLLM uses {kp.GPU_MEMORY_UTILIZATION:.0%} of each GPU, {kp.GPU_RUNTIME_GIB:g} GiB of it "
              "for runtime; Neuron: the kit engine's own checks (85% of 16 GiB per NeuronCore, 4 GB per gather)"]
     lines += [f"  prices: {n}" for n in notes]
+    elsewhere = sorted({r["price_region"] for rows in priced.values() for r in rows
+                        if r.get("price_region") and r["usd_per_hour"] is not None})
+    if elsewhere:
+        lines.append(f"  prices: some are {' and '.join(f'{x}' + chr(39) + 's' for x in elsewhere)}, not the "
+                     "region asked for (the snapshot has no price there): the price column names them")
     chips = {c.name: c for c in (catalog.INSTANCES[r["instance_type"]].chip for rows in priced.values()
                                  for r in rows)}.values()
     lines += ["  chips (catalog, with sources): " + "; ".join(
@@ -95,10 +116,11 @@ def render(choice: kp.ModelChoice, context: int, concurrency: int, priced: dict,
                 why = r["reason"] if not r["fits"] else "fits, but " + "; ".join(r["warnings"][-1:])
                 misfits.append(f"{bid} {r['instance_type']}: {why}")
                 continue
+            other = f" ({r['price_region']}'s)" if r.get("price_region") and r["usd_per_hour"] is not None else ""
             fit_rows.append((bid, r["instance_type"], str(r["tp"]), _f(_gb(r["per_device_bytes"]), ".1f") + " GB",
                              _f(_gb(r["per_device_budget"]), ".1f") + " GB", _f(r["ceiling_tok_s"], ".0f"),
                              _f(r["usd_per_hour"], ".4f"), _f(r.get("usd_per_m_output_at_ceiling"), ".3f"),
-                             r["price"].get("label", ""), pk))
+                             r["price"].get("label", "") + other, pk))
             notes_out += [f"{bid} {r['instance_type']}: {w}" for w in r["warnings"]]
     if fit_rows:
         widths = [max(len(x[i]) for x in [head, *fit_rows]) for i in range(len(head))]
@@ -192,6 +214,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="machine-readable output")
     args = ap.parse_args(argv)
     try:
+        if args.region is not None:
+            from kit.regions import check_region
+
+            check_region("--region", args.region)  # the pattern, then botocore's list: zz-fake-9, ../../etc
         choice = kp.choose_model(args.model, args.precision)
         ids = tuple(x.strip() for x in args.backends.split(",") if x.strip())
         for bid in ids:
@@ -201,6 +227,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"plan: {e}", file=sys.stderr)
         return 2
     book = PriceBook.auto(offline=args.offline)
+    problem = region_problem(book, args.region)
+    if problem:
+        print(f"plan: {problem}", file=sys.stderr)
+        return 2
     priced = price_rows(placements, book, args.region)
     if args.json:
         a = choice.arch
