@@ -37,10 +37,10 @@ COMPLETION_MAX_TOKENS = 16  # OpenAI's and vLLM's default max_tokens for /v1/com
 
 
 class RequestError(ValueError):
-    def __init__(self, message: str, param: str | None = None, code: str | None = None,
-                 status: int = 400) -> None:
+    def __init__(self, message: str, param: str | None = None, code: str | int | None = None,
+                 status: int = 400, kind: str = "invalid_request_error") -> None:
         super().__init__(message)
-        self.param, self.code, self.status = param, code, status
+        self.param, self.code, self.status, self.kind = param, code, status, kind
 
 
 def show(value, limit: int = 80) -> str:
@@ -71,6 +71,28 @@ def error_body(message: str, param: str | None = None, code: str | None = None,
     return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 
+MAX_N = 128  # sequences per request; the queue (--max-queue) bounds what can run, with a 400
+MAX_STOPS = 64  # stop strings per request (vLLM sets no limit; OpenAI documents 4)
+MAX_STOP_CHARS = 1000  # characters per stop string: held back from a stream, checked every token
+LOGIT_BIAS_LIMIT = 100.0  # OpenAI: "values from -100 to 100"; vLLM clamps to it
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """The sampling fields both endpoints take, read as vLLM's OpenAI server reads them into its
+    ``SamplingParams`` (ranges from ``SamplingParams._verify_args``, vllm/sampling_params.py)."""
+
+    n: int = 1
+    top_k: int = 0  # 0: off (vLLM: 0 or -1)
+    seed: int | None = None
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    logit_bias: tuple = ()  # (token id, bias) pairs, bias clamped to [-100, 100]
+    stop: tuple = ()  # stop strings, matched on the generated text
+    include_stop_str_in_output: bool = False
+
+
 @dataclass(frozen=True)
 class ChatRequest:
     messages: list[dict]  # normalised for the chat template
@@ -83,6 +105,9 @@ class ChatRequest:
     ignore_eos: bool
     logprobs: bool = False
     top_logprobs: int = 0
+    sampling: Sampling = Sampling()
+    continuous_usage: bool = False  # stream_options.continuous_usage_stats (vLLM): usage in every chunk
+    tool_choice: object = "auto"  # "auto", "required", or the name of the function to call
 
 
 @dataclass(frozen=True)
@@ -96,6 +121,8 @@ class CompletionRequest:
     temperature: float
     top_p: float
     ignore_eos: bool
+    sampling: Sampling = Sampling()
+    continuous_usage: bool = False
 
 
 def depth(value, stop: int = MAX_DEPTH + 1) -> int:
@@ -219,16 +246,29 @@ def _check_turn(prev: dict | None, msg: dict, where: str) -> None:
 TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 
 
-def _tools(body: dict) -> list[dict] | None:
+def _tools(body: dict) -> tuple[list[dict] | None, object]:
+    """(the tools to declare, or None; the tool choice: "auto", "required" or a function's name).
+    The rules are vLLM's protocol checks (ChatCompletionRequest.check_tool_usage): a tool_choice
+    needs tools ("When using `tool_choice`, `tools` must be set."), a named function must be one of
+    them."""
     tools = body.get("tools")
-    choice = body.get("tool_choice", "auto")
-    if choice not in ("auto", "none", None):
-        raise RequestError(f"tool_choice {show(choice)} is not supported; use 'auto' or 'none'",
-                           "tool_choice")
-    if not tools or choice == "none":
-        return None
-    if not isinstance(tools, list):
-        raise RequestError("tools must be a list", "tools")
+    choice = body.get("tool_choice")
+    if tools is not None and (not isinstance(tools, list) or not tools):
+        raise RequestError(f"tools must be a non-empty list of functions, got {show(tools)}", "tools")
+    if choice is not None and tools is None:
+        raise RequestError("When using `tool_choice`, `tools` must be set.", "tool_choice")
+    named = None
+    if isinstance(choice, dict):
+        fn = choice.get("function") if choice.get("type") == "function" else None
+        named = fn.get("name") if isinstance(fn, dict) else None
+        if not isinstance(named, str):
+            raise RequestError("tool_choice as an object must be {'type': 'function', 'function': "
+                               f"{{'name': ...}}}}, got {show(choice)}", "tool_choice")
+    elif choice not in (None, "auto", "none", "required"):
+        raise RequestError(f"tool_choice must be 'auto', 'none', 'required' or a named function, got "
+                           f"{show(choice)}", "tool_choice")
+    if tools is None or choice == "none":
+        return None, "auto"
     names: dict[str, int] = {}
     for i, t in enumerate(tools):
         fn = t.get("function") if isinstance(t, dict) else None
@@ -258,7 +298,10 @@ def _tools(body: dict) -> list[dict] | None:
             if "object" not in (top if isinstance(top, list) else [top]):  # arguments are an object (_messages)
                 raise RequestError(f"{at}.type must be 'object' (a function takes its arguments as "
                                    f"a JSON object), got {show(top)}", at, "invalid_function_parameters")
-    return tools
+    if named is not None and named not in names:
+        raise RequestError(f"tool_choice names {show(named)}, which is not among the tools "
+                           f"({', '.join(names)})", "tool_choice")
+    return tools, named if named is not None else (choice or "auto")
 
 
 # The JSON Schema keywords whose value has a fixed shape (JSON Schema draft 2020-12 Validation
@@ -327,24 +370,70 @@ def _common(body, served_model: str, refused: tuple) -> None:
     if not isinstance(body, dict):
         raise RequestError("request body must be a JSON object")
     if body.get("model") != served_model:
-        raise RequestError(f"model {show(body.get('model'))} does not exist; this server serves "
-                           f"{served_model!r}", "model", "model_not_found", status=404)
-    n = body.get("n")
-    if n is not None and (type(n) is not int or n != 1):  # bool is an int subclass: not a count
-        raise RequestError(f"n must be the integer 1, got {show(n)}", "n")
-    if body.get("stop"):
-        raise RequestError("stop sequences are not supported by this engine", "stop")
-    # A seed means nothing to greedy decoding (temperature 0 draws nothing), so it is honoured
-    # there; when sampling, rows share one generator per step, so it could not be.
-    if body.get("seed") is not None and body.get("temperature") != 0:
-        raise RequestError("seed is only supported with temperature 0: when sampling, the engine "
-                           "draws every row of a step from one generator, so a seed cannot be "
-                           "honoured", "seed")
-    for key, why in (("presence_penalty", "penalties are not applied by this engine"),
-                     ("frequency_penalty", "penalties are not applied by this engine"),
-                     ("logit_bias", "logit biases are not applied by this engine"), *refused):
+        # vLLM's answer, shape and words (OpenAIServing._check_model: "The model `x` does not
+        # exist.", err_type "NotFoundError", status 404 as the code), plus what this server serves.
+        raise RequestError(f"The model `{show(body.get('model'))}` does not exist. This server serves "
+                           f"{served_model!r}.", "model", 404, status=404, kind="NotFoundError")
+    for key, why in refused:
         if body.get(key) not in (None, False, 0, {}):
             raise RequestError(f"{key} is not supported: {why}", key)
+
+
+def _int(body: dict, key: str, lo: int, hi: int, default):
+    value = body.get(key)
+    if value is None:
+        return default
+    if type(value) is not int or not lo <= value <= hi:  # bool is an int subclass: not a count
+        raise RequestError(f"{key} must be an integer in [{lo}, {hi}], got {show(value)}", key)
+    return value
+
+
+def _sampling(body: dict) -> Sampling:
+    """n, top_k, seed, penalties, logit_bias and stop, as vLLM takes them."""
+    top_k = _int(body, "top_k", -1, 2**31 - 1, 0)
+    stop = body.get("stop")
+    if stop is None:
+        stops: tuple = ()
+    elif isinstance(stop, str):
+        stops = (stop,)
+    elif isinstance(stop, list) and all(isinstance(x, str) for x in stop):
+        stops = tuple(stop)
+    else:
+        raise RequestError(f"stop must be a string or a list of strings, got {show(stop)}", "stop")
+    if len(stops) > MAX_STOPS or any(not x or len(x) > MAX_STOP_CHARS for x in stops):
+        raise RequestError(f"stop takes at most {MAX_STOPS} strings, each 1 to {MAX_STOP_CHARS} characters",
+                           "stop")
+    rep = _number(body, "repetition_penalty", 1.0, 0.0, 1e6, lo_open=True)
+    return Sampling(
+        n=_int(body, "n", 1, MAX_N, 1),
+        top_k=max(top_k, 0),
+        # vLLM's protocol bounds the seed to a signed 64-bit integer (_LONG_INFO)
+        seed=_int(body, "seed", -2**63, 2**63 - 1, None),
+        presence_penalty=_number(body, "presence_penalty", 0.0, -2.0, 2.0),
+        frequency_penalty=_number(body, "frequency_penalty", 0.0, -2.0, 2.0),
+        repetition_penalty=rep,
+        logit_bias=_logit_bias(body.get("logit_bias")),
+        stop=tuple(dict.fromkeys(stops)),
+        include_stop_str_in_output=_flag(body, "include_stop_str_in_output", "include_stop_str_in_output"),
+    )
+
+
+def _logit_bias(raw) -> tuple:
+    """OpenAI's map of token ids (as JSON object keys, strings) to a bias; the vocabulary bound is
+    checked where the tokenizer is known (intake)."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, dict):
+        raise RequestError(f"logit_bias must be an object mapping token ids to numbers, got {show(raw)}",
+                           "logit_bias")
+    out = []
+    for key, value in raw.items():
+        if not (isinstance(key, str) and key.isdigit() and len(key) <= 10):
+            raise RequestError(f"logit_bias key {show(key)} is not a token id", "logit_bias")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise RequestError(f"logit_bias[{key}] must be a number, got {show(value)}", "logit_bias")
+        out.append((int(key), max(-LOGIT_BIAS_LIMIT, min(LOGIT_BIAS_LIMIT, float(value)))))
+    return tuple(out)
 
 
 def _count(body: dict, key: str, most: int) -> int | None:
@@ -368,9 +457,14 @@ def _max_tokens(body: dict, default: int | None) -> int | None:
 
 
 def _stream_options(body: dict) -> dict:
-    options = body.get("stream_options") or {}
+    options = body.get("stream_options")
+    if options is None:
+        return {}
     if not isinstance(options, dict):
         raise RequestError("stream_options must be an object", "stream_options")
+    if body.get("stream") is not True:
+        # vLLM's protocol check_stream_options: "Stream options can only be defined when `stream=True`."
+        raise RequestError("Stream options can only be defined when `stream=True`.", "stream_options")
     return options
 
 
@@ -385,9 +479,10 @@ def parse_chat_request(body, served_model: str) -> ChatRequest:
     if top and not logprobs:
         raise RequestError("when using top_logprobs, logprobs must be set to true", "top_logprobs")
     options = _stream_options(body)
+    tools, choice = _tools(body)
     return ChatRequest(
         messages=_messages(body.get("messages")),
-        tools=_tools(body),
+        tools=tools,
         stream=_flag(body, "stream", "stream"),
         include_usage=_flag(options, "include_usage", "stream_options.include_usage"),
         max_tokens=_max_tokens(body, None),
@@ -396,6 +491,9 @@ def parse_chat_request(body, served_model: str) -> ChatRequest:
         ignore_eos=_flag(body, "ignore_eos", "ignore_eos"),
         logprobs=logprobs,
         top_logprobs=top,
+        sampling=_sampling(body),
+        continuous_usage=_flag(options, "continuous_usage_stats", "stream_options.continuous_usage_stats"),
+        tool_choice=choice,
     )
 
 
@@ -435,6 +533,8 @@ def parse_completion_request(body, served_model: str) -> CompletionRequest:
         temperature=_number(body, "temperature", 1.0, 0.0, 2.0),
         top_p=_number(body, "top_p", 1.0, 0.0, 1.0, lo_open=True),
         ignore_eos=_flag(body, "ignore_eos", "ignore_eos"),
+        sampling=_sampling(body),
+        continuous_usage=_flag(options, "continuous_usage_stats", "stream_options.continuous_usage_stats"),
     )
 
 
@@ -450,11 +550,13 @@ class Completion:
         return {"id": self.id, "object": obj, "created": self.created, "model": self.model}
 
     def chunk(self, delta: dict, finish_reason: str | None = None, usage_field: bool = False,
-              logprobs: list[dict] | None = None) -> dict:
+              logprobs: list[dict] | None = None, index: int = 0, stop_reason: str | None = None) -> dict:
         out = self._head("chat.completion.chunk")
-        out["choices"] = [{"index": 0, "delta": delta,
-                           "logprobs": None if logprobs is None else {"content": logprobs},
-                           "finish_reason": finish_reason}]
+        choice = {"index": index, "delta": delta, "logprobs": None if logprobs is None else {"content": logprobs},
+                  "finish_reason": finish_reason}
+        if finish_reason is not None:
+            choice["stop_reason"] = stop_reason  # vLLM's: the stop string that ended it, else null
+        out["choices"] = [choice]
         if usage_field:
             out["usage"] = None
         return out
@@ -465,20 +567,30 @@ class Completion:
         out["usage"] = usage(prompt_tokens, completion_tokens)
         return out
 
-    def full(self, content: str, tool_calls: list[dict], finish_reason: str,
-             prompt_tokens: int, completion_tokens: int, reasoning: str = "",
-             logprobs: list[dict] | None = None) -> dict:
-        out = self._head("chat.completion")
+    @staticmethod
+    def choice(index: int, content: str, tool_calls: list[dict], finish_reason: str, reasoning: str = "",
+               logprobs: list[dict] | None = None, stop_reason: str | None = None) -> dict:
         message: dict = {"role": "assistant", "content": content or (None if tool_calls else "")}
         if reasoning:
             message["reasoning_content"] = reasoning
         if tool_calls:
             message["tool_calls"] = tool_calls
-        out["choices"] = [{"index": 0, "message": message,
-                           "logprobs": None if logprobs is None else {"content": logprobs},
-                           "finish_reason": finish_reason}]
+        return {"index": index, "message": message,
+                "logprobs": None if logprobs is None else {"content": logprobs},
+                "finish_reason": finish_reason, "stop_reason": stop_reason}
+
+    def full_choices(self, choices: list[dict], prompt_tokens: int, completion_tokens: int) -> dict:
+        """The answer; usage counts the prompt once and every choice's tokens (as vLLM does)."""
+        out = self._head("chat.completion")
+        out["choices"] = choices
         out["usage"] = usage(prompt_tokens, completion_tokens)
         return out
+
+    def full(self, content: str, tool_calls: list[dict], finish_reason: str,
+             prompt_tokens: int, completion_tokens: int, reasoning: str = "",
+             logprobs: list[dict] | None = None) -> dict:
+        return self.full_choices([self.choice(0, content, tool_calls, finish_reason, reasoning, logprobs)],
+                                 prompt_tokens, completion_tokens)
 
 
 def usage(prompt_tokens: int, completion_tokens: int) -> dict:

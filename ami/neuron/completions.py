@@ -24,8 +24,9 @@ from aiohttp import web
 
 from . import api
 from .generator import Generator, SamplingParams
-from .intake import PreparedCompletion
+from .intake import PreparedCompletion, sampling_params
 from .scheduler import PromptLogprobs, Sampled
+from .stops import StopMatcher
 
 
 @dataclass
@@ -37,6 +38,7 @@ class _Choice:
     prompt_text: str
     decoder: object
     stop_ids: frozenset
+    stops: StopMatcher = field(default_factory=lambda: StopMatcher(()))
     tokens: int = 0
     finish_reason: str = "length"
     prompt_entries: list | None = None  # (token, None) then Sampled per prompt token
@@ -56,25 +58,45 @@ class _Choice:
         if token in self.stop_ids:
             self.finish_reason = "stop"
             return None
-        return self.decoder.push(token)
+        piece = self.stops.feed(self.decoder.push(token))
+        if self.stops.stopped is not None:  # a stop string: this piece is the last
+            self.finish_reason = "stop"
+        return piece
+
+    @property
+    def done(self) -> bool:
+        return self.stops.stopped is not None
+
+    def tail(self) -> str:
+        """The text held back at the end: the decoder's and the stop matcher's."""
+        if self.done:
+            return ""
+        return self.stops.feed(self.decoder.flush()) + self.stops.flush()
 
 
 def _params(prep: PreparedCompletion) -> list[SamplingParams]:
+    """Per prompt, ``n`` sequences (OpenAI's order: choice ``prompt * n + j``), sequence j of a
+    seeded request seeded ``seed + j`` as vLLM seeds the children of an n > 1 request."""
     req = prep.request
     prompt_lp = req.logprobs if req.echo and req.logprobs is not None else None
-    return [SamplingParams(m, req.temperature, req.top_p, req.ignore_eos, logprobs=req.logprobs,
-                           prompt_logprobs=prompt_lp) for m in prep.max_new]
+    return [sampling_params(m, req.temperature, req.top_p, req.ignore_eos, req.sampling, j,
+                            logprobs=req.logprobs, prompt_logprobs=prompt_lp)
+            for m in prep.max_new for j in range(req.sampling.n)]
 
 
 def _choices(gen: Generator, prep: PreparedCompletion) -> list[_Choice]:
-    stop = frozenset() if prep.request.ignore_eos else gen.chat.stop_ids
-    return [_Choice(i, ids, text, gen.chat.decoder(skip_special=True), stop)
-            for i, (ids, text) in enumerate(zip(prep.prompt_ids, prep.prompt_texts))]
+    req = prep.request
+    stop = frozenset() if req.ignore_eos else gen.chat.stop_ids
+    n = req.sampling.n
+    return [_Choice(i * n + j, ids, text, gen.chat.decoder(skip_special=True), stop,
+                    StopMatcher(req.sampling.stop, req.sampling.include_stop_str_in_output))
+            for i, (ids, text) in enumerate(zip(prep.prompt_ids, prep.prompt_texts)) for j in range(n)]
 
 
 async def respond(request: web.Request, gen: Generator, prep: PreparedCompletion) -> web.StreamResponse:
     """Raises QueueFull (before anything is sent) when the queue cannot take every prompt."""
-    streams = gen.generate_many(prep.prompt_ids, _params(prep))
+    n = prep.request.sampling.n
+    streams = gen.generate_many([ids for ids in prep.prompt_ids for _ in range(n)], _params(prep))
     # Queued: from here on the rows are this handler's to cancel, whatever ends it (a client gone
     # before the first chunk cancels the handler at its first await, before any pump started).
     try:
@@ -117,7 +139,9 @@ async def _collect(choice: _Choice, stream) -> str:
             if piece is None:
                 break
             pieces.append(piece)
-    pieces.append(choice.decoder.flush())
+            if choice.done:
+                break
+    pieces.append(choice.tail())
     return "".join(pieces)
 
 
@@ -160,9 +184,11 @@ async def _stream(request: web.Request, prep: PreparedCompletion, completion: ap
                         break
                     if piece or new:
                         await events.put((choice, piece, new, None))
+                    if choice.done:
+                        break
             if not echoed:
                 await events.put((choice, choice.prompt_text, choice.prompt_entries or [], None))
-            await events.put((choice, choice.decoder.flush(), [], choice.finish_reason))
+            await events.put((choice, choice.tail(), [], choice.finish_reason))
         except Exception as exc:  # noqa: BLE001 - generation failed: the stream says so, then ends
             await events.put(exc)
 

@@ -26,6 +26,13 @@ class SamplingParams:
     ignore_eos: bool = False
     logprobs: int | None = None  # alternatives per generated token; None: no log-probabilities
     prompt_logprobs: int | None = None  # the same for the prompt tokens (completions' echo)
+    top_k: int = 0  # 0: off
+    seed: int | None = None
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    logit_bias: tuple = ()  # (token id, bias) pairs
+    allowed: object = None  # structured output: output ids so far -> token ids allowed next
 
 
 class LimitError(ValueError):
@@ -98,7 +105,10 @@ class BatchedGenerator:
     def _row(self, prompt_ids: list[int], params: SamplingParams) -> Row:
         return Row(list(prompt_ids), params.max_tokens, params.temperature, params.top_p,
                    frozenset() if params.ignore_eos else self.chat.stop_ids,
-                   logprobs=params.logprobs, prompt_logprobs=params.prompt_logprobs)
+                   logprobs=params.logprobs, prompt_logprobs=params.prompt_logprobs, top_k=params.top_k,
+                   seed=params.seed, presence_penalty=params.presence_penalty,
+                   frequency_penalty=params.frequency_penalty, repetition_penalty=params.repetition_penalty,
+                   logit_bias=params.logit_bias, allowed=params.allowed)
 
     def generate(self, prompt_ids: list[int], params: SamplingParams) -> AsyncIterator[int]:
         """Raises QueueFull when no place is left to wait."""

@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass
 
 from . import api
-from .generator import Generator, LimitError
+from .generator import Generator, LimitError, SamplingParams
 
 
 # The most bytes one character of a JSON string can take: a character outside the Basic
@@ -53,6 +53,9 @@ class Prepared:
     request: api.ChatRequest
     prompt_ids: list[int]
     max_new: int
+    # Structured output: a factory of one constraint per sequence (each keeps its own state):
+    # constraint(output ids so far) -> the token ids allowed next
+    allowed: object = None
 
 
 @dataclass(frozen=True)
@@ -132,6 +135,16 @@ def _check_text(text: str, key: str) -> None:
                                "is not a character", key, "invalid_text") from None
 
 
+def check_logit_bias(sampling: api.Sampling, gen: Generator) -> None:
+    """Token ids of logit_bias inside the vocabulary (vLLM refuses out-of-vocabulary ids:
+    "token_id(s) ... in logit_bias contain out-of-vocab token ids")."""
+    vocab = len(gen.chat.tokenizer)
+    bad = [t for t, _ in sampling.logit_bias if t >= vocab]
+    if bad:
+        raise api.RequestError(f"logit_bias names token ids outside the vocabulary of {vocab}: "
+                               f"{api.show(bad)}", "logit_bias")
+
+
 def prepare(raw: bytes, gen: Generator, lim: IntakeLimits) -> Prepared:
     """Raises api.RequestError or generator.LimitError for a request that cannot be served."""
     body = load_json(raw)
@@ -139,6 +152,10 @@ def prepare(raw: bytes, gen: Generator, lim: IntakeLimits) -> Prepared:
         raise api.RequestError("request body must be a JSON object")
     check_size(body, lim)
     req = api.parse_chat_request(body, gen.model_id)
+    check_logit_bias(req.sampling, gen)
+    if req.tool_choice != "auto":
+        raise api.RequestError(f"tool_choice {api.show(req.tool_choice)} is not supported by this engine: it "
+                               "takes 'auto' and 'none'", "tool_choice")
     try:
         prompt_ids = gen.chat.render(req.messages, req.tools)
     except Exception as exc:  # noqa: BLE001 - the template refused the conversation (e.g. role order)
@@ -178,6 +195,7 @@ def prepare_completion(raw: bytes, gen: Generator, lim: IntakeLimits) -> Prepare
         raise api.RequestError("request body must be a JSON object")
     _check_prompt_size(body, lim)
     req = api.parse_completion_request(body, gen.model_id)
+    check_logit_bias(req.sampling, gen)
     tok = gen.chat.tokenizer
     vocab = len(tok)
     ids, texts, max_new = [], [], []
@@ -199,3 +217,15 @@ def prepare_completion(raw: bytes, gen: Generator, lim: IntakeLimits) -> Prepare
             raise LimitError(str(exc), "prompt" if exc.param == "messages" else exc.param, exc.code) from None
         ids.append(pid)
     return PreparedCompletion(req, ids, texts, max_new)
+
+
+def sampling_params(max_new: int, temperature: float, top_p: float, ignore_eos: bool, sampling: api.Sampling,
+                    index: int = 0, **extra) -> SamplingParams:
+    """One sequence's settings; sequence ``index`` of a seeded request gets ``seed + index``, as
+    vLLM seeds the children of an n > 1 request (vllm/v1/engine/parallel_sampling.py
+    ``ParentRequest._get_child_sampling_params``)."""
+    return SamplingParams(max_new, temperature, top_p, ignore_eos, top_k=sampling.top_k,
+                          seed=None if sampling.seed is None else sampling.seed + index,
+                          presence_penalty=sampling.presence_penalty,
+                          frequency_penalty=sampling.frequency_penalty,
+                          repetition_penalty=sampling.repetition_penalty, logit_bias=sampling.logit_bias, **extra)

@@ -71,6 +71,14 @@ class Row:
     cancelled: bool = False
     logprobs: int | None = None  # alternatives per generated token; None: no log-probabilities
     prompt_logprobs: int | None = None  # the same for the prompt tokens (completions' echo)
+    top_k: int = 0  # 0: off
+    seed: int | None = None  # a generator of the row's own: reproducible whatever shares the step
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    logit_bias: tuple = ()  # (token id, bias) pairs
+    # Structured output: output ids so far -> the token ids allowed next (None: any)
+    allowed: Callable[[list[int]], object] | None = field(default=None, repr=False)
 
 
 class SlotRunner(Protocol):
@@ -143,6 +151,8 @@ class _Live:
     generated: int = 0
     forced: collections.deque = field(default_factory=collections.deque)  # prompt tokens still to feed
     prompt_entries: list | None = None  # prompt log-probabilities being collected
+    output: list = field(default_factory=list)  # generated ids (penalties, allowed tokens)
+    generator: object = None  # torch.Generator of a seeded row
 
 
 def logprob_entry(logprobs, token: int, top: int) -> Sampled:
@@ -332,6 +342,10 @@ class BatchScheduler:
                 slot = self._free.pop(0)
                 self.admitted += 1
             lv = _Live(row, slot, time.perf_counter())
+            if row.seed is not None:
+                import torch
+
+                lv.generator = torch.Generator().manual_seed(row.seed)
             self._live[slot] = lv
             prompt = row.prompt_ids
             want_prompt = row.prompt_logprobs is not None
@@ -392,7 +406,9 @@ class BatchScheduler:
             return
         rows = [lvs[i].row for i in sampling]
         raw = logits[sampling].float()
-        tokens = RowSampler.sample(RowSampler(rows, len(rows))(None, raw)).tolist()
+        history = [(lvs[i].row.prompt_ids, lvs[i].output) for i in sampling]
+        sampler = RowSampler(rows, len(rows), history)
+        tokens = RowSampler.sample(sampler(None, raw), [lvs[i].generator for i in sampling]).tolist()
         want = [lv.row.logprobs is not None for lv in (lvs[i] for i in sampling)]
         lp = raw.log_softmax(-1) if any(want) else None
         for k, i in enumerate(sampling):
@@ -403,6 +419,7 @@ class BatchScheduler:
                 lv.prompt_entries = None
             row.emit(logprob_entry(lp[k], token, row.logprobs) if want[k] else token)
             lv.generated += 1
+            lv.output.append(token)
             lv.next_input = token
             if token in row.stop_ids or lv.generated >= row.max_new:
                 self._finish(lv)

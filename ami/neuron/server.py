@@ -26,6 +26,7 @@ from .cli import DEFAULT_BODY_TIMEOUT_S
 from .generator import Generator, LimitError, QueueFull, SamplingParams
 from .reasoning import ThoughtStream
 from .scheduler import NeverFits, PromptLogprobs, Sampled
+from .stops import StopMatcher
 from .toolcalls import ContentDelta, ToolCall, ToolCallStream
 
 log = logging.getLogger("ami.neuron.server")
@@ -87,18 +88,21 @@ async def _errors_as_json(request: web.Request, handler):
 
 
 async def _events(gen: Generator, stream: AsyncIterator, params: SamplingParams, tools: bool,
-                  counter: list[int]) -> AsyncIterator[tuple]:
+                  counter: list[int], stops: StopMatcher | None = None) -> AsyncIterator[tuple]:
     """Token ids -> ('content', text) | ('reasoning', text) | ('tool', ToolCall) |
-    ('logprob', Sampled) | ('finish', reason).
+    ('logprob', Sampled) | ('finish', reason, stop string or None).
 
-    Text goes through two exact streaming filters: the thought channel (to reasoning), then,
+    The decoded text first meets the request's stop strings (on the whole output, as vLLM
+    matches them), then two exact streaming filters: the thought channel (to reasoning), then,
     when the request has tools, the tool-call parser. A request with log-probabilities gets one
     'logprob' event per generated token (the stop token included, as usage counts it), before
-    that token's text."""
+    that token's text. A stop string ends the row: leaving the loop closes its stream, which
+    frees the slot at the next step."""
     decoder = gen.chat.decoder()
     thoughts = ThoughtStream()
     parser = ToolCallStream() if tools else None
     stop_ids = set() if params.ignore_eos else gen.chat.stop_ids
+    stops = stops or StopMatcher(())
     reason = "length"
 
     def route(content: str, reasoning: str, final: bool = False) -> list:
@@ -121,15 +125,20 @@ async def _events(gen: Generator, stream: AsyncIterator, params: SamplingParams,
             if token in stop_ids:
                 reason = "stop"
                 break
-            text = decoder.push(token)
+            text = stops.feed(decoder.push(token))
             if text:
                 for ev in route(*thoughts.feed(text)):
                     yield ev
-    for ev in route(*thoughts.feed(decoder.flush())) + route(*thoughts.finish(), final=True):
+            if stops.stopped is not None:
+                reason = "stop"
+                break
+    tail = "" if stops.stopped is not None else stops.feed(decoder.flush())
+    tail += stops.flush()
+    for ev in route(*thoughts.feed(tail)) + route(*thoughts.finish(), final=True):
         yield ev
-    if parser is not None and parser.calls and reason == "stop":
+    if parser is not None and parser.calls and reason == "stop" and stops.stopped is None:
         reason = "tool_calls"
-    yield ("finish", reason)
+    yield ("finish", reason, stops.stopped)
 
 
 def _as_tuple(ev):
@@ -137,7 +146,7 @@ def _as_tuple(ev):
         return ("content", ev.text)
     if isinstance(ev, ToolCall):
         return ("tool", ev)
-    return ev
+    return ev[:2]
 
 
 async def _read_body(request: web.Request):
@@ -164,7 +173,7 @@ async def _prepare(request: web.Request, prepare):
         # JSON, limits, template and tokenizer in the intake thread: the loop keeps serving.
         return await asyncio.get_running_loop().run_in_executor(pool, prepare, raw, request.app[GENERATOR], limits)
     except api.RequestError as exc:
-        return _json_error(exc.status, str(exc), exc.param, exc.code)
+        return _json_error(exc.status, str(exc), exc.param, exc.code, kind=exc.kind)
     except LimitError as exc:
         return _json_error(400, str(exc), exc.param, exc.code)
 
@@ -175,13 +184,15 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     if isinstance(prepared, web.StreamResponse):
         return prepared
     req, prompt_ids, max_new = prepared.request, prepared.prompt_ids, prepared.max_new
-
-    params = SamplingParams(max_new, req.temperature, req.top_p, req.ignore_eos,
-                            logprobs=req.top_logprobs if req.logprobs else None)
+    n = req.sampling.n
+    params = [intake.sampling_params(max_new, req.temperature, req.top_p, req.ignore_eos, req.sampling, i,
+                              logprobs=req.top_logprobs if req.logprobs else None,
+                              allowed=prepared.allowed() if prepared.allowed else None) for i in range(n)]
     completion = api.Completion(gen.model_id)
-    counter = [0]
     try:
-        stream = gen.generate(prompt_ids, params)
+        streams = gen.generate_many([prompt_ids] * n, params)
+    except NeverFits as exc:
+        return _json_error(400, str(exc).replace("prompts", "sequences"), "n", "too_many_sequences")
     except QueueFull as exc:
         return _busy(exc)
     except RuntimeError as exc:  # the engine has stopped (/health says so too)
@@ -189,22 +200,26 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     # The request is queued: from here on it is this handler's to cancel, whatever ends it (the
     # client gone before the first chunk cancels the handler at its first await).
     try:
-        return await _answer_chat(request, completion, req, stream, params, counter, len(prompt_ids))
+        return await _answer_chat(request, completion, req, streams, params, len(prompt_ids))
     finally:
-        await stream.aclose()  # frees the slot (or the queue place) at the next step; idempotent
+        for stream in streams:
+            await stream.aclose()  # frees the slot (or the queue place) at the next step; idempotent
 
 
-async def _answer_chat(request, completion, req, stream, params, counter, prompt_tokens):
+async def _answer_chat(request, completion, req, streams, params, prompt_tokens):
     gen: Generator = request.app[GENERATOR]
-    events = _events(gen, stream, params, req.tools is not None, counter)
+    counters = [[0] for _ in streams]
+    events = [_events(gen, stream, p, req.tools is not None, counter,
+                      StopMatcher(req.sampling.stop, req.sampling.include_stop_str_in_output))
+              for stream, p, counter in zip(streams, params, counters)]
     text = _token_text(gen)
     if req.stream:
-        return await _stream(request, completion, events, req.include_usage, prompt_tokens, counter, text)
+        return await _stream(request, completion, req, events, prompt_tokens, counters, text)
 
-    content, reasoning, calls, logprobs, reason = [], [], [], [], "stop"
-    try:
-        async with contextlib.aclosing(events):
-            async for ev in events:
+    async def collect(index: int, evs) -> dict:
+        content, reasoning, calls, logprobs, reason, stop = [], [], [], [], "stop", None
+        async with contextlib.aclosing(evs):
+            async for ev in evs:
                 kind, value = _as_tuple(ev)
                 if kind == "content":
                     content.append(value)
@@ -215,12 +230,15 @@ async def _answer_chat(request, completion, req, stream, params, counter, prompt
                 elif kind == "logprob":
                     logprobs.append(api.chat_logprob(value, text))
                 else:
-                    reason = value
+                    reason, stop = value, ev[2]
+        return api.Completion.choice(index, "".join(content), calls, reason, reasoning="".join(reasoning),
+                                     logprobs=logprobs if req.logprobs else None, stop_reason=stop)
+
+    try:
+        choices = await asyncio.gather(*(collect(i, evs) for i, evs in enumerate(events)))
     except RuntimeError as exc:
         return _json_error(500, str(exc), kind="server_error")
-    return web.json_response(completion.full("".join(content), calls, reason, prompt_tokens, counter[0],
-                                             reasoning="".join(reasoning),
-                                             logprobs=logprobs if req.logprobs else None))
+    return web.json_response(completion.full_choices(list(choices), prompt_tokens, sum(c[0] for c in counters)))
 
 
 def _token_text(gen: Generator):
@@ -229,48 +247,73 @@ def _token_text(gen: Generator):
     return lambda token: tok.decode([token], skip_special_tokens=False)
 
 
-async def _stream(request, completion: api.Completion, events, include_usage: bool,
-                  prompt_tokens: int, counter: list[int], text) -> web.StreamResponse:
+async def _stream(request, completion: api.Completion, req, events: list, prompt_tokens: int,
+                  counters: list[list[int]], text) -> web.StreamResponse:
+    """Server-sent events: each choice's role chunk, then its deltas as they come (choices
+    interleaved, each chunk naming its ``index``), its finish chunk; the usage chunk last when
+    asked, and usage in every chunk with ``continuous_usage_stats`` (vLLM's extension)."""
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
                                        "Cache-Control": "no-cache"})
     await resp.prepare(request)
+    usage_field = req.include_usage or req.continuous_usage
 
     async def send(obj) -> None:
+        if req.continuous_usage and obj.get("choices"):
+            obj["usage"] = api.usage(prompt_tokens, sum(c[0] for c in counters))
         await resp.write(b"data: " + json.dumps(obj, ensure_ascii=False).encode() + b"\n\n")
 
-    await send(completion.chunk({"role": "assistant", "content": ""}, usage_field=include_usage))
-    pending: list[dict] | None = None  # log-probabilities of tokens not yet sent with a chunk
-    try:
-        # aclosing: a client that goes away mid-stream frees its batch slot at the next step.
-        async with contextlib.aclosing(events):
-            async for ev in events:
-                kind, value = _as_tuple(ev)
-                if kind == "logprob":
-                    pending = (pending or []) + [api.chat_logprob(value, text)]
-                    continue
-                if kind == "content":
-                    delta = {"content": value}
-                elif kind == "reasoning":
-                    delta = {"reasoning_content": value}
-                elif kind == "tool":
-                    delta = {"tool_calls": [api.tool_call_json(value, with_index=True)]}
-                else:
-                    await send(completion.chunk({}, finish_reason=value, usage_field=include_usage,
-                                                logprobs=pending))
+    queue: asyncio.Queue = asyncio.Queue()
+
+    async def pump(index: int, evs) -> None:
+        pending: list[dict] | None = None  # log-probabilities of tokens not yet sent with a chunk
+        try:
+            async with contextlib.aclosing(evs):
+                async for ev in evs:
+                    kind, value = _as_tuple(ev)
+                    if kind == "logprob":
+                        pending = (pending or []) + [api.chat_logprob(value, text)]
+                        continue
+                    if kind == "content":
+                        delta = {"content": value}
+                    elif kind == "reasoning":
+                        delta = {"reasoning_content": value}
+                    elif kind == "tool":
+                        delta = {"tool_calls": [api.tool_call_json(value, with_index=True)]}
+                    else:
+                        await queue.put(completion.chunk({}, finish_reason=value, usage_field=usage_field,
+                                                         logprobs=pending, index=index, stop_reason=ev[2]))
+                        pending = None
+                        continue
+                    await queue.put(completion.chunk(delta, usage_field=usage_field, logprobs=pending, index=index))
                     pending = None
-                    continue
-                await send(completion.chunk(delta, usage_field=include_usage, logprobs=pending))
-                pending = None
-        if include_usage:
-            await send(completion.usage_chunk(prompt_tokens, counter[0]))
+            await queue.put(None)
+        except Exception as exc:  # noqa: BLE001 - generation failed: the stream says so, then ends
+            await queue.put(exc)
+
+    for i in range(len(events)):
+        await send(completion.chunk({"role": "assistant", "content": ""}, usage_field=usage_field, index=i))
+    tasks = [asyncio.create_task(pump(i, evs)) for i, evs in enumerate(events)]
+    try:
+        done = 0
+        while done < len(tasks):
+            item = await queue.get()
+            if item is None:
+                done += 1
+            elif isinstance(item, BaseException):
+                await send(api.error_body(str(item), kind="server_error"))
+                break
+            else:
+                await send(item)
+        else:
+            if req.include_usage:
+                await send(completion.usage_chunk(prompt_tokens, sum(c[0] for c in counters)))
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
-    except ConnectionResetError as exc:  # the client went away; its row was cancelled above
-        log.info("client %s went away mid-stream after %d tokens (%s)", request.remote, counter[0], exc)
-    except RuntimeError as exc:
-        await send(api.error_body(str(exc), kind="server_error"))
-        await resp.write(b"data: [DONE]\n\n")
-        await resp.write_eof()
+    except ConnectionResetError as exc:  # the client went away; its rows are cancelled by the caller
+        log.info("client %s went away mid-stream (%s)", request.remote, exc)
+    finally:
+        for t in tasks:
+            t.cancel()
     return resp
 
 

@@ -52,3 +52,6 @@ class ScriptedGenerator:
         for token in ids[:params.max_tokens]:
             await asyncio.sleep(0)
             yield token
+
+    def generate_many(self, prompts: list[list[int]], params: list[SamplingParams]) -> list:
+        return [self.generate(p, q) for p, q in zip(prompts, params)]

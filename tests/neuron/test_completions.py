@@ -108,8 +108,9 @@ def test_chat_logprobs_streamed_and_not(client):
 
 @pytest.mark.parametrize("bad, param", [
     ({"logprobs": 21}, "logprobs"), ({"prompt": []}, "prompt"), ({"prompt": ""}, "prompt"),
-    ({"prompt": [[1, 2], [400000]]}, "prompt"), ({"suffix": "x"}, "suffix"), ({"seed": 3}, "seed"),
-    ({"echo": "yes"}, "echo"), ({"n": 2}, "n"), ({"prompt": "word " * 400}, "prompt"),
+    ({"prompt": [[1, 2], [400000]]}, "prompt"), ({"suffix": "x"}, "suffix"), ({"seed": 1.5}, "seed"),
+    ({"echo": "yes"}, "echo"), ({"n": 0}, "n"), ({"prompt": "word " * 400}, "prompt"),
+    ({"stop": ["x"] * 65}, "stop"), ({"stream_options": {"include_usage": True}}, "stream_options"),
     ({"max_tokens": 600}, "max_tokens"),
 ])
 def test_bad_completion_requests_are_400_naming_the_field(client, bad, param):

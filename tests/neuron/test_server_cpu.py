@@ -76,10 +76,16 @@ def test_prompt_plus_max_tokens_over_the_total_is_a_400(client):
 
 
 @pytest.mark.parametrize("bad, field", [
-    ({"n": 2}, "n"), ({"stop": ["x"]}, "stop"), ({"temperature": 3}, "temperature"),
+    ({"n": 0}, "n"), ({"n": True}, "n"), ({"stop": [""]}, "stop"), ({"stop": 5}, "stop"),
+    ({"temperature": 3}, "temperature"),
     ({"tool_choice": "required"}, "tool_choice"), ({"max_tokens": 0}, "max_tokens"),
-    ({"seed": 7}, "seed"), ({"top_logprobs": 2}, "top_logprobs"), ({"logprobs": "yes"}, "logprobs"),
-    ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"), ({"presence_penalty": 0.5}, "presence_penalty"),
+    ({"seed": "7"}, "seed"), ({"seed": 2**63}, "seed"), ({"top_logprobs": 2}, "top_logprobs"),
+    ({"logprobs": "yes"}, "logprobs"),
+    ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"), ({"presence_penalty": 2.5}, "presence_penalty"),
+    ({"frequency_penalty": -3}, "frequency_penalty"), ({"repetition_penalty": 0}, "repetition_penalty"),
+    ({"top_k": -2}, "top_k"), ({"logit_bias": {"999999": 1}}, "logit_bias"), ({"logit_bias": {"x": 1}}, "logit_bias"),
+    ({"stream_options": {"include_usage": True}}, "stream_options"), ({"tools": []}, "tools"),
+    ({"include_stop_str_in_output": "yes"}, "include_stop_str_in_output"),
     ({"response_format": {"type": "json_object"}}, "response_format"), ({"top_p": 0}, "top_p"),
     ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
      "messages[0]"),
@@ -89,7 +95,9 @@ def test_prompt_plus_max_tokens_over_the_total_is_a_400(client):
      "tools[0].function.parameters"),  # as OpenAI names it (ami/neuron/api.py)
 ])
 def test_unsupported_or_invalid_fields_are_refused(client, bad, field):
-    args = {"model": MODEL, "messages": HELLO, "max_tokens": 2, **bad}
+    # vLLM's extensions are not the SDK's parameters: they go in extra_body, as clients send them
+    extra = {k: bad.pop(k) for k in ("repetition_penalty", "top_k", "include_stop_str_in_output") if k in bad}
+    args = {"model": MODEL, "messages": HELLO, "max_tokens": 2, **bad, "extra_body": extra}
     with pytest.raises(openai.BadRequestError) as e:
         client.chat.completions.create(**args)
     assert e.value.body["param"] == field
