@@ -3,9 +3,10 @@ holds it with the runtime and the kernel it was built for, so no unattended upgr
 instance to a kernel the driver does not build for; its validate step refuses an image whose driver
 is the DLAMI's 2.26.5.0 or whose kernel is not held.
 
-The component's PinNeuronRuntime step and the pin check of CheckPins run as written, with the
-parameters NeuronImageStack synthesizes, against stand-ins for apt-get, apt-mark, dpkg-query and
-uname that keep a small dpkg database in a file (name, status, version per line).
+The component's PinNeuronRuntime step and the pin check of CheckPins run as written (with
+ami/scripts/neuron-hold.sh, from the unpacked assets), with the parameters NeuronImageStack
+synthesizes, against stand-ins for apt-get, apt-mark, dpkg-query and uname that keep a small dpkg
+database in a file (name, status, version per line).
 """
 from __future__ import annotations
 
@@ -100,9 +101,9 @@ def host(tmp_path):
 
 
 def pin_check() -> str:
-    """CheckPins up to its hold check (the rest needs the engine venv)."""
+    """CheckPins up to its apt pin and hold check, neuron-hold.sh --check (the rest needs the engine venv)."""
     lines = step_script("validate", "CheckPins").splitlines()
-    end = next(i for i, line in enumerate(lines) if "is not held" in line and "linux-image" in line)
+    end = next(i for i, line in enumerate(lines) if "neuron-hold.sh --check" in line)
     return "\n".join(lines[:end + 1])
 
 
