@@ -73,7 +73,9 @@ def make_shapes(prompt_buckets, total_tokens: int, batch_size: int, token_bucket
     if not 1 <= batch_size <= 64:
         raise ConfigError(f"batch size must be in 1..64, got {batch_size}")
     if token_buckets is None:
-        # Doubling KV lengths ending at the total: short conversations decode on small graphs.
+        # Doubling KV lengths ending at the total. With the E2B port they save no attention work:
+        # its per-layer cache shapes make NxD Inference read every layer's full length whatever
+        # the bucket (kv_cache_manager.py l.332-333 at cd3abf3; kv_cache_bytes below).
         tb, b = [total_tokens], total_tokens
         while b // 2 >= max(pb[0], 256) and len(tb) < 3:
             b //= 2
