@@ -57,6 +57,8 @@ def writable_problem(path: Path, *, directory: bool) -> str | None:
     temporary file, removed at once: as root, permission bits say little; /proc refuses all).
     ``directory``: ``path`` is to be a directory (else a file, which must not be a directory)."""
     path = Path(path)
+    if directory and path.is_symlink() and not path.exists():  # mkdir would fail (FileExistsError)
+        return f"{path} is a symbolic link to {os.readlink(path)}, which does not exist"
     if path.exists():
         if directory and not path.is_dir():
             return f"{path} exists and is not a directory"
@@ -107,9 +109,16 @@ def append_bytes(path: Path, data: bytes) -> None:
         if st.st_size and os.pread(fd, 1, st.st_size - 1) != b"\n":
             data = b"\n" + data
         view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
+        try:
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        except OSError:  # a full disk, a file size limit: no half record left behind
+            try:
+                os.ftruncate(fd, st.st_size)
+            except OSError:
+                pass
+            raise
     finally:
         os.close(fd)
 

@@ -8,7 +8,8 @@ Writes DIR/items.jsonl (one line per item and backend, appended as answers arriv
 DIR/accuracy.json (per backend accuracy with a 95% Wilson interval; per pair the paired table,
 difference with a 95% interval, exact McNemar p-value and smallest detectable difference) and
 DIR/run.json (settings, methods, per-backend status, tasks a backend could not run and why).
-Exit 0 when every backend finished every item, 1 when one is incomplete, 2 on bad input.
+Exit 0 when every backend finished every item, 1 when one is incomplete or a result could not be
+written (a full disk: one line naming the file; what was recorded is kept), 2 on bad input.
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from harness.accuracy import lmeval
 from harness.accuracy.client import Settings, Target, openai_ask
 from harness.accuracy.gateway import openai_gateway
 from harness.accuracy.items import ITEMS_TASK, ItemsError, load_items
-from harness.accuracy.runner import ITEMS_FILE, _Writer, finished, run_target
+from harness.accuracy.runner import ITEMS_FILE, RecordLost, _Writer, finished, run_target
 from harness.accuracy.stats import METHODS
 from harness.accuracy.summary import summarize
 from harness.results import Skipped, appendable_problem, parse_json, read_bytes, writable_problem, write_file
@@ -156,7 +157,8 @@ def check_out_dir(out: Path, prog: str, flag: str) -> None:
     """Before anything is asked: ``out`` is a directory that can be written, items.jsonl is not
     a symlink or special file (never written through), and an earlier run.json is whole.
     Raises UsageError with one line."""
-    problem = writable_problem(out, directory=True) or appendable_problem(out / ITEMS_FILE)
+    problem = writable_problem(out, directory=True) or appendable_problem(out / ITEMS_FILE) \
+        or writable_problem(out / "accuracy.json", directory=False) or writable_problem(out / "run.json", directory=False)
     if problem:
         raise UsageError(f"{prog}: {flag} {out}: {problem}")
     previous_run(out, prog)
@@ -213,10 +215,16 @@ def run_accuracy(targets: list[Target], opts: dict[str, Any], out_dir: Path, *,
         done = finished(out_dir)
         threads = []
         stop = threading.Event()
+        lost: list[RecordLost] = []  # an answer that could not be written stops every backend
         for t in targets:
             def work(t: Target = t) -> None:
-                why = run_target(t, items, writer, set(done.get(t.name, {})),
-                                 concurrency=opts["concurrency"], echo=echo, stop=stop)
+                try:
+                    why = run_target(t, items, writer, set(done.get(t.name, {})),
+                                     concurrency=opts["concurrency"], echo=echo, stop=stop)
+                except RecordLost as e:
+                    lost.append(e)
+                    stop.set()
+                    return
                 if why:
                     status[t.name].append(f"{ITEMS_TASK}: {why}")
             threads.append(threading.Thread(target=work, name=f"accuracy-{t.name}", daemon=True))
@@ -231,6 +239,8 @@ def run_accuracy(targets: list[Target], opts: dict[str, Any], out_dir: Path, *,
             for th in threads:
                 th.join(opts["settings"].timeout)
             raise
+        if lost:
+            raise lost[0]
     with contextlib.ExitStack() as gateways:
         if opts["tasks"]:  # lm-eval speaks OpenAI only: a local gateway in front of the others
             via = [_for_lm_eval(t, run, gateways) for t in targets]
@@ -253,8 +263,11 @@ def run_accuracy(targets: list[Target], opts: dict[str, Any], out_dir: Path, *,
     if len(leaves) > 1:  # accuracy.json pools every task; the same numbers per task here
         run["by_task"] = {leaf: summarize(names, [k for k in keys if k[0] == leaf], results)
                           for leaf in leaves}
-    write_file(out_dir / "accuracy.json", ACCURACY, acc)
-    write_file(out_dir / "run.json", ACCURACY_RUN, run)
+    for name, contract, data in (("accuracy.json", ACCURACY, acc), ("run.json", ACCURACY_RUN, run)):
+        try:
+            write_file(out_dir / name, contract, data)
+        except OSError as e:  # named: the error itself may name only the temporary file
+            raise OSError(e.errno, e.strerror or str(e), str(out_dir / name)) from None
     for line in format_table(acc, run):
         echo(line)
     return run
@@ -346,4 +359,10 @@ def main(argv: list[str] | None = None, *, echo: Callable[[str], None] = print) 
     except KeyboardInterrupt:
         echo(f"\ninterrupted: the answers so far are in {a.out / ITEMS_FILE}; --resume continues")
         return 130
+    except OSError as e:  # a full disk, a file size limit, a directory gone: one line, what is kept
+        where = e.filename or a.out
+        print(f"harness.accuracy: cannot write {where}: {e.strerror or e}; nothing more was asked; the answers "
+              f"recorded before it are in {a.out / ITEMS_FILE} and --resume asks the rest once it can be written",
+              file=sys.stderr)
+        return 1
     return 0 if all(b["status"] == "complete" for b in run["backends"].values()) else 1

@@ -29,6 +29,11 @@ def finished(out_dir: Path) -> dict[str, dict[Key, bool]]:
     return out
 
 
+class RecordLost(OSError):
+    """An answer that could not be appended to items.jsonl (a full disk, a file size limit): the
+    run stops asking, since every later answer would be lost too. ``filename`` is the file."""
+
+
 class _Writer:
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -36,7 +41,10 @@ class _Writer:
 
     def write(self, rec: dict) -> None:
         with self.lock:
-            append_record(self.path, ACCURACY_ITEMS, rec)
+            try:
+                append_record(self.path, ACCURACY_ITEMS, rec)
+            except OSError as e:
+                raise RecordLost(e.errno, e.strerror or str(e), str(self.path)) from None
 
 
 def run_target(target: Target, items: list[Item], writer: _Writer, done: set[Key], *,
@@ -50,6 +58,7 @@ def run_target(target: Target, items: list[Item], writer: _Writer, done: set[Key
         return None
     total = len(todo)
     down: list[str] = []
+    lost: RecordLost | None = None
     failed = 0
     answered = 0
 
@@ -80,10 +89,15 @@ def run_target(target: Target, items: list[Item], writer: _Writer, done: set[Key
             finished_now, running = wait(running, return_when=FIRST_COMPLETED)
             for f in finished_now:
                 exc = f.exception()
-                if isinstance(exc, BackendDown):
+                if isinstance(exc, RecordLost):  # the harness's disk, not the backend: stop, say so
+                    stop.set()
+                    lost = lost or exc
+                elif isinstance(exc, BackendDown):
                     down.append(str(exc))
                 elif exc is not None:
                     down.append(f"{type(exc).__name__}: {exc}")
+    if lost is not None:
+        raise lost
     if down:
         echo(f"accuracy   {target.name}: stopped after {answered} answers: {down[0][:200]}")
         return f"stopped after {answered} of {total} items: {down[0][:300]}"
