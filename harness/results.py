@@ -92,7 +92,9 @@ def append_bytes(path: Path, data: bytes) -> None:
     """Append ``data`` (whole lines) to the regular file ``path`` and fsync it. Never through a
     symbolic link (``NotAppendable``). A file whose last line has no newline (the process was
     killed mid-write) gets one first: the torn line stays a line of its own, which readers skip,
-    and the first record written after a crash is not glued onto it and lost."""
+    and the first record written after a crash is not glued onto it and lost. A write that fails
+    part way (a full disk, a file size limit) is cut back to its last whole line, then raised:
+    the whole records of a batch stay, no half one is left."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -113,9 +115,10 @@ def append_bytes(path: Path, data: bytes) -> None:
             while view:
                 view = view[os.write(fd, view):]
             os.fsync(fd)
-        except OSError:  # a full disk, a file size limit: no half record left behind
+        except OSError:  # a full disk, a file size limit: the whole lines stay, no half one
+            done = len(data) - len(view)
             try:
-                os.ftruncate(fd, st.st_size)
+                os.ftruncate(fd, st.st_size + data.rfind(b"\n", 0, done) + 1)
             except OSError:
                 pass
             raise

@@ -187,3 +187,24 @@ def test_a_4000_digit_id_is_still_an_id(tmp_path):
     p = tmp_path / "i.jsonl"
     p.write_text('{"id": ' + "7" * 4000 + ', "question": "Q1: what is 1 plus 1?", "answer": "2"}\n')
     assert items_mod.load_items(p)[0].id == "7" * 4000
+
+
+@pytest.mark.parametrize("limit", [0, 5, 40, 41, 95, 200])
+def test_a_batch_cut_by_a_file_size_limit_keeps_its_whole_lines(limit, tmp_path):
+    """harness.results.append_bytes (items.jsonl, requests.jsonl): what did not fit is cut back to
+    the last whole line; the lines before it stay."""
+    path = tmp_path / "r.jsonl"
+    path.write_bytes(b'{"torn":')  # a torn last line from an earlier crash: it gets its newline first
+    batch = b"".join(json.dumps({"n": i, "pad": "x" * 20}).encode() + b"\n" for i in range(5))  # 33 B each
+    code = ("import resource, sys; from pathlib import Path; from harness.results import append_bytes\n"
+            f"resource.setrlimit(resource.RLIMIT_FSIZE, ({limit + 8}, {limit + 8}))\n"
+            "try:\n    append_bytes(Path(sys.argv[1]), bytes.fromhex(sys.argv[2]))\n"
+            "except OSError as e:\n    print(e.errno)\n")
+    p = subprocess.run([sys.executable, "-c", code, str(path), batch.hex()], cwd=ROOT, capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr
+    data = path.read_bytes()
+    assert data.startswith(b'{"torn":') and len(data) <= limit + 8
+    sent = b"\n" + batch  # what append_bytes writes after the torn line
+    fits = sent[:limit]
+    assert data[len(b'{"torn":'):] == fits[:fits.rfind(b"\n") + 1]  # up to the last whole line, no more
