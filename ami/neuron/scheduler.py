@@ -81,8 +81,39 @@ class Row:
     allowed: Callable[[list[int]], object] | None = field(default=None, repr=False)
 
 
+class DeviceOut(NamedTuple):
+    """What a runner that samples on the device returns: one token per row (sampled with that
+    row's top-k, top-p and temperature), and the logits of the rows that asked for them (for the
+    host path), else None."""
+
+    tokens: object  # (rows,) int tensor
+    logits: object  # (rows, vocab) float tensor, or None
+
+
+def needs_host(lv: "_Live") -> bool:
+    """A row the device cannot sample for: it feeds its prompt for log-probabilities, reports
+    log-probabilities (the model's own distribution), has a seed (the device draws from one
+    generator for the batch), penalties, a logit bias or a structured-output constraint."""
+    row = lv.row
+    return bool(lv.forced or row.logprobs is not None or row.seed is not None or row.logit_bias
+                or row.presence_penalty or row.frequency_penalty or row.repetition_penalty != 1.0
+                or row.allowed is not None)
+
+
+def device_params(row: Row) -> tuple[int, float, float]:
+    """(top_k, top_p, temperature) as NxD Inference's dynamic sampler takes them per row
+    (prepare_sampling_params stacks [top_k, top_p, temperature]); greedy is top_k 1."""
+    if row.temperature <= 0:
+        return (1, 1.0, 1.0)
+    return (row.top_k, row.top_p, row.temperature)
+
+
 class SlotRunner(Protocol):
-    """What the engine needs from a device. Called from the engine thread only."""
+    """What the engine needs from a device. Called from the engine thread only.
+
+    A runner with ``device_sampling`` takes ``sampling`` (per row: top_k, top_p, temperature;
+    top_k 1 is greedy) and ``want_logits`` (per row: the host needs its logits) on prefill and
+    decode, and returns ``DeviceOut``; without it, prefill and decode return logits."""
 
     slots: int  # compiled batch size: sequences that can decode together
     prompt_logits: bool  # prefill can return the logits of every prompt position
@@ -349,15 +380,18 @@ class BatchScheduler:
             self._live[slot] = lv
             prompt = row.prompt_ids
             want_prompt = row.prompt_logprobs is not None
+            device = {}
+            if getattr(self.runner, "device_sampling", False):
+                device = {"sampling": [device_params(row)], "want_logits": [want_prompt or needs_host(lv)]}
             try:
                 t0 = time.perf_counter()
                 if want_prompt and not self.runner.prompt_logits:
                     # The prompt's log-probabilities come one decode step per token (see above).
-                    logits = self.runner.prefill(slot, prompt[:1])
+                    logits = self.runner.prefill(slot, prompt[:1], **device)
                     lv.forced.extend(prompt[1:])
                     lv.prompt_entries = [None]
                 else:
-                    logits = self.runner.prefill(slot, prompt, all_logits=want_prompt)
+                    logits = self.runner.prefill(slot, prompt, all_logits=want_prompt, **device)
                     if want_prompt:
                         lv.prompt_entries = [None] + self._prompt_entries(logits[:-1], prompt[1:],
                                                                           row.prompt_logprobs)
@@ -378,7 +412,11 @@ class BatchScheduler:
         lvs = sorted(self._live.values(), key=lambda lv: lv.slot)
         try:
             t0 = time.perf_counter()
-            logits = self.runner.decode([lv.slot for lv in lvs], [lv.next_input for lv in lvs])
+            device = {}
+            if getattr(self.runner, "device_sampling", False):
+                device = {"sampling": [device_params(lv.row) for lv in lvs],
+                          "want_logits": [needs_host(lv) for lv in lvs]}
+            logits = self.runner.decode([lv.slot for lv in lvs], [lv.next_input for lv in lvs], **device)
             self._step_s.append(time.perf_counter() - t0)
         except Exception as exc:  # a failed step fails the rows in it; the engine keeps serving
             log.exception("decode step over %d slots failed", len(lvs))
@@ -389,10 +427,13 @@ class BatchScheduler:
             self._rows_per_step[len(lvs)] += 1
         self._consume(lvs, logits)
 
-    def _consume(self, lvs: list[_Live], logits) -> None:
-        """Each row's next-token logits (one row of ``logits`` per entry of ``lvs``): record a
-        prompt log-probability while the prompt is fed, else sample, stream and maybe finish."""
+    def _consume(self, lvs: list[_Live], out) -> None:
+        """Each row's next token: from the device (``DeviceOut``: sampled there) unless the row
+        needs the host path, else sampled here from its logits (one row of logits per entry of
+        ``lvs``); record a prompt log-probability while the prompt is fed; stream; maybe finish."""
         from .batch_ops import RowSampler
+
+        logits = out.logits if isinstance(out, DeviceOut) else out
 
         sampling = []
         for i, lv in enumerate(lvs):
@@ -404,20 +445,31 @@ class BatchScheduler:
                 sampling.append(i)
         if not sampling:
             return
-        rows = [lvs[i].row for i in sampling]
-        raw = logits[sampling].float()
-        history = [(lvs[i].row.prompt_ids, lvs[i].output) for i in sampling]
-        sampler = RowSampler(rows, len(rows), history)
-        tokens = RowSampler.sample(sampler(None, raw), [lvs[i].generator for i in sampling]).tolist()
-        want = [lv.row.logprobs is not None for lv in (lvs[i] for i in sampling)]
-        lp = raw.log_softmax(-1) if any(want) else None
-        for k, i in enumerate(sampling):
-            lv, token = lvs[i], tokens[k]
+        device = isinstance(out, DeviceOut)
+        host = [i for i in sampling if not device or needs_host(lvs[i])]
+        tokens_of: dict[int, int] = {}
+        lp_of: dict = {}
+        if host:
+            rows = [lvs[i].row for i in host]
+            raw = logits[host].float()
+            history = [(lvs[i].row.prompt_ids, lvs[i].output) for i in host]
+            sampler = RowSampler(rows, len(rows), history)
+            drawn = RowSampler.sample(sampler(None, raw), [lvs[i].generator for i in host]).tolist()
+            tokens_of.update(zip(host, drawn))
+            want = [k for k, i in enumerate(host) if lvs[i].row.logprobs is not None]
+            if want:  # log-softmax of the rows that asked only: the model's own distribution
+                lp = raw[want].log_softmax(-1)
+                lp_of.update((host[k], lp[j]) for j, k in enumerate(want))
+        if device:
+            on_device = out.tokens.tolist()
+            tokens_of.update((i, int(on_device[i])) for i in sampling if i not in tokens_of)
+        for i in sampling:
+            lv, token = lvs[i], tokens_of[i]
             row = lv.row
             if lv.prompt_entries is not None:
                 row.emit(PromptLogprobs(tuple(lv.prompt_entries)))
                 lv.prompt_entries = None
-            row.emit(logprob_entry(lp[k], token, row.logprobs) if want[k] else token)
+            row.emit(logprob_entry(lp_of[i], token, row.logprobs) if i in lp_of else token)
             lv.generated += 1
             lv.output.append(token)
             lv.next_input = token
