@@ -293,6 +293,9 @@ def parse(context: Mapping[str, Any]) -> KitConfig:
             sweep = f"{bid}_instance_types"  # one endpoint per type: the SageMaker GPU-family sweep
             if b.service == "sagemaker" and sweep in context:
                 itypes = tuple(_instance_type(bid, sweep, t) for t in _str_list(sweep, context[sweep]))
+                twice = next((t for i, t in enumerate(itypes) if t in itypes[:i]), None)
+                if twice:  # one endpoint per type: a second one would be the same construct twice
+                    raise ConfigError(f"{sweep}={context[sweep]!r} names {twice} twice; give each type once")
                 itype = itypes[0]
             elif b.service == "sagemaker":
                 itypes = (itype,)
