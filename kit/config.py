@@ -141,6 +141,23 @@ def _number(key: str, value: Any, cast: Callable[[Any], Any], lo: float, hi: flo
     return n
 
 
+# The shortest hard time limit a deploy may have. It counts from the deploy's start, and the
+# deploy itself waits up to an hour for the backend's first answer (readiness: vLLM images 45 min,
+# the Neuron image 60, SageMaker up to sagemaker_ready_minutes, 55): a shorter limit could stop or
+# delete a backend before `cdk deploy` returns, billing for one that is never measured.
+# harness.run warns, likewise, when less than an hour is left.
+MIN_TTL_HOURS = 1.0
+
+
+def _ttl_hours(value: Any) -> float:
+    n = float(_number("ttl_hours", value, float, 0, 720))
+    if 0 < n < MIN_TTL_HOURS:
+        raise ConfigError(f"ttl_hours={value!r} is under the {MIN_TTL_HOURS:g} hour minimum (a deploy waits up to "
+                          "an hour for its backend's first answer, and the limit counts from its start); "
+                          f"valid: {MIN_TTL_HOURS:g} to 720, or 0 to disable (not advised)")
+    return n
+
+
 def _instance_type(backend_id: str, key: str, value: Any) -> str:
     b = BACKENDS[backend_id]
     if not isinstance(value, str):
@@ -372,7 +389,7 @@ def parse(context: Mapping[str, Any]) -> KitConfig:
         backends=tuple(backends),
         hf_token_secret=secret,
         idle_stop_minutes=int(_number("idle_stop_minutes", get("idle_stop_minutes"), int, 0, 1440)),
-        ttl_hours=float(_number("ttl_hours", get("ttl_hours"), float, 0, 720)),
+        ttl_hours=_ttl_hours(get("ttl_hours")),
         max_model_len=int(_number("max_model_len", get("max_model_len"), int, 256, 131072)),
         sagemaker_vllm_tag=tag,
         sagemaker_ami_version=ami_version,
