@@ -19,6 +19,7 @@ from typing import Any, Callable, Mapping
 
 from ami import pins
 from kit import awsdata, dlc, subnets
+from kit import weights as kit_weights
 from kit import regions as kit_regions
 from kit import variants as kit_variants
 from kit.catalog import BACKEND_IDS, BACKENDS
@@ -54,6 +55,10 @@ class BackendConfig:
     # account shared (harness.images share), or one of this account's. Checked at deploy time by
     # Custom::ImagesReady (visible, available) before the instance is created.
     ami: str | None = None
+    # The commit of the weights' repository it serves (kit/weights.py: the model's, or a package's
+    # source): ``-c <id>_model_revision``, else ``-c model_revision`` for that repository; None =
+    # the newest at deploy time (the instance records the commit it got).
+    model_revision: str | None = None
 
     def instance_key(self, service: str) -> str:
         """How a one-line error names the setting that chose this deployment's instance type: the
@@ -214,6 +219,7 @@ KNOWN_KEYS = {
     "region", "backends", "model", "hf_token_secret", "idle_stop_minutes",
     "ttl_hours", "max_model_len", "sagemaker_vllm_tag", "sagemaker_ami_version",
     "tags", "azs", "image_az", "neuron_parent_image", "neuron_sdk", "sagemaker_ready_minutes",
+    "model_revision", *(f"{b}_model_revision" for b in BACKEND_IDS if BACKENDS[b].open_weights),
     *(f"{b}_az" for b in BACKEND_IDS if BACKENDS[b].service == "ec2"),
     *(f"{b}_instance_type" for b in BACKEND_IDS if BACKENDS[b].instance_type),
     *(f"{b}_instance_types" for b in BACKEND_IDS if BACKENDS[b].service == "sagemaker"),
@@ -336,6 +342,7 @@ def parse(context: Mapping[str, Any]) -> KitConfig:
                                       choices.get(bid), where_b, ami=ami))
 
     variants = _variants(context, {b.id: b for b in backends})
+    backends, variants = _pin_revisions(context, backends, variants)
     # Every EC2 stack's subnet block is declared in its catalog row (kit/subnets.py): a row
     # without one, or more variants than its row declares blocks for, is refused here.
     ec2_ids = [b.id for b in backends if BACKENDS[b.id].service == "ec2"]
@@ -451,3 +458,127 @@ def _variants(context: Mapping[str, Any], selected: Mapping[str, BackendConfig])
                 out.append(replace(base, model_id=model, variant=item.name, slot=slot, instance_type=itype,
                                    instance_types=(itype,) if base.instance_types else ()))
     return tuple(out)
+
+
+def _revision(key: str, value: Any) -> str:
+    problem = kit_weights.revision_problem(value)
+    if problem:
+        raise ConfigError(f"{key}={value!r}{problem}")
+    return value.lower()
+
+
+def _repo_revisions(context: Mapping[str, Any], served: Mapping[str, list[str]],
+                    configured: set[str]) -> dict[str, str]:
+    """``model_revision`` as repository -> commit. One commit pins the repository ``-c model``
+    names, or else the one repository every selected open-weights deployment serves; ``REPO=SHA,...``
+    (or a JSON object) pins each repository named, each of which some backend must serve."""
+    raw = context.get("model_revision")
+    if raw in (None, "", {}):
+        return {}
+    if isinstance(raw, str) and "=" not in raw:
+        sha = _revision("model_revision", raw.strip())
+        if isinstance(context.get("model"), str) and context["model"]:
+            return {_repo(context["model"]): sha}
+        if len(served) > 1:
+            which = "; ".join(f"{repo} ({', '.join(ids)})" for repo, ids in served.items())
+            raise ConfigError(f"model_revision={raw!r} pins one repository, but the selected backends serve "
+                              f"{len(served)}: {which}; give REPO=SHA,... or <id>_model_revision per backend, "
+                              "or -c model for all")
+        return {repo: sha for repo in served}
+    if isinstance(raw, Mapping):
+        items = [(str(k), v) for k, v in raw.items()]
+    elif isinstance(raw, str):
+        items = [(r.strip(), v.strip()) for r, _, v in (i.partition("=") for i in _str_list("model_revision", raw))]
+    else:
+        raise ConfigError(f"model_revision={raw!r} is not a commit id or REPO=SHA,... pairs")
+    out: dict[str, str] = {}
+    for repo, sha in items:
+        problem = awsdata.hf_repo_id_problem(repo)
+        if problem:
+            raise ConfigError(f"model_revision: {repo!r}{problem}")
+        if repo not in configured:
+            raise ConfigError(f"model_revision: no backend serves {repo!r} (configured: "
+                              f"{', '.join(sorted(configured)) or 'none'}); a package pins its source repository")
+        out[repo] = _revision(f"model_revision[{repo}]", sha)
+    return out
+
+
+def _repo(model_id: str) -> str:
+    """kit/weights.py weights_repo, or the id itself for a package scheme that does not exist
+    (refused in its own line by stacks/package.py)."""
+    try:
+        return kit_weights.weights_repo(model_id)
+    except ValueError:
+        return model_id
+
+
+def _pin_revisions(context: Mapping[str, Any], backends: list[BackendConfig],
+                   variants: tuple[BackendConfig, ...]) -> tuple[list[BackendConfig], tuple[BackendConfig, ...]]:
+    """Each deployment with the commit of its weights' repository (kit/weights.py weights_repo):
+    ``<id>_model_revision`` for the backend and its variants of the same repository, else
+    ``model_revision`` for that repository, else None (the newest at deploy time). Every
+    ``<id>_model_revision`` is checked, selected or not."""
+    own = {bid: _revision(f"{bid}_model_revision", context[f"{bid}_model_revision"])
+           for bid in BACKEND_IDS if BACKENDS[bid].open_weights and context.get(f"{bid}_model_revision")}
+    open_deps = [d for d in (*backends, *variants) if BACKENDS[d.id].open_weights]
+    served: dict[str, list[str]] = {}
+    for d in open_deps:
+        if d.id in own and _repo(d.model_id) == _repo(
+                next(b.model_id for b in backends if b.id == d.id)):
+            continue  # pinned by its own key
+        served.setdefault(_repo(d.model_id), []).append(
+            d.id if d.variant is None else kit_variants.endpoint_name(d.id, d.variant))
+    default_model = context.get("model")
+    configured = {_repo(d.model_id) for d in open_deps}
+    for bid in BACKEND_IDS:  # an unselected backend's model counts too (a pin is not a typo because of -c backends)
+        b = BACKENDS[bid]
+        if b.open_weights:
+            m = context.get(f"{bid}_model") or default_model or b.model_id
+            if isinstance(m, str):
+                configured.add(_repo(m))
+    by_repo = _repo_revisions(context, served, configured)
+    base_repo = {b.id: _repo(b.model_id) for b in backends if BACKENDS[b.id].open_weights}
+
+    def pin(d: BackendConfig) -> BackendConfig:
+        if not BACKENDS[d.id].open_weights:
+            return d
+        repo = _repo(d.model_id)
+        rev = own.get(d.id) if d.id in own and repo == base_repo.get(d.id) else by_repo.get(repo)
+        return replace(d, model_revision=rev)
+
+    backends, variants = [pin(b) for b in backends], tuple(pin(v) for v in variants)
+    # A package is one build (stacks/package.py): its deployments may not pin two source commits.
+    pins: dict[str, dict[str, str]] = {}
+    for d in (*backends, *variants):
+        s = _scheme(d.model_id) if BACKENDS[d.id].open_weights else None
+        if s and d.model_revision:
+            pins.setdefault(s.name, {})[d.model_revision] = kit_variants.endpoint_name(d.id, d.variant) \
+                if d.variant else d.id
+    for scheme, revs in pins.items():
+        if len(revs) > 1:
+            raise ConfigError(f"package:{scheme} is one build but is pinned to {len(revs)} source commits ("
+                              + ", ".join(f"{who}: {sha}" for sha, who in revs.items())
+                              + "); pin one with model_revision")
+    return backends, variants
+
+
+def _scheme(model_id: str):
+    from kit.schemes import scheme_of_model
+
+    try:
+        return scheme_of_model(model_id)
+    except ValueError:
+        return None
+
+
+def package_revisions(config: KitConfig, region: str | None = None) -> dict[str, str]:
+    """Package scheme -> the source commit its build must use (the pin of the deployments serving
+    it, in ``region`` when given; parse refused two pins for one scheme)."""
+    out: dict[str, str] = {}
+    for d in config.deployments:
+        if region is not None and d.region != region:
+            continue
+        s = _scheme(d.model_id) if BACKENDS[d.id].open_weights else None
+        if s and d.model_revision:
+            out[s.name] = d.model_revision
+    return out

@@ -25,6 +25,7 @@ from stacks.guardrails import Ec2Guardrails
 from kit.image_families import boot_family
 from kit.image_needs import boot_need
 from kit.plan import NeuronCompile
+from kit.weights import UNPINNED
 from stacks.image_guard import ImagesReady
 from stacks.inference_instance import InferenceInstance
 from stacks.outputs import add_outputs
@@ -62,6 +63,8 @@ class Ec2BackendStack(cdk.Stack):
             "KIT_MAX_MODEL_LEN": str(config.max_model_len),
             **family.env,
         }
+        if backend.model_revision:  # the commit every download on the instance takes (kit/weights.py)
+            env["KIT_MODEL_REVISION"] = backend.model_revision
         if scheme:
             # The parameter's name, not its value: the instance reads the newest build's URI each time
             # its server starts (stacks/package.py says why not the value in the user data).
@@ -116,4 +119,5 @@ class Ec2BackendStack(cdk.Stack):
         add_outputs(self, backend_id=backend.id, service="ec2", model_id=model_id,
                     instance_type=backend.instance_type, ttl_expires_at=ttl_expires_at,
                     idle_stop_minutes=config.idle_stop_minutes, variant=backend.variant, package_uri=package_uri,
-                    InstanceId=self.server.instance.instance_id, Port=str(spec.port), SshUser=family.ssh_user)
+                    InstanceId=self.server.instance.instance_id, Port=str(spec.port), SshUser=family.ssh_user,
+                    ModelRevision=backend.model_revision or UNPINNED)

@@ -59,6 +59,7 @@ from kit.image_facts import (BUILD_HOSTS, FAMILY_IMAGE, GPU_DLAMI, IMAGE_PARAMET
                              PARAMETER_PREFIX,
                              NEURON_IMAGES, PARENT_AMI_NAMES, SM75_CANDIDATE_PARAMETER, neuron_image, pipeline_name)
 from stacks.lambda_code import handler_code, handler_name
+from kit.weights import UNPINNED
 
 AMI_DIR = Path(__file__).resolve().parent.parent / "ami"
 COMPONENTS_DIR = AMI_DIR / "components"
@@ -114,6 +115,7 @@ class PipelineSpec:
     volume_gib: int
     tests_enabled: bool
     description: str
+    ami_tags: Mapping[str, str] = field(default_factory=dict)  # besides the kit's own (baked_tags)
 
 
 @dataclass(frozen=True)
@@ -141,10 +143,26 @@ def default_model(image: str) -> str:
     return next(b.model_id for b in BACKENDS.values() if FAMILY_IMAGE.get(b.image or "") == image)
 
 
+def served_revision(config: KitConfig, image: str) -> str | None:
+    """The commit pinned for the model ``served_model`` names (kit/weights.py), None when unpinned."""
+    return next((bc.model_revision for bc in config.backends
+                 if FAMILY_IMAGE.get(BACKENDS[bc.id].image or "") == image), None)
+
+
+def baked_tags(model: str, revision: str | None) -> dict[str, str]:
+    """AMI tags naming the weights an image holds: the model and the commit pinned for it; an
+    unpinned build takes the newest commit and writes it into the image only
+    (/etc/inference-kit/*-revision, which the boot records), so its tag says ``unpinned``."""
+    if model == "none":
+        return {}
+    return {"kit-model": model, "kit-model-revision": revision or UNPINNED}
+
+
 def vllm_cuda_spec(config: KitConfig) -> ImageSpec:
     prepull = served_model(config, "vllm-cuda") or "none"
     if package_scheme(prepull):  # a package is synced from S3 at boot (stacks/package.py), not pulled
         prepull = "none"
+    revision = served_revision(config, "vllm-cuda") if prepull != "none" else None
 
     def pipelines(assets: str) -> tuple[PipelineSpec, ...]:
         return (PipelineSpec(
@@ -154,8 +172,9 @@ def vllm_cuda_spec(config: KitConfig) -> ImageSpec:
             description=f"vLLM {pins.VLLM_VERSION} on the x86_64 GPU DLAMI for g6; weights: {prepull}",
             components=(_uv(), ComponentUse("vllm-cuda.yaml", {
                 "VllmVersion": pins.VLLM_VERSION, "PythonVersion": pins.PYTHON_VERSION,
-                "AssetsS3Uri": assets, "PrePullModel": prepull, "HfTokenSecret": config.hf_token_secret,
-            })),
+                "AssetsS3Uri": assets, "PrePullModel": prepull, "ModelRevision": revision or "none",
+                "HfTokenSecret": config.hf_token_secret,
+            })), ami_tags=baked_tags(prepull, revision),
         ),)
 
     return ImageSpec("vllm-cuda", IMAGE_STACKS["vllm-cuda"], "x86_64",
@@ -229,12 +248,13 @@ def neuron_precompile(config: KitConfig) -> dict[str, str]:
     bc = next((bc for bc in config.backends if FAMILY_IMAGE.get(BACKENDS[bc.id].image or "") == "neuron"
                and bc.instance_type == NEURON_PRECOMPILE_TARGET), None)
     if bc is None:
-        return dict.fromkeys(NEURON_COMPILE_PARAMETERS, "none")
+        return dict.fromkeys((*NEURON_COMPILE_PARAMETERS, "ModelRevision"), "none")
     try:
         nc = neuron_compile(bc.id, NEURON_PRECOMPILE_TARGET, bc.model_id, config.max_model_len)
     except PlanError as e:  # the backend's own stack refuses the same, first (stacks/sizing.py)
         raise ConfigError(f"{bc.id}_instance_type={NEURON_PRECOMPILE_TARGET!r}: {e}") from None
-    return {"PrecompileModel": bc.model_id, "CompileArgs": " ".join(nc.engine_args())}
+    return {"PrecompileModel": bc.model_id, "CompileArgs": " ".join(nc.engine_args()),
+            "ModelRevision": bc.model_revision or "none"}
 
 
 def neuron_spec(config: KitConfig, parent_ami: str | None = None) -> ImageSpec:
@@ -243,6 +263,8 @@ def neuron_spec(config: KitConfig, parent_ami: str | None = None) -> ImageSpec:
     line = pins.neuron_line(config.neuron_sdk)
     image = neuron_image(line.line)
     parent = parent_ami or (f"ssm:{line.parent_parameter}" if line.parent_parameter else f"name:{line.parent_ami_name}")
+    compile_in = neuron_precompile(config)
+    revision = None if compile_in["ModelRevision"] == "none" else compile_in["ModelRevision"]
 
     def pipelines(assets: str) -> tuple[PipelineSpec, ...]:
         return (PipelineSpec(
@@ -260,8 +282,8 @@ def neuron_spec(config: KitConfig, parent_ami: str | None = None) -> ImageSpec:
                 "NxdiRef": pins.NXDI_REF,
                 "TorchIndexUrl": pins.TORCH_CPU_INDEX, "NeuronIndexUrl": pins.NEURON_PIP_INDEX,
                 "NeuronToolsBin": pins.NEURON_TOOLS_BIN, "HfTokenSecret": config.hf_token_secret,
-                **neuron_precompile(config),
-            })),
+                **compile_in,
+            })), ami_tags=baked_tags(compile_in["PrecompileModel"], revision),
         ),)
 
     return ImageSpec(image, IMAGE_STACKS[image], "x86_64",
@@ -449,7 +471,7 @@ class ImagePipelineStack(cdk.Stack):
                     "Name": f"{pname}-{{{{ imagebuilder:buildDate }}}}",
                     "Description": p.description[:1000],
                     "AmiTags": {"project": "aws-inference-kit", "kit-image": self.spec.image,
-                                "kit-pipeline": p.key},
+                                "kit-pipeline": p.key, **p.ami_tags},
                 },
                 ssm_parameter_configurations=[
                     imagebuilder.CfnDistributionConfiguration.SsmParameterConfigurationProperty(

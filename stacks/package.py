@@ -154,6 +154,12 @@ def acknowledge_read(scope: Construct, scheme_name: str) -> None:
                     "Read-only on one scheme's package prefix; the build number under it is chosen at build time")
 
 
+def pinned_revisions_value(pins: dict[str, str]) -> str:
+    """The PINNED_REVISIONS variable: ``scheme=commit`` words, the source commit each scheme's build
+    takes when started without --revision or --source (kit/config.py package_revisions)."""
+    return " ".join(f"{k}={v}" for k, v in sorted(pins.items()))
+
+
 def _buildspec() -> dict:
     out = f's3://$BUCKET/{KEY_PREFIX}/$SCHEME/$CODEBUILD_BUILD_NUMBER'
     return {
@@ -172,6 +178,11 @@ def _buildspec() -> dict:
             "build": {
                 "commands": [
                     f'OUT="{out}"',
+                    # The configured pin of the scheme's default source (-c model_revision), unless the
+                    # build was started with its own --revision or another --source.
+                    '[ -n "$SOURCE" ] || for p in $PINNED_REVISIONS; do '
+                    '[ "${p%%=*}" != "$SCHEME" ] || REVISION=${REVISION:-${p#*=}}; done',
+                    'echo "source revision: ${REVISION:-newest}"',
                     'python3 -m harness.package build --scheme "$SCHEME" --out "$OUT" --work /tmp '
                     '${SOURCE:+--source "$SOURCE"} ${REVISION:+--revision "$REVISION"}',
                     f'aws ssm put-parameter --name "{PARAMETER_PREFIX}/$SCHEME" --type String '
@@ -184,7 +195,8 @@ def _buildspec() -> dict:
 
 
 class PackageStack(cdk.Stack):
-    def __init__(self, scope: Construct, construct_id: str, *, hf_token_secret: str, **kwargs) -> None:
+    def __init__(self, scope: Construct, construct_id: str, *, hf_token_secret: str,
+                 pinned_revisions: dict[str, str] | None = None, **kwargs) -> None:
         super().__init__(scope, construct_id, **kwargs)
         self.bucket = s3.Bucket(
             self, "Packages", bucket_name=bucket_name(),
@@ -213,6 +225,8 @@ class PackageStack(cdk.Stack):
                 "SCHEME": codebuild.BuildEnvironmentVariable(value=DEFAULT_SCHEME),
                 "SOURCE": codebuild.BuildEnvironmentVariable(value=""),
                 "REVISION": codebuild.BuildEnvironmentVariable(value=""),
+                "PINNED_REVISIONS": codebuild.BuildEnvironmentVariable(
+                    value=pinned_revisions_value(pinned_revisions or {})),
                 "BUCKET": codebuild.BuildEnvironmentVariable(value=self.bucket.bucket_name),
                 "HF_TOKEN": codebuild.BuildEnvironmentVariable(
                     type=codebuild.BuildEnvironmentVariableType.SECRETS_MANAGER, value=hf_token_secret),

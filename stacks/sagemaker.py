@@ -42,6 +42,7 @@ from stacks.image_guard import ImagesReady
 from stacks.outputs import add_outputs
 from stacks import package
 from stacks.sizing import sizing
+from kit.weights import UNPINNED
 from kit.dlc import DLC_ACCOUNT, DLC_ACCOUNT_BY_REGION, VLLM_REPOSITORY, dlc_account, image_uri  # noqa: F401
 
 # Seconds; SageMaker accepts 60-3600. The container downloads the weights from Hugging Face at
@@ -50,16 +51,26 @@ STARTUP_HEALTH_CHECK_TIMEOUT_S = 1800
 MODEL_DATA_DOWNLOAD_TIMEOUT_S = 1800
 
 
-def vllm_environment(model_id: str, max_model_len: int, gpus: int) -> dict[str, str]:
+def vllm_environment(model_id: str, max_model_len: int, gpus: int, revision: str | None = None) -> dict[str, str]:
     """SM_VLLM_FOO_BAR=value becomes `--foo-bar value` in the container: the DLC's entrypoint
     strips SM_VLLM_, lowercases, turns `_` into `-` and appends a non-empty value after the flag
-    (aws/deep-learning-containers vllm/build_artifacts/sagemaker_entrypoint.sh at cb035a10), so
-    SM_VLLM_TENSOR_PARALLEL_SIZE is vLLM's --tensor-parallel-size (vllm/engine/arg_utils.py)."""
+    (aws/deep-learning-containers vllm/build_artifacts/sagemaker_entrypoint.sh at cb035a10; its
+    successor scripts/docker/vllm/sagemaker_args.py at dceae13291 does the same for a value that is
+    not a JSON array or object, and `true` still gives the bare flag), so
+    SM_VLLM_TENSOR_PARALLEL_SIZE is vLLM's --tensor-parallel-size (vllm/engine/arg_utils.py).
+
+    ``revision`` (a commit, kit/weights.py): SM_VLLM_REVISION and SM_VLLM_TOKENIZER_REVISION, so
+    vLLM's --revision and --tokenizer-revision, ModelConfig's ``revision`` ("The specific model
+    version to use. It can be a branch name, a tag name, or a commit id") and
+    ``tokenizer_revision`` (vllm-project/vllm vllm/config/model.py at 0052a5b8): the container
+    downloads that commit of the weights and of the tokenizer, not the newest."""
     env = {
         "SM_VLLM_MODEL": model_id,
         "SM_VLLM_MAX_MODEL_LEN": str(max_model_len),
         "SM_VLLM_TENSOR_PARALLEL_SIZE": str(gpus),
     }
+    if revision:
+        env["SM_VLLM_REVISION"] = env["SM_VLLM_TOKENIZER_REVISION"] = revision
     parser = tool_call_parser(model_id)
     if parser:
         env["SM_VLLM_ENABLE_AUTO_TOOL_CHOICE"] = "true"
@@ -125,8 +136,10 @@ class SageMakerStack(cdk.Stack):
                 self, f"Model{sid}", execution_role_arn=self.role.role_arn,
                 primary_container=sagemaker.CfnModel.ContainerDefinitionProperty(
                     image=image_uri(region, config.sagemaker_vllm_tag), model_data_source=model_data,
+                    # a package is read from /opt/ml/model: its source commit is the build's (stacks/package.py)
                     environment={**vllm_environment(package.source_model(scheme) if scheme else backend.model_id,
-                                                    config.max_model_len, size.tp or spec.accelerators),
+                                                    config.max_model_len, size.tp or spec.accelerators,
+                                                    None if scheme else backend.model_revision),
                                  **({"SM_VLLM_MODEL": "/opt/ml/model", "SM_VLLM_SERVED_MODEL_NAME": model_id}
                                     if scheme else {}),
                                  "HF_TOKEN": token}))
@@ -203,4 +216,5 @@ class SageMakerStack(cdk.Stack):
                     instance_type=first, ttl_expires_at=ttl_expires_at, idle_stop_minutes=0,
                     variant=backend.variant,
                     EndpointName=self.endpoints[first].attr_endpoint_name,
-                    EndpointNames=",".join(f"{t}={endpoint_name(self.stack_name, t)}" for t in backend.instance_types))
+                    EndpointNames=",".join(f"{t}={endpoint_name(self.stack_name, t)}" for t in backend.instance_types),
+                    ModelRevision=backend.model_revision or UNPINNED)

@@ -17,7 +17,7 @@ import aws_cdk as cdk
 from kit import variants
 from kit.catalog import BACKENDS
 from stacks import nag
-from kit.config import KitConfig
+from kit.config import KitConfig, package_revisions
 from stacks.ec2_backend import Ec2BackendStack
 from stacks.guardrails import ttl_expiry
 from stacks.images import ImagePipelineStack, image_specs
@@ -90,6 +90,7 @@ def build(app: cdk.App, config: KitConfig, now: datetime | None = None) -> dict[
             name = "PackageStack" + _suffix(config, region)
             stacks[name] = PackageStack(
                 app, name, hf_token_secret=config.hf_token_secret, env=env,
+                pinned_revisions=package_revisions(config, region),
                 description="Inference kit: quantized model packages (S3 bucket, CPU CodeBuild build)")
         # Image pipelines for the EC2 backends' images here (stacks/images.py). Deploying one
         # builds nothing: a pipeline has no schedule and runs only when started (docs/images.md).

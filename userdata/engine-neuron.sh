@@ -36,12 +36,21 @@ engine_install() {
 engine_exec() {
   export HF_HOME=/opt/inference-kit/hf
   # The engine takes a checkpoint directory; fetch it here, where HF_TOKEN is set (kit-boot
-  # serve), once: later starts (reboot, stop/start) use the local copy without the network.
-  if [ ! -e "$KIT_MODEL_DIR/.kit-complete" ]; then
+  # serve), once: later starts (reboot, stop/start) use the local copy without the network. The
+  # commit (kit_model_revision): the pin, else the one the image compiled in (.kit-revision,
+  # ami/scripts/neuron-precompile.sh), else the newest; a pin the image lacks is downloaded.
+  local rev how
+  read -r rev how <<<"$(kit_model_revision "$KIT_NEURON_VENV/bin/hf" "$KIT_MODEL" \
+    "$KIT_MODEL_DIR/.kit-revision" "$KIT_MODEL")"
+  [ -n "$rev" ] || exit 1
+  if [ ! -e "$KIT_MODEL_DIR/.kit-complete" ] || [ "$(cat "$KIT_MODEL_DIR/.kit-revision" 2>/dev/null)" != "$rev" ]; then
+    rm -rf "$KIT_MODEL_DIR"
     install -d -m 0755 "$KIT_MODEL_DIR"
-    "$KIT_NEURON_VENV/bin/hf" download "$KIT_MODEL" --local-dir "$KIT_MODEL_DIR" >/dev/null
+    "$KIT_NEURON_VENV/bin/hf" download "$KIT_MODEL" --revision "$rev" --local-dir "$KIT_MODEL_DIR" >/dev/null
+    echo "$rev" >"$KIT_MODEL_DIR/.kit-revision"
     touch "$KIT_MODEL_DIR/.kit-complete"
   fi
+  kit_record_model "$KIT_MODEL_DIR" "$KIT_MODEL" "$rev" "$how" || exit 1
   # The engine checks a first boot fits this window (ami/neuron/boot_budget.py).
   export KIT_READY_TIMEOUT_S
   exec "$KIT_NEURON_SERVE" --model "$KIT_MODEL_DIR" --served-model-name "$KIT_SERVED_MODEL" \

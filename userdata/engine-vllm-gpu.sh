@@ -7,7 +7,8 @@
 # Variables come from /etc/inference-kit/kit.env (written by stacks/inference_instance.py).
 # Catalog facts it reads (kit/catalog.py via stacks/ec2_backend.py): KIT_VLLM_ARGS, vLLM's
 # tool-call flags for the model (Backend.engine_settings: vllm_tool_flags), passed through as is;
-# KIT_MODEL / KIT_PORT (the model served, Backend.port). The pins (KIT_VLLM_VERSION...) come from
+# KIT_MODEL / KIT_PORT (the model served, Backend.port); KIT_MODEL_REVISION (set when a commit is
+# pinned, kit/weights.py). The pins (KIT_VLLM_VERSION...) come from
 # ami/pins.py through kit/image_families.py. KIT_TENSOR_PARALLEL (set only above 1) spreads the
 # model over that many GPUs: the degree the planner chose (stacks/sizing.py, kit/plan.py).
 
@@ -48,16 +49,30 @@ engine_model() {
   kit_log "syncing package $uri (newest in $KIT_MODEL_PARAM)" >&2
   kit_retry 3 aws s3 sync --only-show-errors --delete --region "$KIT_REGION" "$uri/" "$dir/" >&2 || return 1
   [ -s "$dir/manifest.json" ] || { kit_log "package has no manifest.json: $uri" >&2; return 1; }
+  # Recorded; a package built from another commit than the pinned one is refused (kit/weights.py).
+  kit_record_model "$dir" "" "${KIT_MODEL_REVISION:-}" package "$dir/manifest.json" >&2 ||
+    { kit_log "package $uri not served" >&2; return 1; }
   printf '%s' "$dir"
 }
 
 engine_exec() {
   export HF_HOME=/opt/inference-kit/hf VLLM_NO_USAGE_STATS=1
-  local model
+  local model rev how
   model=$(engine_model) || exit 1
+  if [ -z "${KIT_MODEL_PARAM:-}" ]; then
+    # One commit for the download, the record and vLLM's --revision/--tokenizer-revision (vLLM's
+    # ModelConfig revision and tokenizer_revision: a branch, a tag or a commit id), fetched here so
+    # the record's digest is of the files vLLM then loads from the cache (snapshots/<commit>).
+    read -r rev how <<<"$(kit_model_revision "$KIT_VENV/bin/hf" "$model" \
+      /etc/inference-kit/prepulled-revision "$(cat /etc/inference-kit/prepulled-model 2>/dev/null)")"
+    [ -n "$rev" ] || exit 1
+    "$KIT_VENV/bin/hf" download "$model" --revision "$rev" >/dev/null || exit 1
+    kit_record_model "$HF_HOME/hub/models--${model//\//--}/snapshots/$rev" "$model" "$rev" "$how" || exit 1
+  fi
   # shellcheck disable=SC2086  # KIT_VLLM_ARGS is a list of flags written by the stack
   exec "$KIT_VENV/bin/vllm" serve "$model" --served-model-name "$KIT_SERVED_MODEL" \
     --host 127.0.0.1 --port "$KIT_PORT" --max-model-len "$KIT_MAX_MODEL_LEN" \
+    ${rev:+--revision "$rev" --tokenizer-revision "$rev"} \
     ${KIT_TENSOR_PARALLEL:+--tensor-parallel-size "$KIT_TENSOR_PARALLEL"} \
     $KIT_VLLM_ARGS
 }

@@ -13,6 +13,7 @@ KIT_SIGNAL_RETRIES=${KIT_SIGNAL_RETRIES:-5}
 KIT_RETRY_DELAY_S=${KIT_RETRY_DELAY_S:-15}
 KIT_ENGINE_LOG="$KIT_LOG_DIR/engine.log"
 KIT_BOOT_LOG="$KIT_LOG_DIR/boot.log"
+KIT_SERVED_RECORD=${KIT_SERVED_RECORD:-/etc/inference-kit/served-model.json}
 
 kit_log() { printf '%s kit: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$*"; }
 
@@ -86,6 +87,43 @@ kit_ensure_tools() {
 kit_hf_token() {
   aws secretsmanager get-secret-value --region "$KIT_REGION" --secret-id "$KIT_HF_SECRET" \
     --query SecretString --output text 2>/dev/null || true
+}
+
+# The commit of Hugging Face model $2 to serve, and how it was chosen (kit/weights.py HOW), with the
+# hf CLI $1: KIT_MODEL_REVISION when pinned; else the one this instance served before (a restart
+# never moves to a newer commit); else the image's ($3 names a file holding it, for model $4); else
+# main's commit now: the cache's refs/main after a one-file download (huggingface_hub docs,
+# guides/manage-cache.md, "Refs"; the cache is $HF_HOME/hub, its folder models--<org>--<name>).
+kit_model_revision() {  # kit_model_revision HF MODEL [BAKED_REVISION_FILE BAKED_MODEL] -> "COMMIT HOW"
+  local m r h
+  if [ -n "${KIT_MODEL_REVISION:-}" ]; then echo "$KIT_MODEL_REVISION pinned"; return 0; fi
+  read -r m r h 2>/dev/null <"$KIT_STATE_DIR/model-revision" || true
+  if [ "${m:-}" = "$2" ] && [ -n "${r:-}" ]; then echo "$r ${h:-resolved}"; return 0; fi
+  if [ -n "${3:-}" ] && [ -s "$3" ] && [ "${4:-}" = "$2" ]; then echo "$(cat "$3") image"; return 0; fi
+  "$1" download "$2" config.json >/dev/null || return 1
+  echo "$(cat "$HF_HOME/hub/models--${2//\//--}/refs/main") resolved"
+}
+
+# What this instance serves, for the harness (harness/weights.py reads KIT_SERVED_RECORD over the
+# tunnel's SSH connection): model, commit, how it was chosen, and the sha256 of the lines
+# "<sha256>  <name>" of the config and tokenizer files in DIR (kit/weights.py file_digest, the same
+# list); for a package (HOW package, COMMIT the pin or empty), its manifest's source id and commit
+# (refused when not the pin) and the manifest's own sha256. Compact: user data holds 16 KB.
+kit_record_model() {  # kit_record_model DIR MODEL COMMIT HOW [MANIFEST]
+  python3 - "$@" >"$KIT_SERVED_RECORD.tmp" <<'PY' || return 1
+import hashlib,json,os,sys
+d,m,r,w,f=(sys.argv[1:]+[""])[:5]
+H=lambda p:hashlib.sha256(open(p,"rb").read()).hexdigest()
+N=[n for n in "config.json generation_config.json tokenizer.json tokenizer_config.json tokenizer.model special_tokens_map.json chat_template.jinja chat_template.json".split() if os.path.isfile(d+"/"+n)]
+s=json.load(open(f))["source"] if f else {}
+if f and r and s["revision"]!=r:sys.exit("package built from commit %s, not the pinned %s: build it again"%(s["revision"],r))
+D="".join("%s  %s\n"%(H(d+"/"+n),n) for n in N)
+print(json.dumps({"model":s.get("id",m),"revision":s.get("revision",r),"how":w,"files":N,
+"digest":hashlib.sha256(D.encode()).hexdigest() if N else None,"package_manifest":H(f) if f else None}))
+PY
+  chmod 0644 "$KIT_SERVED_RECORD.tmp" && mv -f "$KIT_SERVED_RECORD.tmp" "$KIT_SERVED_RECORD"
+  [ "$4" = package ] || echo "$2 $3 $4" >"$KIT_STATE_DIR/model-revision"
+  kit_log "serving $(cat "$KIT_SERVED_RECORD")"
 }
 
 # One line from the end of the logs, with anything shaped like a token removed.

@@ -2,6 +2,8 @@
 # Neuron image build step PrecompileModel (ami/components/neuron-engine.yaml runs it from the
 # unpacked assets): download the inf2 backend's checkpoint and compile its graphs into the image.
 #   MODEL=... HF_TOKEN_SECRET=... COMPILE_ARGS="--tp-degrees 1,2 --platform inf2 ..." neuron-precompile.sh
+# MODEL_REVISION: the commit of MODEL to download (kit/weights.py), or none/empty for the newest; the
+# commit downloaded is written beside the checkpoint (.kit-revision), where the boot reads it.
 # COMPILE_ARGS: the engine's shape flags, kit/plan.py NeuronCompile.engine_args() (TP degrees and
 # degree, platform, batch, total tokens, prompt buckets), the values the inf2 stack writes to
 # kit.env for its boot (userdata/engine-neuron.sh passes them in the same order).
@@ -45,11 +47,22 @@ fi
 export HF_HOME=$root/opt/inference-kit/hf
 dir="$root/opt/inference-kit/models/$model"
 stage=download
-if [ ! -e "$dir/.kit-complete" ]; then
+hf="$root"/opt/inference-kit/neuron/bin/hf
+rev=${MODEL_REVISION:-none}
+if [ "$rev" = none ]; then
+  # The newest commit, resolved once: main's commit as the cache keeps it in refs/main after a
+  # download (huggingface_hub docs, guides/manage-cache.md, "Refs"); the checkpoint is that commit.
+  "$hf" download "$model" config.json >/dev/null
+  rev=$(cat "$HF_HOME/hub/models--${model//\//--}/refs/main")
+fi
+if [ ! -e "$dir/.kit-complete" ] || [ "$(cat "$dir/.kit-revision" 2>/dev/null)" != "$rev" ]; then
+  rm -rf "$dir"
   install -d -m 0755 "$dir"
-  "$root"/opt/inference-kit/neuron/bin/hf download "$model" --local-dir "$dir" >/dev/null
+  "$hf" download "$model" --revision "$rev" --local-dir "$dir" >/dev/null
+  echo "$rev" >"$dir/.kit-revision"
   touch "$dir/.kit-complete"
 fi
+echo "kit-model-revision $model $rev"
 stage=compile
 read -r -a compile_args <<<"$COMPILE_ARGS"  # flags and values hold no spaces (numbers, words, N,N lists)
 "$root"/opt/inference-kit/neuron/bin/kit-neuron-serve --model "$dir" --served-model-name "$model" \

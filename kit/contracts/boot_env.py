@@ -62,6 +62,8 @@ BOOT_VARS: tuple[BootVar, ...] = (
            "Neuron engine's --max-total-tokens (kit/plan.py neuron_compile)"),
     _stack("KIT_MODEL_PARAM", "the SSM parameter naming the newest package build, read when the server starts",
            (VLLM_GPU,), when="the model is a package (stacks/package.py)"),
+    _stack("KIT_MODEL_REVISION", "the commit of the weights' repository to serve (-c model_revision; kit/weights.py)",
+           when="a commit is pinned"),
     _stack("KIT_VLLM_ARGS", "vLLM's tool-call flags for the model (Backend.engine_settings)", (VLLM_GPU, VLLM_G5G)),
     _stack("KIT_TENSOR_PARALLEL", "vLLM's --tensor-parallel-size: the degree the planner chose (stacks/sizing.py)",
            (VLLM_GPU,), when="the model needs more than one GPU"),
@@ -101,6 +103,7 @@ BOOT_VARS: tuple[BootVar, ...] = (
     _script("KIT_HEALTH_PATH", "the server's health path (/health)"),
     _script("KIT_IDLE_MINUTES", "idle stop when the instance tag is unreadable (0: never)"),
     _script("KIT_PACKAGE_DIR", "where a package is synced (/opt/inference-kit/package)"),
+    _script("KIT_SERVED_RECORD", "what the instance serves, read by the harness (/etc/inference-kit/served-model.json)"),
     _script("KIT_NEURON_VENV", "the Neuron engine's venv (/opt/inference-kit/neuron)"),
     _script("KIT_NEURON_TOOLS", "the Neuron SDK's tools (/opt/aws/neuron/bin)"),
     # computed by the scripts

@@ -44,6 +44,8 @@ OUTPUT_KEYS: tuple[OutputKey, ...] = (
     OutputKey("EndpointName", "the SageMaker endpoint of the first instance type", ("sagemaker",),
               endpoint_field="endpoint_name", required=True),
     OutputKey("EndpointNames", "every instance type's endpoint, type=name,...", ("sagemaker",)),
+    OutputKey("ModelRevision", "the commit the stack pins for its weights (kit/weights.py), or unpinned",
+              ("ec2", "sagemaker"), endpoint_field="model_revision"),
     OutputKey("ModelArn", "the inference profile or foundation model invoked", ("bedrock",)),
     OutputKey("InvokePolicyArn", "a managed policy that may invoke only that model", ("bedrock",)),
     OutputKey("InvokeRoleArn", "a role carrying that policy", ("bedrock",)),

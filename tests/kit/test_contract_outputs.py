@@ -17,8 +17,8 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_keys_per_service_as_documented():
     assert c.COMMON_KEYS == ("BackendId", "Service", "Region", "ModelId", "InstanceType", "TtlExpiresAt",
                              "IdleStopMinutes")
-    assert c.KIND_KEYS == {"ec2": ("InstanceId", "Port", "SshUser"),
-                           "sagemaker": ("EndpointName", "EndpointNames"),
+    assert c.KIND_KEYS == {"ec2": ("InstanceId", "Port", "SshUser", "ModelRevision"),
+                           "sagemaker": ("EndpointName", "EndpointNames", "ModelRevision"),
                            "bedrock": ("ModelArn", "InvokePolicyArn", "InvokeRoleArn")}
     assert c.keys_for("ec2", variant=True, package=True)[-3:] == ("Variant", "Scheme", "PackageUri")
     assert "PackageUri" not in c.keys_for("sagemaker", variant=True, package=True)

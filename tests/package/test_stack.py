@@ -228,13 +228,14 @@ def _run_engine_model(tmp_path, published: str | None):
 echo "$*" >> {calls}
 case "$1 $2" in
   "ssm get-parameter") [ -n "{published or ''}" ] && echo "{published or ''}" || {{ echo ParameterNotFound >&2; exit 254; }} ;;
-  "s3 sync") dest="${{@: -1}}"; mkdir -p "$dest"; echo '{{}}' > "$dest/manifest.json" ;;
+  "s3 sync") dest="${{@: -1}}"; mkdir -p "$dest"; echo '{{"source": {{"id": "g/q", "revision": "{"a" * 40}"}}}}' > "$dest/manifest.json" ;;
 esac
 """)
     (bin_dir / "aws").chmod(0o755)
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "KIT_MODEL_PARAM": "/inference-kit/package/emb4",
            "KIT_REGION": "eu-west-1", "KIT_MODEL": "package:emb4", "KIT_PACKAGE_DIR": str(pkg),
-           "KIT_RETRY_DELAY_S": "0", "KIT_LOG_DIR": str(tmp_path), "KIT_STATE_DIR": str(tmp_path)}
+           "KIT_RETRY_DELAY_S": "0", "KIT_LOG_DIR": str(tmp_path), "KIT_STATE_DIR": str(tmp_path),
+           "KIT_SERVED_RECORD": str(tmp_path / "served.json")}
     r = subprocess.run(["bash", "-c", f"source {root}/userdata/lib.sh; source {root}/userdata/engine-vllm-gpu.sh; "
                         "engine_model"], env=env, capture_output=True, text=True, timeout=60)
     return r, (calls.read_text().splitlines() if calls.exists() else [])

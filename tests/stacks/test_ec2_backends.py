@@ -171,11 +171,13 @@ def test_g6_kit_env_carries_the_catalogs_engine_settings_and_the_pins(kit):
 # Gemma 4's vLLM tool-call parser (the seed's g6 run), Turing's Triton attention in fp16 (g5g),
 # and the Neuron runtime's degrees up to 2 NeuronCores (inf2.xlarge, trn1.2xlarge).
 SERVED = {
+    # unpinned: the commit the first download resolved (tests/stacks/hf_stand_in.py NEWEST), kept
     "g6": "{opt}/vllm/bin/vllm serve {model} --served-model-name {model} --host 127.0.0.1 --port 8000 "
-          "--max-model-len 4096 --enable-auto-tool-choice --tool-call-parser gemma4",
+          "--max-model-len 4096 --revision {rev} --tokenizer-revision {rev} "
+          "--enable-auto-tool-choice --tool-call-parser gemma4",
     "g5g": "{opt}/vllm/bin/vllm serve {model} --served-model-name {model} --host 127.0.0.1 --port 8000 "
-           "--max-model-len 4096 --attention-backend TRITON_ATTN --dtype float16 "
-           "--enable-auto-tool-choice --tool-call-parser gemma4",
+           "--max-model-len 4096 --revision {rev} --tokenizer-revision {rev} --attention-backend TRITON_ATTN "
+           "--dtype float16 --enable-auto-tool-choice --tool-call-parser gemma4",
     "inf2": "{opt}/neuron/bin/kit-neuron-serve --model {opt}/models/{model} --served-model-name {model} "
             "--host 127.0.0.1 --port 8000 --tp-degrees 1,2 --platform inf2 --tp-degree 2 --batch-size 4 "
             "--max-total-tokens 4096 --prompt-buckets 128,512,2048",  # kit/plan.py neuron_compile
@@ -194,13 +196,18 @@ def test_rendered_user_data_serves_the_model_with_the_catalogs_settings(kit, bac
 
     opt, record = tmp_path / "opt", tmp_path / "exec.txt"
     text = kit.stacks[stack].server.user_data_text
-    for path in ("/etc/inference-kit", "/usr/local/lib/inference-kit", "/usr/local/bin", "/opt/inference-kit"):
+    for path in ("/etc/inference-kit", "/usr/local/lib/inference-kit", "/usr/local/bin", "/opt/inference-kit",
+                 "/var/lib/inference-kit", "/var/log/inference-kit"):
         text = text.replace(path, f"{tmp_path}{path.replace('/opt/inference-kit', '/opt')}")
     assert text.rstrip().endswith(f"exec {tmp_path}/usr/local/bin/kit-boot provision")
     text = text.rstrip().removesuffix("provision") + "serve\n"
     stub = f'#!/bin/bash\necho "$0 $*" >> {record}\necho "token=${{HF_TOKEN:+set}}" >> {record}\n'
-    bins = {"vllm/bin/vllm": stub, "neuron/bin/kit-neuron-serve": stub,
-            "neuron/bin/hf": '#!/bin/bash\nmkdir -p "$4"\n'}
+    from tests.stacks.hf_stand_in import NEWEST, fake_hf
+
+    bins = {"vllm/bin/vllm": stub, "neuron/bin/kit-neuron-serve": stub}
+    for venv in ("vllm", "neuron"):
+        fake_hf(opt / venv / "bin/hf", tmp_path / "hf-calls")
+    (tmp_path / "var/lib/inference-kit").mkdir(parents=True)  # provisioning made it
     for rel, body in bins.items():
         (opt / rel).parent.mkdir(parents=True, exist_ok=True)
         (opt / rel).write_text(body)
@@ -214,7 +221,7 @@ def test_rendered_user_data_serves_the_model_with_the_catalogs_settings(kit, bac
     r = run_bash(["bash", str(tmp_path / "user-data.sh")], env=env)
     assert r.returncode == 0, r.stderr
     model = BACKENDS[backend].model_id
-    assert record.read_text().splitlines() == [SERVED[backend].format(opt=opt, model=model), "token=set"]
+    assert record.read_text().splitlines() == [SERVED[backend].format(opt=opt, model=model, rev=NEWEST), "token=set"]
     assert "hf_TEST" not in r.stdout + r.stderr
 
 

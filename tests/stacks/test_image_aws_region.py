@@ -123,11 +123,12 @@ def test_vllm_cuda_prepull_reads_the_token_with_the_instance_region(agent_bin, i
     hf.write_text('#!/bin/sh\n[ -n "$HF_TOKEN" ] || exit 3\necho "$@" > "$HF_HOME/downloaded"\n')
     hf.chmod(0o755)
     (root / "etc/inference-kit").mkdir(parents=True)
-    script = render(_prepull_script(), {"PrePullModel": "google/gemma-4-E2B-it",
+    script = render(_prepull_script(), {"PrePullModel": "google/gemma-4-E2B-it", "ModelRevision": "a" * 40,
                                         "HfTokenSecret": "inference-kit/hf-token"}, root)
     script = script.replace("http://169.254.169.254", imds)
     r = subprocess.run(["/bin/bash", "-c", script], env=agent_env(bin_dir, log), capture_output=True,
                        text=True, timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr
     assert log.read_text().split()[:2] == [REGION, "secretsmanager"]
-    assert (root / "opt/inference-kit/hf/downloaded").read_text().split() == ["download", "google/gemma-4-E2B-it"]
+    assert (root / "opt/inference-kit/hf/downloaded").read_text().split() == ["download", "google/gemma-4-E2B-it",
+                                                                             "--revision", "a" * 40]

@@ -21,6 +21,7 @@ import pytest
 from tests.stacks.test_ec2_backends import kit_env, user_data
 from tests.stacks.test_images import COMPONENT_NAMES, IMAGE_STACKS, _by_name, _recipe_components
 from tests.stacks.test_neuron_install import agent_env, render, stack_parameters, step_script
+from tests.stacks.hf_stand_in import NEWEST, fake_hf
 from tests.stacks.test_neuron_install_env import fake_tool
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -67,13 +68,16 @@ def test_image_and_boot_give_the_engine_the_same_shape_flags(kit, tmp_path):
     image = (root / "launcher-args").read_text().split("\n")[:-1]
     env = inf2_env(kit)
     venv = tmp_path / "boot/venv/bin"
-    fake_tool(venv / "hf", 'while [ $# -gt 0 ]; do [ "$1" = --local-dir ] && mkdir -p "$2"; shift; done')
+    fake_hf(venv / "hf", tmp_path / "boot-hf-calls")
     fake_tool(venv / "kit-neuron-serve", f'printf "%s\\n" "$@" > {tmp_path}/boot-args')
-    script = (ROOT / "userdata/engine-neuron.sh").read_text().replace("/opt/inference-kit/models",
-                                                                      str(tmp_path / "boot/m"))
+    script = (ROOT / "userdata/engine-neuron.sh").read_text().replace(
+        "/opt/inference-kit/models", str(tmp_path / "boot/m")).replace("/opt/inference-kit/hf", str(tmp_path / "boot/hf"))
     (tmp_path / "engine.sh").write_text(script)
-    r = subprocess.run(["/bin/bash", "-c", f"set -euo pipefail; . {tmp_path}/engine.sh; engine_exec"],
-                       env={**env, "PATH": SYSTEMD_PATH, "KIT_NEURON_VENV": str(tmp_path / "boot/venv")},
+    r = subprocess.run(["/bin/bash", "-c", f"set -euo pipefail; . {ROOT}/userdata/lib.sh; . {tmp_path}/engine.sh; "
+                        "engine_exec"],
+                       env={**env, "PATH": SYSTEMD_PATH, "KIT_NEURON_VENV": str(tmp_path / "boot/venv"),
+                            "KIT_LOG_DIR": str(tmp_path), "KIT_STATE_DIR": str(tmp_path),
+                            "KIT_SERVED_RECORD": str(tmp_path / "served.json")},
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     boot = (tmp_path / "boot-args").read_text().split("\n")[:-1]
@@ -102,8 +106,9 @@ def run_precompile(tmp_path: Path, **override: str) -> tuple[subprocess.Complete
     root = tmp_path / "root"
     venv_bin = root / "opt/inference-kit/neuron/bin"
     (root / "etc/inference-kit").mkdir(parents=True)
-    # hf writes a checkpoint file; the launcher records its arguments.
-    fake_tool(venv_bin / "hf", 'while [ $# -gt 0 ]; do [ "$1" = --local-dir ] && touch "$2/model.safetensors"; shift; done')
+    # hf writes a checkpoint as huggingface_hub lays it out (tests/stacks/hf_stand_in.py); the
+    # launcher records its arguments.
+    fake_hf(venv_bin / "hf", tmp_path / "hf-calls")
     fake_tool(venv_bin / "kit-neuron-serve", f'printf "%s\\n" "$@" > {root}/launcher-args')
     params = {**stack_parameters(), "HfTokenSecret": "none", **override}
     r = subprocess.run(["/bin/bash", "-c", render(step_script("build", "PrecompileModel"), params, root)],
@@ -120,7 +125,10 @@ def test_precompile_step_leaves_the_checkpoint_where_the_boot_looks_and_compiles
     engine = (ROOT / "userdata" / "engine-neuron.sh").read_text()
     assert "KIT_MODEL_DIR=/opt/inference-kit/models/$KIT_MODEL" in engine and ".kit-complete" in engine
     ckpt = root / "opt/inference-kit/models" / model
-    assert (ckpt / ".kit-complete").exists() and (ckpt / "model.safetensors").exists()
+    assert (ckpt / ".kit-complete").exists() and (ckpt / "config.json").exists()
+    # unpinned: the newest commit, downloaded and written beside the checkpoint for the boot to report
+    assert (ckpt / ".kit-revision").read_text().strip() == NEWEST
+    assert f"kit-model-revision {model} {NEWEST}" in r.stdout
     args = (root / "launcher-args").read_text().split("\n")
     assert args[:-1] == ["--model", f"{root}/opt/inference-kit/models/{model}", "--served-model-name", model,
                          *params["CompileArgs"].split(), "--compile-only"]
@@ -221,7 +229,7 @@ def test_a_failed_compile_fails_the_build_with_one_line_naming_the_compile(tmp_p
     root = tmp_path / "root"
     venv_bin = root / "opt/inference-kit/neuron/bin"
     (root / "etc/inference-kit").mkdir(parents=True)
-    fake_tool(venv_bin / "hf", 'while [ $# -gt 0 ]; do [ "$1" = --local-dir ] && touch "$2/model.safetensors"; shift; done')
+    fake_hf(venv_bin / "hf", tmp_path / "hf-calls")
     fake_tool(venv_bin / "kit-neuron-serve", 'echo "neuronx-cc: NCC_INLA001 internal error" >&2; exit 70')
     params = {**stack_parameters(), "HfTokenSecret": "none"}
     r = subprocess.run(["/bin/bash", "-c", render(step_script("build", "PrecompileModel"), params, root)],

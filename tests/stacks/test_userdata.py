@@ -436,24 +436,31 @@ def test_neuron_engine_receives_the_planners_shapes_as_they_are(tmp_path, backen
     from kit.plan import neuron_compile
     from stacks.ec2_backend import neuron_boot_env
 
+    from tests.stacks.hf_stand_in import NEWEST, fake_hf
+
     venv = tmp_path / "venv" / "bin"
     venv.mkdir(parents=True)
     calls = tmp_path / "calls"
-    (venv / "hf").write_text(f'#!/bin/bash\necho "hf $*" >> {calls}\nmkdir -p "$4"\n')
+    fake_hf(venv / "hf", calls)
     (venv / "kit-neuron-serve").write_text(f'#!/bin/bash\necho "serve $*" >> {calls}\n')
-    for f in venv.iterdir():
-        f.chmod(0o755)
+    (venv / "kit-neuron-serve").chmod(0o755)
     model = "google/gemma-4-E2B-it"
     nc = neuron_compile(backend, itype, model, tokens)
     env = {"PATH": SYSTEMD_PATH, "KIT_MODEL": model, "KIT_SERVED_MODEL": model, "KIT_PORT": "8000",
-           **neuron_boot_env(nc), "KIT_NEURON_VENV": str(tmp_path / "venv")}
-    script = (ROOT / "userdata/engine-neuron.sh").read_text().replace("/opt/inference-kit/models", str(tmp_path / "m"))
+           **neuron_boot_env(nc), "KIT_NEURON_VENV": str(tmp_path / "venv"), "KIT_LOG_DIR": str(tmp_path),
+           "KIT_STATE_DIR": str(tmp_path), "KIT_SERVED_RECORD": str(tmp_path / "served.json")}
+    script = (ROOT / "userdata/engine-neuron.sh").read_text().replace("/opt/inference-kit/models", str(tmp_path / "m")) \
+        .replace("/opt/inference-kit/hf", str(tmp_path / "hf"))
     (tmp_path / "engine.sh").write_text(script)
-    for _ in range(2):  # a second start (reboot, stop/start) reuses the checkpoint
-        r = run_bash(["bash", "-c", f"set -euo pipefail; . {tmp_path}/engine.sh; engine_exec"], env=env)
+    for _ in range(2):  # a second start (reboot, stop/start) reuses the checkpoint and its commit
+        r = run_bash(["bash", "-c", f"set -euo pipefail; . {ROOT}/userdata/lib.sh; . {tmp_path}/engine.sh; "
+                      "engine_exec"], env=env)
         assert r.returncode == 0, r.stderr
-    hf, serve1, serve2 = calls.read_text().splitlines()
-    assert hf == f"hf download {model} --local-dir {tmp_path}/m/{model}"
+    resolve, hf, serve1, serve2 = calls.read_text().splitlines()
+    # unpinned: the newest commit, resolved once (refs/main), then downloaded at that commit
+    assert resolve == f"hf download {model} config.json"
+    assert hf == f"hf download {model} --revision {NEWEST} --local-dir {tmp_path}/m/{model}"
+    assert json.loads((tmp_path / "served.json").read_text())["revision"] == NEWEST
     assert serve1 == serve2 == (f"serve --model {tmp_path}/m/{model} --served-model-name {model} --host 127.0.0.1 "
                                 f"--port 8000 {' '.join(nc.engine_args())}")
     if backend == "trn1":  # 32 NeuronCores, 8 heads: the planner's degree is 8, not the catalog's largest
