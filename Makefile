@@ -136,10 +136,12 @@ bench-fidelity: setup
 bench-tunnel: setup
 	$(PY) -m harness.calibration.tunnel $(ARGS)
 
-# Tokens/s per concurrency of a running Neuron engine, e.g.
+# With no ARGS: the engine's host efficiency on a paced stand-in device at Gemma 4's vocabulary
+# (starts `python -m ami.neuron.server --device simulated` per level; needs the engine extras).
+# With ARGS, the cases against a running engine, e.g.
 # make bench-engine ARGS='--url http://127.0.0.1:8000 --model tiny-random-gemma4 --tokens 64'
-bench-engine: setup-run
-	$(PY) -m harness.calibration.neuron_engine $(ARGS)
+bench-engine: $(STAMP_DEV)
+	$(PY) -m harness.calibration.neuron_engine $(or $(ARGS),--simulated)
 
 clean:
 	rm -rf $(VENV) node_modules cdk.out .pytest_cache

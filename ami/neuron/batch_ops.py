@@ -18,6 +18,15 @@ from __future__ import annotations
 import torch
 
 
+TOP_P_WINDOW = 1024  # top-p without top-k: the best this many first (widened if they hold < p)
+
+
+def _window_probs(x: torch.Tensor, vals: torch.Tensor, t: float) -> torch.Tensor:
+    """Probabilities of the window's tokens under the FULL distribution softmax(x / t) (so the
+    cumulative sum says how much of the mass the window holds)."""
+    return (vals / t - torch.logsumexp(x / t, -1)).exp()
+
+
 def _needs_processing(row) -> bool:
     return bool(getattr(row, "logit_bias", ()) or getattr(row, "presence_penalty", 0.0)
                 or getattr(row, "frequency_penalty", 0.0) or getattr(row, "repetition_penalty", 1.0) != 1.0
@@ -49,10 +58,16 @@ class RowSampler:
             row = self.rows[i]
             prompt, output = self.history[i] if self.history else ((), ())
             if row.allowed is not None:
-                allowed = row.allowed(list(output))  # token ids the row may take next
-                keep = torch.full((vocab,), float("-inf"))
-                keep[torch.as_tensor(list(allowed), dtype=torch.long)] = 0.0
-                scores[i] += keep
+                allowed = row.allowed(list(output))  # what the row may take next
+                if isinstance(allowed, torch.Tensor) and allowed.dtype == torch.bool:
+                    # a mask over the vocabulary (structured.Constraint); ids past its end are out
+                    n = min(vocab, allowed.shape[0])
+                    scores[i, :n].masked_fill_(~allowed[:n], float("-inf"))
+                    scores[i, n:] = float("-inf")
+                else:  # token ids
+                    keep = torch.full((vocab,), float("-inf"))
+                    keep[torch.as_tensor(list(allowed), dtype=torch.long)] = 0.0
+                    scores[i] += keep
             for token, bias in row.logit_bias:
                 scores[i, token] += bias
             if row.repetition_penalty != 1.0:
@@ -85,6 +100,41 @@ class RowSampler:
             only_best = torch.full_like(scores, float("-inf")).scatter(1, best, 0.0)
             scores = torch.where(greedy[:, None], only_best, scores)
         return scores
+
+    def draw(self, scores: torch.Tensor, generators: list | None = None) -> list[int]:
+        """One token per row, without a full sort or a full-vocabulary softmax where avoidable:
+        greedy is one argmax; top-k (and top-p within it) works on the k best; top-p alone takes
+        the 1,024 best and widens (x8) only while they hold less than p of the mass; plain sampling
+        (no top-k, no top-p) is one inverse-CDF draw (a cumulative sum, no full-vocabulary
+        multinomial). Seeded rows use their own generator."""
+        scores = self._process(scores.float())
+        generators = generators or [None] * scores.shape[0]
+        vocab = scores.shape[-1]
+        out = []
+        for i in range(scores.shape[0]):
+            x, t, g = scores[i], float(self.temps[i]), generators[i]
+            if t <= 0:
+                out.append(int(x.argmax()))
+                continue
+            k, p = self.top_k[i], float(self.top_p[i])
+            if k <= 0 and p >= 1.0:  # the whole vocabulary: one inverse-CDF draw
+                cum = (x / t - torch.logsumexp(x / t, -1)).exp().cumsum(0)
+                u = torch.rand((), generator=g) * cum[-1]
+                out.append(min(int(torch.searchsorted(cum, u, right=True)), vocab - 1))
+                continue
+            width = min(vocab, k if k > 0 else TOP_P_WINDOW)
+            vals, idx = x.topk(width)
+            probs = (vals / t).softmax(-1) if k > 0 else _window_probs(x, vals, t)
+            if p < 1.0:
+                cum = probs.cumsum(0)
+                while k <= 0 and float(cum[-1]) < p and width < vocab:  # too little mass: widen
+                    width = min(vocab, width * 8)
+                    vals, idx = x.topk(width)
+                    probs = _window_probs(x, vals, t)
+                    cum = probs.cumsum(0)
+                probs = probs.masked_fill((cum - probs) > p, 0.0)  # keep the first to reach p
+            out.append(int(idx[torch.multinomial(probs, 1, generator=g)]))
+        return out
 
     @staticmethod
     def sample(scores: torch.Tensor, generators: list | None = None) -> torch.Tensor:

@@ -82,11 +82,29 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _ms(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.0 <= value <= 60_000:  # also refuses nan and inf
+        raise argparse.ArgumentTypeError(f"expected milliseconds in 0..60000, got {text!r}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     d = DEFAULT_SHAPES
     p = _Parser(prog=PROG, description="OpenAI-compatible server of the kit's Neuron engine.")
-    p.add_argument("--device", required=True, choices=["neuron", "cpu"],
-                   help="neuron: compiled model on NeuronCores; cpu: transformers (tests, demos)")
+    p.add_argument("--device", required=True, choices=["neuron", "cpu", "simulated"],
+                   help="neuron: compiled model on NeuronCores; cpu: transformers (tests, demos); "
+                        "simulated: a paced stand-in for the device at Gemma 4's vocabulary, no weights "
+                        "(measures the host path: make bench-engine)")
+    p.add_argument("--step-ms", type=_ms, default=6.0, metavar="MS",
+                   help="simulated: device time of one decode step (default 6, E2B's bandwidth ceiling at TP 2 on inf2)")
+    p.add_argument("--prefill-ms", type=_ms, default=40.0, metavar="MS",
+                   help="simulated: device time of one prefill (default 40)")
+    p.add_argument("--sampling", choices=["device", "host"], default="device",
+                   help="simulated: sample on the device (token ids back) or on the host (logits back)")
     p.add_argument("--model", metavar="DIR", help="checkpoint directory (config.json, weights, tokenizer)")
     p.add_argument("--tiny-random", action="store_true",
                    help="cpu generator only: a tiny random-weight Gemma 4 built in memory")
@@ -148,7 +166,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--compile-only needs --device neuron (the cpu generator compiles nothing)")
     if a.tiny_random and a.model:
         p.error("give either --model DIR or --tiny-random, not both")
-    if not a.tiny_random:
+    if a.device == "simulated":
+        if a.model:
+            p.error("--device simulated has no weights: leave out --model")
+    elif not a.tiny_random:
         if not a.model:
             p.error(f"--model DIR is required with --device {a.device}" +
                     (" (or --tiny-random)" if a.device == "cpu" else ""))
@@ -163,7 +184,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             p.error(f"--dtype {a.dtype!r} is not one of bf16, fp16, fp32 for the cpu generator")
     except ConfigError as exc:
         p.error(str(exc))
-    a.served_model_name = a.served_model_name or (a.model if a.model else "tiny-random-gemma4")
+    a.served_model_name = a.served_model_name or (
+        a.model if a.model else "simulated-gemma4" if a.device == "simulated" else "tiny-random-gemma4")
     return a
 
 
@@ -185,6 +207,10 @@ def build_generator(args: argparse.Namespace):
     shapes = args.shapes
     limits = Limits(shapes.max_prompt_tokens, shapes.total_tokens, shapes.batch_size)
     wait_s = args.batch_wait_ms / 1000.0
+    if args.device == "simulated":
+        from . import simulated
+        return simulated.make_generator(args.served_model_name, limits, wait_s, args.step_ms, args.prefill_ms,
+                                        args.sampling, args.max_queue)
     if args.device == "cpu":
         from . import cpu_generator
         return cpu_generator.make_generator(args.served_model_name, args.model, args.tiny_random,

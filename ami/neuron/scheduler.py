@@ -222,6 +222,11 @@ class BatchScheduler:
         self._step_s: collections.deque[float] = collections.deque(maxlen=TIMING_WINDOW)
         self._prefill_s: collections.deque[float] = collections.deque(maxlen=TIMING_WINDOW)
         self._service_s: collections.deque[float] = collections.deque(maxlen=TIMING_WINDOW)
+        # Host time per decode step: sampling and emitting its tokens, and the rest of the loop
+        # between one step's end and the next step's start (admission, scheduling, the lock).
+        self._host_s: collections.deque[float] = collections.deque(maxlen=TIMING_WINDOW)
+        self._between_s: collections.deque[float] = collections.deque(maxlen=TIMING_WINDOW)
+        self._last_step_end: float | None = None
         self.admitted = self.finished = 0
 
     # -- life cycle (event loop side) --------------------------------------------------------
@@ -258,7 +263,9 @@ class BatchScheduler:
                     "steps": sum(rows.values()), "batch_sizes": rows,
                     "max_batch_size_seen": max(rows, default=0),
                     "timings": {"decode_step": _timing(list(self._step_s)),
-                                "prefill": _timing(list(self._prefill_s))}}
+                                "prefill": _timing(list(self._prefill_s)),
+                                "host_step": _timing(list(self._host_s)),
+                                "between_steps": _timing(list(self._between_s))}}
 
     def retry_after(self) -> int:
         """Seconds until a place in the queue is likely free: the recent mean time a request
@@ -412,6 +419,8 @@ class BatchScheduler:
         lvs = sorted(self._live.values(), key=lambda lv: lv.slot)
         try:
             t0 = time.perf_counter()
+            if self._last_step_end is not None:
+                self._between_s.append(t0 - self._last_step_end)
             device = {}
             if getattr(self.runner, "device_sampling", False):
                 device = {"sampling": [device_params(lv.row) for lv in lvs],
@@ -425,7 +434,10 @@ class BatchScheduler:
             return
         with self._cv:
             self._rows_per_step[len(lvs)] += 1
+        t1 = time.perf_counter()
         self._consume(lvs, logits)
+        self._last_step_end = time.perf_counter()
+        self._host_s.append(self._last_step_end - t1)
 
     def _consume(self, lvs: list[_Live], out) -> None:
         """Each row's next token: from the device (``DeviceOut``: sampled there) unless the row
@@ -454,7 +466,7 @@ class BatchScheduler:
             raw = logits[host].float()
             history = [(lvs[i].row.prompt_ids, lvs[i].output) for i in host]
             sampler = RowSampler(rows, len(rows), history)
-            drawn = RowSampler.sample(sampler(None, raw), [lvs[i].generator for i in host]).tolist()
+            drawn = sampler.draw(raw, [lvs[i].generator for i in host])
             tokens_of.update(zip(host, drawn))
             want = [k for k, i in enumerate(host) if lvs[i].row.logprobs is not None]
             if want:  # log-softmax of the rows that asked only: the model's own distribution

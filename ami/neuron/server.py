@@ -21,12 +21,13 @@ from typing import AsyncIterator
 
 from aiohttp import web
 
-from . import api, completions, intake, logs
+from . import api, completions, intake, logs, structured
 from .cli import DEFAULT_BODY_TIMEOUT_S
 from .generator import Generator, LimitError, QueueFull, SamplingParams
 from .reasoning import ThoughtStream
 from .scheduler import NeverFits, PromptLogprobs, Sampled
 from .stops import StopMatcher
+from .structured import ArgumentsDelta, ForcedCalls
 from .toolcalls import ContentDelta, ToolCall, ToolCallStream
 
 log = logging.getLogger("ami.neuron.server")
@@ -88,19 +89,22 @@ async def _errors_as_json(request: web.Request, handler):
 
 
 async def _events(gen: Generator, stream: AsyncIterator, params: SamplingParams, tools: bool,
-                  counter: list[int], stops: StopMatcher | None = None) -> AsyncIterator[tuple]:
+                  counter: list[int], stops: StopMatcher | None = None,
+                  forced=None) -> AsyncIterator[tuple]:
     """Token ids -> ('content', text) | ('reasoning', text) | ('tool', ToolCall) |
     ('logprob', Sampled) | ('finish', reason, stop string or None).
 
     The decoded text first meets the request's stop strings (on the whole output, as vLLM
     matches them), then two exact streaming filters: the thought channel (to reasoning), then,
-    when the request has tools, the tool-call parser. A request with log-probabilities gets one
+    when the request has tools, the tool-call parser (or, when ``forced`` is a tool choice,
+    "required" or a function's name, ``structured.ForcedCalls`` reading the constrained JSON into
+    calls and ``ArgumentsDelta`` events). A request with log-probabilities gets one
     'logprob' event per generated token (the stop token included, as usage counts it), before
     that token's text. A stop string ends the row: leaving the loop closes its stream, which
     frees the slot at the next step."""
     decoder = gen.chat.decoder()
     thoughts = ThoughtStream()
-    parser = ToolCallStream() if tools else None
+    parser = ForcedCalls(forced) if forced is not None else ToolCallStream() if tools else None
     stop_ids = set() if params.ignore_eos else gen.chat.stop_ids
     stops = stops or StopMatcher(())
     reason = "length"
@@ -137,7 +141,7 @@ async def _events(gen: Generator, stream: AsyncIterator, params: SamplingParams,
     for ev in route(*thoughts.feed(tail)) + route(*thoughts.finish(), final=True):
         yield ev
     if parser is not None and parser.calls and reason == "stop" and stops.stopped is None:
-        reason = "tool_calls"
+        reason = getattr(parser, "finish_reason", "tool_calls")  # a named choice: "stop" (vLLM's)
     yield ("finish", reason, stops.stopped)
 
 
@@ -146,6 +150,8 @@ def _as_tuple(ev):
         return ("content", ev.text)
     if isinstance(ev, ToolCall):
         return ("tool", ev)
+    if isinstance(ev, ArgumentsDelta):
+        return ("tool_args", ev)
     return ev[:2]
 
 
@@ -209,8 +215,9 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
 async def _answer_chat(request, completion, req, streams, params, prompt_tokens):
     gen: Generator = request.app[GENERATOR]
     counters = [[0] for _ in streams]
+    forced = req.tool_choice if req.tools is not None and req.tool_choice != "auto" else None
     events = [_events(gen, stream, p, req.tools is not None, counter,
-                      StopMatcher(req.sampling.stop, req.sampling.include_stop_str_in_output))
+                      StopMatcher(req.sampling.stop, req.sampling.include_stop_str_in_output), forced)
               for stream, p, counter in zip(streams, params, counters)]
     text = _token_text(gen)
     if req.stream:
@@ -227,12 +234,17 @@ async def _answer_chat(request, completion, req, streams, params, prompt_tokens)
                     reasoning.append(value)
                 elif kind == "tool":
                     calls.append(api.tool_call_json(value, with_index=False))
+                elif kind == "tool_args":
+                    calls[value.index]["function"]["arguments"] += value.arguments
                 elif kind == "logprob":
                     logprobs.append(api.chat_logprob(value, text))
                 else:
                     reason, stop = value, ev[2]
-        return api.Completion.choice(index, "".join(content), calls, reason, reasoning="".join(reasoning),
-                                     logprobs=logprobs if req.logprobs else None, stop_reason=stop)
+        choice = api.Completion.choice(index, "".join(content), calls, reason, reasoning="".join(reasoning),
+                                       logprobs=logprobs if req.logprobs else None, stop_reason=stop)
+        if forced is not None:  # vLLM answers a forced tool choice with content "" (content or "")
+            choice["message"]["content"] = "".join(content)
+        return choice
 
     try:
         choices = await asyncio.gather(*(collect(i, evs) for i, evs in enumerate(events)))
@@ -279,6 +291,8 @@ async def _stream(request, completion: api.Completion, req, events: list, prompt
                         delta = {"reasoning_content": value}
                     elif kind == "tool":
                         delta = {"tool_calls": [api.tool_call_json(value, with_index=True)]}
+                    elif kind == "tool_args":  # vLLM's DeltaToolCall with only arguments
+                        delta = {"tool_calls": [{"index": value.index, "function": {"arguments": value.arguments}}]}
                     else:
                         await queue.put(completion.chunk({}, finish_reason=value, usage_field=usage_field,
                                                          logprobs=pending, index=index, stop_reason=ev[2]))
@@ -347,7 +361,9 @@ async def health(request: web.Request) -> web.Response:
         "status": "ok" if ok else "error", "model": gen.model_id, "device": request.app[DEVICE],
         "limits": {"max_prompt_tokens": lim.max_prompt_tokens, "max_total_tokens": lim.max_total_tokens,
                    "max_batch_size": lim.max_batch_size},
-        "scheduler": stats}, status=200 if ok else 503)
+        "scheduler": stats,
+        **({"simulated": "a paced stand-in for the device (no weights): host-path calibration only"}
+           if request.app[DEVICE] == "simulated" else {})}, status=200 if ok else 503)
 
 
 def runner_options(header_timeout: float) -> dict:
@@ -381,6 +397,8 @@ def build_app(generator: Generator, device: str, body_timeout: float = DEFAULT_B
     app.router.add_get("/health", health)
 
     async def lifecycle(app: web.Application):
+        # structured output's tokenizer, built before the server listens (structured.warm)
+        await asyncio.get_running_loop().run_in_executor(app[INTAKE][0], structured.warm, generator.chat)
         await generator.start()
         yield
         await generator.close()

@@ -151,7 +151,12 @@ async def _sweep(url: str, model: str, tokens: int, concurrencies: list[int], ro
 def main(argv: list[str] | None = None) -> int:
     p = Parser(prog=PROG, description=__doc__.split("\n\n")[0])
     p.add_argument("--url", default="http://127.0.0.1:8000")
-    p.add_argument("--model", required=True)
+    p.add_argument("--model", help="the served model id (needed with --url's running engine)")
+    p.add_argument("--simulated", action="store_true",
+                   help="host efficiency: start the engine on a paced stand-in device at Gemma 4's vocabulary "
+                        "at each level and print the table (harness/calibration/host_efficiency.py)")
+    p.add_argument("--step-ms", type=positive(float), default=6.0, help="simulated: decode step (default 6)")
+    p.add_argument("--prefill-ms", type=positive(float), default=40.0, help="simulated: prefill (default 40)")
     p.add_argument("--concurrency", type=positive_ints,
                    help="comma-separated levels: run the older sweep (--tokens per request) instead of the cases")
     p.add_argument("--tokens", type=positive(int), default=128, help="sweep: new tokens per request (default 128)")
@@ -161,6 +166,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--join-delay", type=positive(float), default=0.5,
                    help="join case: seconds between the long requests and the short one (default 0.5)")
     a = p.parse_args(argv)
+    if a.simulated:
+        from harness.calibration import host_efficiency
+        return host_efficiency.main(a.step_ms, a.prefill_ms, a.tokens if a.tokens != 128 else 64)
+    if not a.model:
+        p.error("--model is required unless --simulated (the id the running engine serves)")
     url = a.url.rstrip("/")
     try:
         if a.concurrency:

@@ -111,8 +111,8 @@ def test_logit_bias_forces_a_token(client):
     assert len(tokens) == 5 and len(set(tokens)) == 1
 
 
-def _row(**kw) -> Row:
-    return Row([1], 10, 1.0, 1.0, frozenset(), **kw)
+def _row(temperature: float = 1.0, top_p: float = 1.0, **kw) -> Row:
+    return Row([1], 10, temperature, top_p, frozenset(), **kw)
 
 
 def test_penalties_are_vllms_formulas():
@@ -138,3 +138,32 @@ def test_top_k_keeps_the_k_best():
     logits = torch.tensor([[0.0, 3.0, 1.0, 2.0, -1.0]])
     out = RowSampler([_row(top_k=2)], 1)(None, logits)
     assert torch.isfinite(out).tolist() == [[False, True, False, True, False]]
+
+
+@pytest.mark.parametrize("top_k, top_p", [(0, 1.0), (3, 1.0), (0, 0.8), (2, 0.9)])
+def test_draw_samples_the_distribution_vllm_defines(top_k, top_p):
+    """20,000 seeded draws from a 5-token vocabulary at temperature 0.7 land within 0.015 of
+    softmax(logits / T) restricted to the top-k, then to the smallest prefix reaching top_p."""
+    x = torch.tensor([[1.0, 2.0, 0.5, -1.0, 0.0]])
+    probs = (x[0] / 0.7).softmax(-1)
+    order = probs.argsort(descending=True)
+    keep = torch.zeros(5, dtype=torch.bool)
+    mass = 0.0
+    for rank, tok in enumerate(order.tolist()):
+        if (top_k and rank >= top_k) or mass >= top_p:
+            break
+        keep[tok], mass = True, mass + float(probs[tok])
+    want = probs * keep / float((probs * keep).sum())
+    s = RowSampler([_row(temperature=0.7, top_p=top_p, top_k=top_k)], 1, [([1], [])])
+    g = torch.Generator().manual_seed(0)
+    counts = torch.zeros(5)
+    for _ in range(20000):
+        counts[s.draw(x, [g])[0]] += 1
+    assert torch.allclose(counts / 20000, want, atol=0.015), (counts / 20000, want)
+
+
+def test_draw_is_argmax_for_greedy_rows_at_the_real_vocabulary():
+    torch.manual_seed(1)
+    logits = torch.randn(3, 262_144)
+    s = RowSampler([_row(temperature=0.0)] * 3, 3, [([1], [])] * 3)
+    assert s.draw(logits) == logits.argmax(-1).tolist()
