@@ -176,10 +176,53 @@ def main(argv: list[str] | None = None) -> int:
         not_run = json.loads((args.out / "bench.json").read_text()).get("levels_not_run") or []
     except (OSError, ValueError, AttributeError):
         not_run = ["(bench.json unreadable)"]
-    if not_run:
-        print(f"harness.bench: --time-limit reached; not complete: {', '.join(not_run)} "
-              "(--resume continues)", file=sys.stderr)
-    return 1 if not_run else 0
+    if not_run:  # the run did not finish: that is the line, whatever completed before the limit
+        print(f"harness.bench: --time-limit reached; not complete: {', '.join(not_run)} (--resume continues)"
+              + ("" if any(lv.get("completed") for lv in levels) else "; no request completed before it"),
+              file=sys.stderr)
+        return 1
+    nothing = measured_nothing(levels, args.out)
+    if nothing:
+        print(f"harness.bench: {nothing}", file=sys.stderr)
+        return 3
+    empty = [_label(lv) for lv in levels if not lv.get("completed") and lv.get("failed")]
+    if empty:
+        print(f"harness.bench: no request completed at {', '.join(empty)}: those levels have no latency or "
+              f"throughput, only failures (errors by class in {args.out / 'summary.json'})", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _label(lv: dict) -> str:
+    return f"c={lv['concurrency']}" if "concurrency" in lv else f"r={lv['rate']:g}/s"
+
+
+def measured_nothing(levels: list[dict], out: Path) -> str | None:
+    """The line to print when not one measured request completed (a server that is down, or
+    refused every request): how many failed, by class, and the first failure's own words. None
+    when something was measured. Exit 3: a dead server must not look like a measured one."""
+    failed = sum(lv.get("failed") or 0 for lv in levels)
+    if not failed or any(lv.get("completed") for lv in levels):
+        return None  # something completed, or nothing ended at all (cut by --time-limit: exit 1 says so)
+    classes: dict[str, int] = {}
+    for lv in levels:
+        for k, v in (lv.get("errors") or {}).items():
+            classes[k] = classes.get(k, 0) + (v if isinstance(v, int) else 0)
+    by = ", ".join(f"{k}: {v}" for k, v in sorted(classes.items(), key=lambda kv: -kv[1])) or "no class"
+    detail = _first_detail(out)
+    return (f"nothing was measured: all {failed} measured requests failed ({by})"
+            + (f", e.g. {detail}" if detail else "") + f"; the records are in {out / 'requests.jsonl'}")
+
+
+def _first_detail(out: Path) -> str:
+    """The error detail of the first measured failed request in ``out``'s records ('' if none)."""
+    from harness.results import read_records
+    from kit.contracts.results import BENCH_REQUESTS
+
+    for r in read_records(out / "requests.jsonl", BENCH_REQUESTS):
+        if not r.get("warmup") and not r.get("ok") and isinstance(r.get("error_detail"), str):
+            return " ".join(r["error_detail"].split())[:200]
+    return ""
 
 
 def print_table(levels: list[dict]) -> None:

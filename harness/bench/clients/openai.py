@@ -89,6 +89,26 @@ def _stamp(resp: aiohttp.ClientResponse) -> _ArrivalStamp | None:
     return cur
 
 
+def json_answer(raw: bytes) -> tuple[str, str]:
+    """(error class, detail) of an HTTP 200 whose body is JSON, not an event stream: an error
+    object (``{"error": "model overloaded"}``, OpenAI's ``{"error": {"message": …}}``, vLLM's
+    ``{"object": "error", "message": …}``) is
+    ``stream_error`` quoting the server's message; a whole chat completion is ``empty`` (the
+    server ignored stream: true); anything else is ``protocol``."""
+    text = raw[:300].decode("utf-8", "replace")
+    try:
+        obj = json.loads(raw)
+    except (ValueError, RecursionError):  # RecursionError: 64 KiB of "[" is deeper than Python's parser goes
+        return "protocol", f"HTTP 200 application/json that is not JSON: {text}"
+    if isinstance(obj, dict) and (obj.get("error") or obj.get("object") == "error"):  # vLLM: object "error"
+        err = obj.get("error") or obj
+        msg = err.get("message") if isinstance(err, dict) else err
+        return "stream_error", f"HTTP 200 with an error body: {msg if isinstance(msg, str) and msg else text}"
+    if isinstance(obj, dict) and isinstance(obj.get("choices"), list):
+        return "empty", "HTTP 200 application/json instead of an event stream: the server ignored stream: true"
+    return "protocol", f"HTTP 200 application/json that is not a chat completion: {text}"
+
+
 async def _read_capped(resp: aiohttp.ClientResponse, cap: int) -> bytes:
     """The body up to its end or ``cap`` bytes, whichever comes first."""
     parts, n = [], 0
@@ -154,9 +174,9 @@ class OpenAIClient:
                     record.finish()
                     return record
                 if resp.content_type == "application/json":
-                    # a whole JSON answer, not an event stream: the server ignored stream: true
-                    record.fail("empty", "HTTP 200 application/json instead of an event stream: "
-                                "the server ignored stream: true")
+                    # a whole JSON answer, not an event stream: an error the server put in a 200
+                    # (its message kept), or a server that ignored stream: true
+                    record.fail(*json_answer(await _read_capped(resp, 1 << 16)))
                     record.finish()
                     return record
                 stamp = _stamp(resp)
