@@ -118,7 +118,7 @@ def endpoint_from_outputs(stack_name: str, outputs: Mapping[str, str],
                     region=outputs.get("Region") or default_region, tool_calls=b.tool_calls,
                     instance_type=None if instance_type == NO_INSTANCE else instance_type,
                     stack_name=stack_name, ssh_user=outputs.get("SshUser") or None,
-                    variant=variant, scheme=scheme, **fields)
+                    variant=variant, scheme=scheme, model_revision=outputs.get("ModelRevision") or None, **fields)
 
 
 def _variant_words(variant: str | None, instance_type: str | None, b: catalog.Backend) -> str:

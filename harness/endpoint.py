@@ -42,6 +42,9 @@ class Endpoint:
     # and the weight scheme its model id names (package scheme, bf16, w4a16; None when unknown).
     variant: str | None = None
     scheme: str | None = None
+    # The commit the stack pins for its weights (stack output ModelRevision, kit/weights.py), or
+    # "unpinned"; None: not a kit stack, or one deployed before stacks said.
+    model_revision: str | None = None
     # The Authorization header value for ``base_url`` (from credentials in an --endpoint URL,
     # ``split_credentials``): sent with every request, never shown (repr) or saved (to_dict).
     auth: str | None = field(default=None, repr=False, compare=False)

@@ -373,6 +373,12 @@ def main(argv: list[str] | None = None, *, session: Any = None,
             if unreachable and not ctx.live:
                 echo(f"harness.run: no endpoint reachable; what was tried is in {run_dir}")
                 rc = 1
+            if ctx.live and any(st in args.stages for st in REACHES_BACKENDS):
+                from harness.weights import collect
+
+                # what each serves: model, commit, config+tokenizer digest (harness/weights.py)
+                meta["weights"] = collect(ctx.live, echo)
+                write_file(run_dir / "meta.json", META, meta)
             run_stages(ctx, args.stages)
         except KeyboardInterrupt:
             meta["interrupted"] = True

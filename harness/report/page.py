@@ -10,6 +10,10 @@ from typing import Any, Callable
 from harness.bench.path import server_ttft_est_ms
 from harness.report.accuracy import SECTION as ACCURACY_SECTION
 from harness.report.families import SECTION as FAMILIES_SECTION
+from harness.report.weights import SECTION as WEIGHTS_SECTION
+from harness.report.weights import beside as weights_beside
+from harness.report.weights import differences as weights_differences
+from harness.report.weights import top_lines as weights_top_lines
 from harness.report.data import RunData, knee_index, load_label, metric, per_token, sweeps
 from harness.report.plots import cost_per_m, decode_vs_ceiling, latency_throughput
 from harness.results import endpoints_from_meta
@@ -44,9 +48,10 @@ Table = tuple[list[str], list[list[str]]]
 def roofline_table(run: RunData) -> Table:
     head = ["backend", "instance", "precision", "decode tok/s", "ceiling tok/s", "of ceiling", "notes"]
     rows = []
+    marks = weights_differences(run)[1]  # not the same weights as a backend of the same model
     for n, e in _ordered(run):
         r = e.get("roofline") or {}
-        notes = "; ".join(r.get("warnings", []) + e.get("missing", []))
+        notes = "; ".join(r.get("warnings", []) + e.get("missing", []) + ([marks[n]] if n in marks else []))
         if per_token(e):
             notes = "model and hardware undisclosed: no ceiling"
         rows.append([run.display(n), e.get("instance_type") or ("managed" if per_token(e) else "—"), e.get("precision") or "—",
@@ -216,6 +221,7 @@ def _md_table(t: Table) -> str:
 
 
 SECTIONS: list[tuple[str, str, Callable[[RunData], Table], Callable[[RunData], bytes | None] | None, str]] = [
+    WEIGHTS_SECTION,
     ("speed", "Decode speed against the roofline", roofline_table, decode_vs_ceiling,
      "Ceiling = memory bandwidth / bytes read per generated token (weights actually read, tied LM head "
      "included, embedding tables only looked up, plus the KV cache at 512 tokens of context)."),
@@ -248,11 +254,13 @@ def _caption(run: RunData, key: str, caption: str) -> str:
         caption += " Passed: " + ", ".join(f"{b} {ok}/{n}" for b, (ok, n) in tally.items()) + "."
     if key == "latency":
         caption += f" SLO line: P99 TTFT <= {run.slo_ttft_p99_ms:.0f} ms ({run.slo_origin})."
-    return caption
+    return caption + (_guarded(run, "weights", lambda r: weights_beside(r, key)) or "")
 
 
 def markdown(run: RunData) -> str:
     out = [f"# Inference on AWS: run {run.run_id}", ""]
+    flags = _guarded(run, "weights", weights_top_lines) or []
+    out += [f"> **{line}**" for line in flags] + ([""] if flags else [])
     out += [f"- **{k}**: {v}" for k, v in _guarded(run, "headlines", headlines) or []]
     out += [f"- _{line}_" for line in price_provenance(run)]
     if run.missing:
@@ -316,6 +324,9 @@ def html_page(run: RunData) -> str:
              f"<style>{CSS}</style></head><body><header><h1>Inference on AWS: run {e(run.run_id)}</h1>"
              f"<p>{' · '.join(sub)}</p>" + "".join(f"<p>{e(line)}</p>" for line in price_provenance(run))
              + "</header><main>"]
+    flags = _guarded(run, "weights", weights_top_lines) or []
+    if flags:
+        parts.append("<div class='missing'>" + "".join(f"<p><b>{e(line)}</b></p>" for line in flags) + "</div>")
     cards = _guarded(run, "headlines", headlines)
     if cards:
         parts.append("<div class='cards'>" + "".join(f"<div class='card'><b>{e(k)}</b><span>{e(v)}</span></div>"

@@ -4,7 +4,8 @@ One ``ResultsFile`` per file, used by the side that writes it and the sides that
 (harness/results.py ``write_file``, ``append_record``, ``read_file``, ``read_records``):
 
     results/<run-id>/                     (harness.run)
-      meta.json                           META: versions, config, region, endpoints, stages, times
+      meta.json                           META: versions, config, region, endpoints, stages, times,
+                                          the weights each endpoint served (version 2)
       agent_runs.jsonl                    AGENT_RUNS: one record per agent-trial run
       scoreboard.json                     SCOREBOARD: the orchestrating agent's table
       bench/<endpoint>/                   (python -m harness.bench --out, here or on the instance)
@@ -106,6 +107,27 @@ class SavedEndpoint(TypedDict, total=False):  # harness.endpoint.Endpoint.to_dic
     instance_type: str | None
     variant: str | None
     scheme: str | None
+    model_revision: str | None  # stack output ModelRevision (kit/weights.py): a commit or "unpinned"
+
+
+class ServedWeights(TypedDict, total=False):
+    """What one endpoint served (harness/weights.py; meta.json version 2). ``model``: the weights'
+    repository (a package: its source); ``revision``: the commit (40 hex), absent when not known;
+    ``how``: pinned | resolved | image | package | configured (kit/weights.py HOW); ``digest``:
+    sha256 over the config and tokenizer files (kit/weights.py file_digest); ``source``: where the
+    harness read it; ``error``: why something is missing."""
+    model: str | None
+    served_as: str | None
+    revision: str | None
+    how: str | None
+    pinned: str | None
+    digest: str | None
+    files: list[str] | None
+    package_manifest: str | None
+    precision: str | None
+    different_model: bool | None
+    source: str | None
+    error: str | None
 
 
 class Meta(TypedDict, total=False):
@@ -122,6 +144,8 @@ class Meta(TypedDict, total=False):
     access: dict[str, str] | None
     bench: dict[str, Any] | None
     interrupted: bool | None
+    # version 2: what each endpoint served (harness/weights.py); a version-1 run has none
+    weights: dict[str, ServedWeights] | None
 
 
 class AgentRun(TypedDict, total=False):  # harness.agent.trial.RunRecord.to_dict
@@ -371,7 +395,8 @@ def _add(notes: list[str] | None, line: str) -> None:
         notes.append(line)
 
 
-META = ResultsFile("meta.json", Meta, "versions, config, region, endpoints, stages, start and end", legacy=_meta)
+META = ResultsFile("meta.json", Meta, "versions, config, region, endpoints, stages, start and end, weights served",
+                   version=2, legacy=_meta)
 AGENT_RUNS = ResultsFile("agent_runs.jsonl", AgentRun, "one record per agent-trial run", form="jsonl")
 SCOREBOARD = ResultsFile("scoreboard.json", Scoreboard, "the scoreboard agent's table", legacy=_scoreboard)
 BENCH_REQUESTS = ResultsFile("bench/<endpoint>/requests.jsonl", BenchRequest, "one record per request",

@@ -12,7 +12,7 @@ from tests.harness.fake_openai import SCRIPTS, FakeOpenAI
 
 G6 = {"BackendId": "g6", "Service": "ec2", "Region": "us-east-1", "ModelId": "google/gemma-4-E2B-it-qat-w4a16-ct",
       "InstanceType": "g6.xlarge", "InstanceId": "i-0123456789abcdef0", "Port": "8000", "SshUser": "ubuntu",
-      "TtlExpiresAt": "disabled", "IdleStopMinutes": "60"}
+      "TtlExpiresAt": "disabled", "IdleStopMinutes": "60", "ModelRevision": "unpinned"}
 SM = {"BackendId": "sagemaker", "Service": "sagemaker", "Region": "us-east-1", "ModelId": "google/gemma-4-E2B-it-qat-w4a16-ct",
       "InstanceType": "ml.g6.xlarge", "EndpointName": "kit-sagemaker-g6", "EndpointNames": "ml.g6.xlarge=kit-sagemaker-g6"}
 BR = {"BackendId": "bedrock", "Service": "bedrock", "Region": "us-east-1", "ModelId": "us.amazon.nova-micro-v1:0",

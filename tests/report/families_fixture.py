@@ -59,7 +59,8 @@ def twin_outputs(name: str, itype: str, i: int) -> tuple[str, dict[str, str]]:
     variant = name.partition("@")[2] or None
     values = {"BackendId": "g6", "Service": "ec2", "Region": "us-east-1", "ModelId": MODEL, "InstanceType": itype,
               "TtlExpiresAt": "2026-12-01T17:00:00Z", "IdleStopMinutes": "60", "InstanceId": f"i-0{i:016x}",
-              "Port": "8000", "SshUser": "ubuntu", "Variant": variant or "", "Scheme": "w4a16"}
+              "Port": "8000", "SshUser": "ubuntu", "Variant": variant or "", "Scheme": "w4a16",
+              "ModelRevision": "unpinned"}
     keys = keys_for("ec2", variant=variant is not None)
     return ("G6Stack" + (f"-{variant}" if variant else "")), {k: values[k] for k in keys}
 

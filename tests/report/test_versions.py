@@ -51,5 +51,5 @@ def test_a_newer_kits_files_render_with_a_note(tmp_path):
     (run / "meta.json").write_text(json.dumps(meta))
     text = render(run)[0].read_text().replace("\\", "")
     assert "summary.json: written by a newer kit (schema_version 99; this kit reads up to 1)" in text
-    assert "meta.json: schema_version 'two' is not a whole number: read as version 1" in text
+    assert "meta.json: schema_version 'two' is not a whole number: read as version 2" in text  # META.version
     assert "| g6 | c=1 |" in text  # the levels still render
