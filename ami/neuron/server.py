@@ -21,7 +21,7 @@ from typing import AsyncIterator
 
 from aiohttp import web
 
-from . import api, completions, intake, logs, structured
+from . import api, completions, intake, logs, served, structured
 from .cli import DEFAULT_BODY_TIMEOUT_S
 from .generator import Generator, LimitError, QueueFull, SamplingParams
 from .reasoning import ThoughtStream
@@ -36,6 +36,7 @@ DEVICE = web.AppKey("device", str)
 INTAKE = web.AppKey("intake", object)  # (ThreadPoolExecutor, IntakeLimits)
 BODY_TIMEOUT = web.AppKey("body_timeout", float)
 MAX_BODY = web.AppKey("max_body", int)
+WEIGHTS = web.AppKey("weights", object)  # served.record(): GET /v1/models "weights", or None
 
 ROUTES = "POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health"
 
@@ -349,7 +350,8 @@ async def models(request: web.Request) -> web.Response:
     gen: Generator = request.app[GENERATOR]
     return web.json_response({"object": "list", "data": [{
         "id": gen.model_id, "object": "model", "created": int(time.time()), "owned_by": "ami-neuron",
-        "max_model_len": gen.limits.max_total_tokens}]})
+        "max_model_len": gen.limits.max_total_tokens,
+        **({"weights": request.app[WEIGHTS]} if request.app.get(WEIGHTS) else {})}]})
 
 
 async def health(request: web.Request) -> web.Response:
@@ -381,10 +383,12 @@ def runner_options(header_timeout: float) -> dict:
             "logger": logs.HTTP_LOG}
 
 
-def build_app(generator: Generator, device: str, body_timeout: float = DEFAULT_BODY_TIMEOUT_S) -> web.Application:
+def build_app(generator: Generator, device: str, body_timeout: float = DEFAULT_BODY_TIMEOUT_S,
+              weights: dict | None = None) -> web.Application:
     limits = intake.IntakeLimits.for_generator(generator)
     app = web.Application(client_max_size=limits.max_body_bytes, middlewares=[_errors_as_json])
     app[GENERATOR] = generator
+    app[WEIGHTS] = weights
     app[DEVICE] = device
     app[BODY_TIMEOUT] = body_timeout
     app[MAX_BODY] = limits.max_body_bytes
@@ -423,8 +427,13 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"python -m ami.neuron.server: error: cannot load --model {args.model!r}: "
                          f"{type(exc).__name__}: {first}") from None
     log.info("serving %s (%s) on http://%s:%d", generator.model_id, args.device, args.host, args.port)
+    try:  # what it serves, for the harness's report (ami/neuron/served.py); never stops the server
+        weights = served.record(args.model, generator.model_id, args.tiny_random)
+    except Exception as exc:  # noqa: BLE001
+        log.warning("served weights not recorded: %s: %s", type(exc).__name__, exc)
+        weights = None
     try:
-        web.run_app(build_app(generator, args.device, args.body_timeout), host=args.host,
+        web.run_app(build_app(generator, args.device, args.body_timeout, weights), host=args.host,
                     port=args.port, print=None, handle_signals=True,
                     **runner_options(args.header_timeout))
     except OSError as exc:  # taken between the check and the bind
