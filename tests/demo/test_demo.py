@@ -53,6 +53,15 @@ def test_demo_runs_the_whole_flow_and_stops_the_engine(tmp_path):
     assert list(meta)[0] == "schema_version" and list(json.loads((run_dir / "cost.json").read_text()))[0] == "schema_version"
     assert [e["name"] for e in meta["endpoints"]] == ["demo"]
     assert "scoreboard" not in meta["stages"]
+    # what the engine served (its GET /v1/models weights, harness/weights.py): the tiny model's
+    # config and tokenizer digest, in meta.json and in the report's Weights served section
+    from ami.neuron.served import record
+
+    tiny = record(None, "tiny-random-gemma4", tiny_random=True)["digest"]
+    assert meta["weights"]["demo"]["digest"] == tiny and meta["weights"]["demo"]["source"] == "GET /v1/models"
+    table = (run_dir / "report.md").read_text().split("## Weights served", 1)[1].split("## ", 1)[0]
+    assert f"| {tiny[:16]} |" in table and "tiny random (built in memory)" in table
+    assert f"weights    demo: tiny-random-gemma4, config+tokenizer {tiny[:12]}" in out  # harness.run's line
 
 
 def test_demo_without_the_engine_packages_is_one_line_exit_2(tmp_path):
