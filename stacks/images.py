@@ -213,11 +213,13 @@ def vllm_sm75_spec(config: KitConfig) -> ImageSpec:
                      "Inference kit image pipelines: vLLM built for sm_75 (g5g)", ("patches", "scripts"), pipelines)
 
 
-# Besides transformers the engine imports aiohttp (server) and renders chat templates with Jinja2.
+# Besides transformers the engine imports aiohttp (server), renders chat templates with Jinja2 and
+# enforces structured output (response_format, forced tool choices) with llguidance (one abi3 wheel,
+# no dependencies: ami/neuron/structured.py).
 # transformers and huggingface_hub (which gives the instance `hf download` for the checkpoint
 # directory) and tokenizers are the Neuron line's (ami/pins.py NeuronLine.engine_pip: NxD Inference's
 # transformers==4.57.*), not the dev environment's transformers 5.
-ENGINE_EXTRA = ("aiohttp", "Jinja2")
+ENGINE_EXTRA = ("aiohttp", "Jinja2", "llguidance")
 
 
 def engine_pip_specs(line: str | None = None) -> str:

@@ -108,6 +108,7 @@ class ChatRequest:
     sampling: Sampling = Sampling()
     continuous_usage: bool = False  # stream_options.continuous_usage_stats (vLLM): usage in every chunk
     tool_choice: object = "auto"  # "auto", "required", or the name of the function to call
+    response_format: tuple | None = None  # ("json_object",) or ("json_schema", schema); None: text
 
 
 @dataclass(frozen=True)
@@ -123,6 +124,7 @@ class CompletionRequest:
     ignore_eos: bool
     sampling: Sampling = Sampling()
     continuous_usage: bool = False
+    response_format: tuple | None = None  # as ChatRequest's (vLLM takes it on completions too)
 
 
 def depth(value, stop: int = MAX_DEPTH + 1) -> int:
@@ -470,10 +472,7 @@ def _stream_options(body: dict) -> dict:
 
 def parse_chat_request(body, served_model: str) -> ChatRequest:
     _common(body, served_model, ())
-    fmt = body.get("response_format")
-    if fmt not in (None, {"type": "text"}):
-        raise RequestError("response_format other than text is not supported by this engine",
-                           "response_format")
+    fmt = _response_format(body.get("response_format"))
     logprobs = _flag(body, "logprobs", "logprobs")
     top = _count(body, "top_logprobs", MAX_LOGPROBS) or 0
     if top and not logprobs:
@@ -494,7 +493,52 @@ def parse_chat_request(body, served_model: str) -> ChatRequest:
         sampling=_sampling(body),
         continuous_usage=_flag(options, "continuous_usage_stats", "stream_options.continuous_usage_stats"),
         tool_choice=choice,
+        response_format=fmt,
     )
+
+
+def _response_format(raw):
+    """None (free text), ("json_object",) or ("json_schema", schema): vLLM's ``ResponseFormat``
+    (type "text", "json_object" or "json_schema"; ``json_schema`` holds ``name`` (a string),
+    ``description``, ``schema`` and ``strict``; "When response_format type is 'json_schema', the
+    'json_schema' field must be provided.": vllm/entrypoints/generate/base/protocol.py and
+    ChatCompletionRequest.validate_response_format). The schema is compiled in the intake
+    (ami/neuron/structured.py). ``structural_tag`` is vLLM's own and not taken here."""
+    if raw is None:
+        return None
+    kind = raw.get("type") if isinstance(raw, dict) else None
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return ("json_object",)
+    if kind != "json_schema":
+        raise RequestError("response_format must be {'type': 'text'}, {'type': 'json_object'} or "
+                           f"{{'type': 'json_schema', 'json_schema': {{...}}}}, got {show(raw)}",
+                           "response_format")
+    spec = raw.get("json_schema")
+    if not isinstance(spec, dict):
+        raise RequestError("When response_format type is 'json_schema', the 'json_schema' field must "
+                           "be provided.", "response_format")
+    at = "response_format.json_schema"
+    if not isinstance(spec.get("name"), str):
+        raise RequestError(f"{at}.name must be a string, got {show(spec.get('name'))}", f"{at}.name")
+    for key, kinds in (("description", str), ("strict", bool)):
+        if spec.get(key) is not None and not isinstance(spec[key], kinds):
+            raise RequestError(f"{at}.{key} must be a {kinds.__name__}, got {show(spec[key])}", f"{at}.{key}")
+    schema = spec.get("schema")
+    if schema is None:  # vLLM: StructuredOutputsParams with no constraint is refused
+        raise RequestError(f"{at}.schema is required: the JSON Schema the answer must follow",
+                           f"{at}.schema")
+    if not isinstance(schema, dict):
+        raise RequestError(f"{at}.schema must be a JSON Schema (an object), got {show(schema)}",
+                           f"{at}.schema", "invalid_schema")
+    if depth(schema) > MAX_DEPTH:
+        raise RequestError(f"{at}.schema is nested deeper than {MAX_DEPTH} levels", f"{at}.schema",
+                           "invalid_schema")
+    problem = schema_problem(schema, f"{at}.schema")
+    if problem:
+        raise RequestError(problem, f"{at}.schema", "invalid_schema")
+    return ("json_schema", schema)
 
 
 def _prompts(raw) -> list:
@@ -535,6 +579,7 @@ def parse_completion_request(body, served_model: str) -> CompletionRequest:
         ignore_eos=_flag(body, "ignore_eos", "ignore_eos"),
         sampling=_sampling(body),
         continuous_usage=_flag(options, "continuous_usage_stats", "stream_options.continuous_usage_stats"),
+        response_format=_response_format(body.get("response_format")),
     )
 
 

@@ -80,7 +80,8 @@ def _params(prep: PreparedCompletion) -> list[SamplingParams]:
     req = prep.request
     prompt_lp = req.logprobs if req.echo and req.logprobs is not None else None
     return [sampling_params(m, req.temperature, req.top_p, req.ignore_eos, req.sampling, j,
-                            logprobs=req.logprobs, prompt_logprobs=prompt_lp)
+                            logprobs=req.logprobs, prompt_logprobs=prompt_lp,
+                            allowed=prep.allowed() if prep.allowed else None)  # response_format
             for m in prep.max_new for j in range(req.sampling.n)]
 
 

@@ -54,7 +54,8 @@ class Prepared:
     prompt_ids: list[int]
     max_new: int
     # Structured output: a factory of one constraint per sequence (each keeps its own state):
-    # constraint(output ids so far) -> the token ids allowed next
+    # constraint(output ids so far) -> what may come next (token ids, or a torch.bool mask of the
+    # vocabulary: structured.Constraint)
     allowed: object = None
 
 
@@ -64,6 +65,7 @@ class PreparedCompletion:
     prompt_ids: list[list[int]]
     prompt_texts: list[str]  # what echo writes back: the text sent, or the ids decoded
     max_new: list[int]
+    allowed: object = None  # as Prepared.allowed (response_format)
 
 
 def load_json(raw: bytes):
@@ -153,15 +155,22 @@ def prepare(raw: bytes, gen: Generator, lim: IntakeLimits) -> Prepared:
     check_size(body, lim)
     req = api.parse_chat_request(body, gen.model_id)
     check_logit_bias(req.sampling, gen)
-    if req.tool_choice != "auto":
-        raise api.RequestError(f"tool_choice {api.show(req.tool_choice)} is not supported by this engine: it "
-                               "takes 'auto' and 'none'", "tool_choice")
     try:
         prompt_ids = gen.chat.render(req.messages, req.tools)
     except Exception as exc:  # noqa: BLE001 - the template refused the conversation (e.g. role order)
         raise api.RequestError("cannot render the conversation with the chat template: "
                                f"{api.show(str(exc), 300)}", "messages") from None
-    return Prepared(req, prompt_ids, gen.limits.resolve_max_tokens(len(prompt_ids), req.max_tokens))
+    max_new = gen.limits.resolve_max_tokens(len(prompt_ids), req.max_tokens)
+    return Prepared(req, prompt_ids, max_new, constraint(req, gen))
+
+
+def constraint(req, gen: Generator):
+    """The request's structured-output constraint factory (response_format, or tool_choice
+    "required" or a named function), compiled here in the intake thread; None when free."""
+    from . import structured
+
+    spec = structured.spec_for(req)
+    return None if spec is None else structured.compile_spec(spec, gen.chat)
 
 
 
@@ -216,7 +225,7 @@ def prepare_completion(raw: bytes, gen: Generator, lim: IntakeLimits) -> Prepare
         except LimitError as exc:
             raise LimitError(str(exc), "prompt" if exc.param == "messages" else exc.param, exc.code) from None
         ids.append(pid)
-    return PreparedCompletion(req, ids, texts, max_new)
+    return PreparedCompletion(req, ids, texts, max_new, constraint(req, gen))
 
 
 def sampling_params(max_new: int, temperature: float, top_p: float, ignore_eos: bool, sampling: api.Sampling,

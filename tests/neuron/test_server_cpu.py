@@ -86,7 +86,7 @@ def test_prompt_plus_max_tokens_over_the_total_is_a_400(client):
     ({"top_k": -2}, "top_k"), ({"logit_bias": {"999999": 1}}, "logit_bias"), ({"logit_bias": {"x": 1}}, "logit_bias"),
     ({"stream_options": {"include_usage": True}}, "stream_options"), ({"tools": []}, "tools"),
     ({"include_stop_str_in_output": "yes"}, "include_stop_str_in_output"),
-    ({"response_format": {"type": "json_object"}}, "response_format"), ({"top_p": 0}, "top_p"),
+    ({"response_format": {"type": "json_schema"}}, "response_format"), ({"top_p": 0}, "top_p"),
     ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
      "messages[0]"),
     ({"messages": [{"role": "assistant", "content": "x", "tool_calls": 5}, {"role": "user", "content": "y"}]},
