@@ -1,4 +1,8 @@
-"""python -m harness.report RESULTS_DIR: write report.md and report.html into RESULTS_DIR."""
+"""python -m harness.report RESULTS_DIR: write report.md and report.html into RESULTS_DIR.
+
+Exit 0: written from every file of the run; 1: written, but a file or entry was skipped (each
+one line on stderr and in the report's skipped list), or the report could not be written; 2: not
+a results directory."""
 from __future__ import annotations
 
 import sys
@@ -32,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     for note in notes:  # files or entries of the run that were skipped, one line each
         print(f"harness.report: {note}", file=sys.stderr)
     print(f"wrote {md} and {page}")
-    return 0
+    return 1 if notes else 0  # written, but without what was skipped: a script must see it
 
 
 if __name__ == "__main__":

@@ -28,8 +28,62 @@ def _load(path: Path, notes: list[str] | None = None) -> tuple[dict | None, dict
     acc = read_file(d / "accuracy.json", ACCURACY, root=path, notes=notes, label="entries")
     if acc is None:
         return None, {}
+    acc = in_range(acc, str(d / "accuracy.json"), notes)
     run = read_file(d / "run.json", ACCURACY_RUN, root=path, notes=notes, label="entries")
     return acc, run or {}
+
+
+def _whole(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and x >= 0
+
+
+def _within(x: Any, lo: float, hi: float) -> bool:
+    return _num(x) and lo <= x <= hi  # NaN (JSON allows it) is within nothing
+
+
+def _problem(entry: Any, fractions: tuple[str, ...], lo: float, counts: tuple[str, ...]) -> str | None:
+    """The first value of one accuracy.json entry outside what harness.accuracy can write: counts
+    are whole numbers >= 0, fractions (and each end of ``ci95``) between ``lo`` and 1, a
+    non-empty interval. None when every value it holds is in range (absent ones are fine)."""
+    for k in counts:
+        if entry.get(k) is not None and not _whole(entry[k]):
+            return f"{k}={entry[k]!r:.40} is not a whole number >= 0"
+    for k in fractions:
+        if entry.get(k) is not None and not _within(entry[k], lo, 1):
+            return f"{k}={entry[k]!r:.40} is outside {lo:g} to 1"
+    ci = entry.get("ci95")
+    if ci is not None:
+        ends = [x for x in ci if x is not None]
+        if len(ci) != 2 or not all(_within(x, lo, 1) for x in ends) or (len(ends) == 2 and ends[0] > ends[1]):
+            return f"ci95={ci!r:.60} is not an interval within {lo:g} to 1"
+    return None
+
+
+def in_range(acc: dict, where: str, notes: list[str] | None) -> dict:
+    """accuracy.json with every entry whose numbers are out of range left out (a hand-edited
+    accuracy of 57 rendered as 5700%, a count of -3), named in one note line for the report's
+    skipped list. The contract checks types; these are the ranges the table renders."""
+    bad: list[str] = []
+    backends = {}
+    for name, b in (acc.get("backends") or {}).items():
+        why = _problem(b, ("accuracy",), 0.0, ("n", "correct"))
+        if why:
+            bad.append(f"backend {name}: {why}")
+        else:
+            backends[name] = b
+    pairs = []
+    for p in acc.get("pairs") or []:
+        why = _problem(p, ("diff",), -1.0, ("n", "both", "a_only", "b_only", "neither")) or next(
+            (f"{k}={p[k]!r:.40} is outside 0 to 1" for k in ("p_mcnemar", "min_detectable_diff")
+             if p.get(k) is not None and not _within(p[k], 0, 1)), None)
+        if why:
+            bad.append(f"pair {p.get('a')} - {p.get('b')}: {why}")
+        else:
+            pairs.append(p)
+    if bad and notes is not None:
+        notes.append(f"{where}: entries out of range left out: " + "; ".join(bad[:6])
+                     + (f"; and {len(bad) - 6} more" if len(bad) > 6 else ""))
+    return {**acc, "backends": backends, "pairs": pairs}
 
 
 def _pts(x: Any) -> str:
