@@ -17,8 +17,10 @@ never printed) for every backend but Bedrock; for backends that serve a package,
 concurrent-build quota of the package build's environment (kit/codebuild.py). A backend's variants
 (kit/variants.py) count as the stacks they are, each on its own instance type: one quota line per
 class with every stack's vCPUs summed, each SageMaker type's quota against its endpoints, and each
-stack's on-demand price (informational; the dated snapshot unless a price book is given). Every
-BLOCK line ends with its fix (``fix: <command>``).
+stack's on-demand price (informational; the dated snapshot unless a price book is given); the
+commit of the weights each stack will serve (pinned, baked into its image, or the newest at deploy
+time), with a warning when the Neuron (or vllm-cuda) image holds another commit than the pinned
+one (harness/preflight_weights.py). Every BLOCK line ends with its fix (``fix: <command>``).
 
 One table, one verdict per backend; exit 1 when something blocks a deploy, 2 on bad input.
 Running instances also count against a vCPU quota: the table shows the quota, not the free room.
@@ -66,6 +68,8 @@ class Target:
     serves_package: bool = False  # it or a variant serves a package: PackageStack's build must start
     neuron_sdk: str | None = None  # neuron backends: the SDK line whose image they boot (-c neuron_sdk)
     ami: str | None = None  # EC2: the AMI id it boots instead of its image parameter (-c <id>_ami)
+    # (deployment, weights' repository, pinned commit or None) of each stack (kit/weights.py)
+    weights: tuple[tuple[str, str, str | None], ...] = ()
 
     @property
     def stacks(self) -> tuple[tuple[str, tuple[str, ...]], ...]:
@@ -94,7 +98,8 @@ def targets_from_catalog(backends: list[str]) -> list[Target]:
         out.append(Target(bid, b.service, (b.instance_type,) if b.instance_type else (), b.model_id,
                           image_choice=b.image_choices[0][0] if b.image_choices else None,
                           container_tag=DEFAULTS["sagemaker_vllm_tag"] if b.service == "sagemaker" else None,
-                          hf_token_secret=DEFAULTS["hf_token_secret"] if b.service != "bedrock" else None))
+                          hf_token_secret=DEFAULTS["hf_token_secret"] if b.service != "bedrock" else None,
+                          weights=((bid, b.model_id, None),) if b.open_weights else ()))
     return out
 
 
@@ -135,8 +140,22 @@ def targets_from_config(context: dict[str, Any], backends: list[str] | None) -> 
                           neuron_sdk=cfg.neuron_sdk if b.image == "neuron" else None,
                           hf_token_secret=cfg.hf_token_secret if b.service != "bedrock" else None,
                           serves_package=any(_serves_package(d.model_id) for d in (bc, *cfg.variants) if d.id == bc.id),
-                          ami=bc.ami))
+                          ami=bc.ami, weights=_weights(bc, cfg.variants) if b.open_weights else ()))
     return cfg.region, out
+
+
+def _weights(bc: Any, all_variants: tuple) -> tuple[tuple[str, str, str | None], ...]:
+    """(deployment, the weights' repository, its pinned commit) of a backend's stacks."""
+    from kit.weights import weights_repo
+
+    def repo(model_id: str) -> str:
+        try:
+            return weights_repo(model_id)
+        except ValueError:  # an unknown scheme: the deploy refuses it (stacks/package.py)
+            return model_id
+
+    return tuple((variants.endpoint_name(d.id, d.variant), repo(d.model_id), d.model_revision)
+                 for d in (bc, *(v for v in all_variants if v.id == bc.id)))
 
 
 @dataclass
@@ -257,6 +276,7 @@ def run_preflight(session: Any, region: str, targets: list[Target], *, quota: Qu
                 _check_ec2(ec2, t, it, rep, quota, need, classes)
     _check_prices(rep, region, targets, prices)
     _check_account(session, region, targets, rep, quota, ec2, ssm, ecr)
+    _check_weights(session, region, targets, rep, ec2, ssm)
     for name in dict.fromkeys(t.hf_token_secret for t in targets if t.hf_token_secret):
         account.check_token_secret(rep.add, region, secrets or session.client("secretsmanager", region_name=region),
                                    name, [t.id for t in targets if t.hf_token_secret == name], _short)
@@ -299,6 +319,34 @@ def _check_account(session: Any, region: str, targets: list[Target], rep: Report
         if t.service == "sagemaker" and t.container_tag:
             account.check_container_image(rep.add, region, ecr or session.client("ecr", region_name=region),
                                           t.id, t.container_tag, _short)
+
+
+def _check_weights(session: Any, region: str, targets: list[Target], rep: Report, ec2: Any, ssm: Any) -> None:
+    """The commit each deployment will serve, and a kit image's baked commit against the pin
+    (harness/preflight_weights.py)."""
+    from harness.preflight_weights import check_weights
+    from kit.image_facts import IMAGE_PARAMETERS
+    from kit.image_families import boot_family
+
+    params: dict[str, str] = {}
+    boots: dict[str, str | None] = {}
+    for t in targets:
+        family = catalog.backend(t.id).image
+        if t.service != "ec2" or not family or not t.weights:
+            continue
+        if t.ami:
+            boots[t.id] = t.ami
+            continue
+        name = boot_family(family, t.image_choice, t.neuron_sdk).ssm_parameter
+        if name in IMAGE_PARAMETERS.values():  # a kit image: it may carry weights
+            params[t.id] = name
+    if params:
+        try:
+            values = account.resolve_parameters(ssm or session.client("ssm", region_name=region), params.values())
+        except Exception:  # noqa: BLE001 - the AMI parameter line already says why
+            values = {}
+        boots.update({bid: values.get(name) for bid, name in params.items()})
+    check_weights(rep.add, region, targets, boots, ec2, _short)
 
 
 def _short(exc: BaseException) -> str:
