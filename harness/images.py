@@ -228,6 +228,39 @@ def follow(aws: Aws, region: str, version_arn: str, fallback_type: str, out: Tex
         aws.sleep(poll_s)
 
 
+# What ami/components/vllm-cuda.yaml and ami/scripts/neuron-precompile.sh print once the weights
+# are in the image: "kit-model-revision <model> <commit>".
+BAKED_LINE = re.compile(r"kit-model-revision (\S+) ([0-9a-f]{40})\b")
+
+
+def tag_baked_revision(ec2: Any, logs: Any, image: dict, ami: str | None, out: TextIO) -> None:
+    """An image built without a pinned commit holds the newest one, which its pipeline could not
+    know when it tagged the AMI (``kit-model-revision: unpinned``, stacks/images.py baked_tags):
+    tag it with the commit the build printed, so preflight can compare it with a pin."""
+    try:
+        found = ec2.describe_images(ImageIds=[ami])["Images"] if ami else []
+        tags = {t["Key"]: t["Value"] for t in found[0].get("Tags", [])} if found else {}
+    except Exception:  # noqa: BLE001 - a fake or a missing permission: nothing to tag
+        return
+    if tags.get("kit-model-revision") != "unpinned":
+        return
+    group, stream = f"/aws/imagebuilder/{image['name']}", image["version"]
+    try:
+        events = logs.filter_log_events(logGroupName=group, logStreamNames=[stream],
+                                        filterPattern='"kit-model-revision"').get("events", [])
+        sha = next((m.group(2) for ev in events if (m := BAKED_LINE.search(ev.get("message", "")))
+                    and m.group(1) == tags.get("kit-model")), None)
+        if sha is None:
+            print(f"{ami}: built unpinned, and {group} {stream} names no commit; its commit is in the image "
+                  "(/etc/inference-kit/prepulled-revision or the checkpoint's .kit-revision)", file=out)
+            return
+        ec2.create_tags(Resources=[ami], Tags=[{"Key": "kit-model-revision", "Value": sha}])
+    except Exception as e:  # noqa: BLE001 - the image is built and published either way
+        print(f"{ami}: built unpinned; its commit was not tagged ({type(e).__name__}: {str(e)[:160]})", file=out)
+        return
+    print(f"{ami}: holds {tags.get('kit-model')} at {sha}, tagged kit-model-revision", file=out)
+
+
 def output_ami(image: dict, region: str) -> str | None:
     amis = (image.get("outputResources") or {}).get("amis") or []
     return next((a["image"] for a in amis if a.get("region") == region), amis[0]["image"] if amis else None)
@@ -286,6 +319,7 @@ def build(aws: Aws, region: str, image: str, stack: str, out: TextIO,
     parameter = f.IMAGE_PARAMETERS[image]
     money = f"est. ${total_cost:.2f}" if total_cost is not None else "cost unknown"
     print(f"{image}: {ami} in {region}, published to {parameter} ({_clock(total_s)}, {money})", file=out)
+    tag_baked_revision(aws.client("ec2", region), aws.client("logs", region), result, ami, out)
     return 0
 
 
