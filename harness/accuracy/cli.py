@@ -31,7 +31,7 @@ from harness.accuracy.stats import METHODS
 from harness.accuracy.summary import summarize
 from harness.results import Skipped, appendable_problem, parse_json, read_bytes, writable_problem, write_file
 from kit.contracts import shape
-from kit.contracts.results import ACCURACY, ACCURACY_RUN
+from kit.contracts.results import ACCURACY, ACCURACY_RUN, BOS_NOT_CORRECTED
 
 
 class UsageError(ValueError):
@@ -251,6 +251,9 @@ def run_accuracy(targets: list[Target], opts: dict[str, Any], out_dir: Path, *,
             run["backends"][t.name]["not_sent"] = sorted(t.ask.dropped)
     results = finished(out_dir)
     names = [t.name for t in targets] + _earlier(out_dir, run, results, status, {t.name for t in targets})
+    for name, old in lmeval.uncorrected(out_dir).items():  # answers kept from before the BOS-offset fix
+        if name in run["backends"] and old.intersection(keys):
+            run["backends"][name]["bos_offset"] = BOS_NOT_CORRECTED
     acc = summarize(names, keys, results)
     for name, b in acc["backends"].items():
         reasons = status[name] + [f"{s['task']}: could not run: {s['reason']}" for s in run["skipped"]

@@ -51,6 +51,7 @@ class Target:
     label: str = ""
     base_url: str | None = None  # set for OpenAI-compatible servers (lm-eval talks to these)
     completions_echo: bool | None = None  # /v1/completions with echo (None: not probed)
+    echo: Any = field(default=None, repr=False)  # that probe's harness.accuracy.lmeval.Echo (None: none)
     chat_refusal: str | None = None  # the server's 400 to lm-eval's seed/stop ("" when accepted; None: not probed)
     auth: str | None = field(default=None, repr=False)  # Authorization for base_url (harness.endpoint)
 

@@ -33,8 +33,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from harness.http_deadline import fetch
-
-LOGLIK_TYPES = ("loglikelihood", "multiple_choice", "loglikelihood_rolling")
+from kit.contracts.results import ACCURACY_ITEMS, BOS_NOT_CORRECTED, LOGLIK_TYPES
 REQUIREMENTS = "pip install -c constraints.txt -r requirements-accuracy.txt"
 
 
@@ -151,20 +150,64 @@ def leaf_tasks(task: str, task_paths: list[Path]) -> dict[str, str]:
     return _LEAVES[key]
 
 
-def serves_echo(base_url: str | None, model: str, timeout: float = 30.0, auth: str | None = None) -> bool:
-    """Does POST /v1/completions with echo return the prompt's token logprobs? (``timeout``:
-    the probe's whole deadline, harness.http_deadline)"""
+# The echo probe's prompt. No spaces: the pieces a tokenizer cuts it into join back to it (a
+# word-level tokenizer drops spaces, and a SentencePiece piece "▁2" decodes alone as "2").
+PROBE_TEXT = "1,2,3"
+
+
+@dataclass(frozen=True)
+class Echo:
+    """What POST /v1/completions with echo (the payload lm-eval sends for log-likelihoods) says
+    about the probe's text prompt: how many tokens the server made of it, and those tokens."""
+    count: int
+    tokens: tuple[str, ...] | None  # None: not given as strings
+
+    def prefix(self) -> str | None:
+        """The token the server put before the text (e.g. ``<bos>``), "" when none, None when
+        its echoed pieces do not say (then the token counts decide: ``completion_plan``)."""
+        if self.tokens is None or "" in self.tokens:  # (a <bos> echoed as "" would join unseen)
+            return None
+        if "".join(self.tokens) == PROBE_TEXT:
+            return ""
+        if len(self.tokens) > 1 and "".join(self.tokens[1:]) == PROBE_TEXT:
+            return self.tokens[0]
+        return None
+
+
+def echo_probe(base_url: str | None, model: str, timeout: float = 30.0, auth: str | None = None) -> Echo | None:
+    """One echoed completion of PROBE_TEXT (``max_tokens`` 1, the prompt's logprobs), or None
+    when the server does not return the prompt's token logprobs. (``timeout``: the probe's whole
+    deadline, harness.http_deadline.) vLLM echoes the prompt's tokens then the generated one, each
+    as ``tokenizer.decode(id)`` (vllm/entrypoints/openai/completion/serving.py
+    ``request_output_to_completion_response`` and ``_create_completion_logprobs``), so a <bos> it
+    put before the text is the first, as the kit's Neuron engine does (ami/neuron/api.py)."""
     if not base_url:
-        return False
-    body = json.dumps({"model": model, "prompt": "1 2 3", "max_tokens": 1, "temperature": 0,
+        return None
+    body = json.dumps({"model": model, "prompt": PROBE_TEXT, "max_tokens": 1, "temperature": 0,
                        "logprobs": 1, "echo": True}).encode()
     try:
         status, raw = fetch(base_url.rstrip("/") + "/completions", deadline_s=timeout, data=body,
                             headers={"Content-Type": "application/json", **_auth(auth)})
-        lp = json.loads(raw)["choices"][0]["logprobs"]["token_logprobs"] if status == 200 else None
-        return isinstance(lp, list) and len(lp) >= 2
-    except (urllib.error.URLError, OSError, ValueError, KeyError, IndexError, TypeError, RecursionError):
-        return False
+        if status != 200:
+            return None
+        reply = json.loads(raw)
+        lp = reply["choices"][0]["logprobs"]
+        values, tokens = lp["token_logprobs"], lp.get("tokens")
+        if not (isinstance(values, list) and len(values) >= 2):
+            return None
+        made = (reply.get("usage") or {}).get("completion_tokens")
+        made = made if isinstance(made, int) and not isinstance(made, bool) and 1 <= made < len(values) else 1
+        count = len(values) - made  # the prompt's entries come first, then the generated token
+        ok = isinstance(tokens, list) and len(tokens) == len(values) and all(isinstance(t, str) for t in tokens)
+        return Echo(count, tuple(tokens[:count]) if ok else None)
+    except (urllib.error.URLError, OSError, ValueError, KeyError, IndexError, TypeError, AttributeError,
+            RecursionError):
+        return None
+
+
+def serves_echo(base_url: str | None, model: str, timeout: float = 30.0, auth: str | None = None) -> bool:
+    """Does POST /v1/completions with echo return the prompt's token logprobs? (``echo_probe``)"""
+    return echo_probe(base_url, model, timeout, auth) is not None
 
 
 def _auth(auth: str | None) -> dict[str, str]:
@@ -273,6 +316,63 @@ def _model_args(target: Any, kind: str, opts: dict[str, Any]) -> dict[str, Any]:
     return {**common, "base_url": target.base_url.rstrip("/") + "/completions", "tokenized_requests": False, **tok}
 
 
+class Unfit(ValueError):
+    """lm-eval's tokenizer would not count a context's tokens as the server does: why, in a line."""
+
+
+# lm-eval reads a continuation's log-likelihood as ``token_logprobs[ctxlen:-1]`` of the echoed
+# prompt, ``ctxlen`` being the context's length by its own tokenizer, which adds no BOS
+# (TemplateAPI ``add_bos_token=False`` by default, ``tok_encode``, ``batch_loglikelihood_requests``:
+# lm_eval/models/api_models.py; ``LocalCompletionsAPI.parse_logprobs``: openai_completions.py, at
+# 0.4.13). A server that puts <bos> before a text prompt (vLLM: ``add_special_tokens`` defaults
+# to true for a completion prompt, vllm/entrypoints/openai/completion/protocol.py
+# ``CompletionRequest``; the kit's Neuron engine as vLLM, ami/neuron/intake.py) moves every index
+# by one: the slice starts one context token early and each log-likelihood gains that token's.
+# There the prompts go as token ids (``tokenized_requests=True``: a token prompt is taken as it
+# is, the same protocol.py's ``prompt: list[int] | list[list[int]]``) and lm-eval's contexts
+# carry the <bos> themselves (``add_bos_token=True``: its tokenizer's special tokens), so the
+# count is the server's. Rolling tasks must not: lm-eval puts ``prefix_token_id`` before the
+# text itself (``TemplateAPI.loglikelihood_rolling``; lm_eval/utils.py
+# ``get_rolling_token_windows``), so ``add_bos_token`` would send <bos><bos> and score the second;
+# they go as token ids without it, the prefix being the server's first token
+# (``custom_prefix_token_id``). A server that adds nothing keeps text prompts, as before.
+def completion_plan(target: Any, names: list[str], leaves: dict[str, str],
+                    opts: dict[str, Any]) -> tuple[list[tuple[str, list[str], dict[str, Any]]], str]:
+    """How lm-eval's ``local-completions`` scores the log-likelihood leaves ``names`` on
+    ``target`` (probed: ``target.echo``): [(cache name, leaves, model_args)], and what is sent,
+    in words. Raises ``Unfit`` when lm-eval's tokenizer does not count the probe's text as the
+    server does (another tokenizer: every context count would be off)."""
+    from lm_eval.api.registry import get_model
+
+    args = _model_args(target, "completions", opts)
+    lm = get_model("local-completions").create_from_arg_obj(args)  # its tokenizer, as evaluate builds it
+    plain = lm.tok_encode(PROBE_TEXT, add_special_tokens=False)
+    special = lm.tok_encode(PROBE_TEXT, add_special_tokens=True)
+    echo: Echo = target.echo
+    prefix = echo.prefix()
+    prepends = bool(prefix) if prefix is not None else echo.count == len(plain) + 1
+    said = f"{PROBE_TEXT!r} is {echo.count} tokens for the server"
+    which = f"--tokenizer {opts['tokenizer']}" if opts.get("tokenizer") else \
+        f"the tokenizer lm-eval found for it ({getattr(lm, 'tokenizer_backend', None)})"
+    if not prepends:
+        if len(plain) != echo.count:
+            raise Unfit(f"{said} and {len(plain)} for {which}: lm-eval would slice every context's "
+                        "log-probabilities at the wrong token; pass --tokenizer with the served model's tokenizer")
+        return [("completions", names, args)], "text (the server puts nothing before a text prompt)"
+    bos = prefix or "a token"
+    if len(special) != echo.count or special[1:] != plain:
+        raise Unfit(f"{said}, {bos} first, and {len(special)} for {which} with its special tokens: lm-eval "
+                    f"would not put {bos} before a context as the server does; pass --tokenizer with the "
+                    "served model's tokenizer")
+    rolling = [t for t in names if leaves.get(t) == "loglikelihood_rolling"]
+    scored = [t for t in names if t not in rolling]
+    ids = {**args, "tokenized_requests": True}
+    plan = [("completions-ids", scored, {**ids, "add_bos_token": True})] if scored else []
+    if rolling:
+        plan.append(("rolling-ids", rolling, {**ids, "add_bos_token": False, "custom_prefix_token_id": special[0]}))
+    return plan, (f"token ids, {bos} (id {special[0]}) first: the server puts {bos} before a text prompt")
+
+
 def _is_right(value: Any) -> bool | None:
     """True/False for a 0/1 metric value (Python or numpy bool, int or float), else None."""
     try:
@@ -331,12 +431,14 @@ def run_task(task: str, targets: list[Any], writer: Any, out_dir: Path, opts: di
     ll = [t for t, ty in leaves.items() if ty in LOGLIK_TYPES]
     for target in targets:
         done = finished(out_dir).get(target.name, {})
+        stale = uncorrected(out_dir).get(target.name, set())  # scored before the BOS-offset fix: again
         runs: list[tuple[str, list[str]]] = []
         if gen:
             runs.append(("chat", gen))
         if ll:
-            if target.completions_echo is None:
-                target.completions_echo = serves_echo(target.base_url, target.model_id, auth=target.auth)
+            if target.completions_echo is None or (target.completions_echo and target.echo is None):
+                target.echo = echo_probe(target.base_url, target.model_id, auth=target.auth)
+                target.completions_echo = target.echo is not None
             if target.completions_echo:
                 runs.append(("completions", ll))
             else:
@@ -352,29 +454,42 @@ def run_task(task: str, targets: list[Any], writer: Any, out_dir: Path, opts: di
                                         "reason": "no OpenAI-compatible URL for lm-eval"})
                 continue
             echo(f"accuracy   {target.name}: lm-eval {','.join(names)[:120]} via {kind} completions")
-            cache = out_dir / "lmeval-cache" / f"{target.name}-{kind}"
-            cache.parent.mkdir(parents=True, exist_ok=True)
+            samples: dict[str, Any] = {}
+            ran: list[str] = []
             try:
                 with contextlib.ExitStack() as stack:
                     direct = _chat_target(target, kind, opts, res, stack)
                     stack.enter_context(deadline_posts(opts["settings"].timeout))
-                    out = evaluate(model="local-chat-completions" if kind == "chat" else "local-completions",
-                                   model_args=_model_args(direct, kind, opts), tasks=names, limit=opts["limit"],
-                                   log_samples=True, apply_chat_template=kind == "chat",
-                                   gen_kwargs={"temperature": 0}, use_cache=str(cache), task_manager=tm,
-                                   bootstrap_iters=0)
+                    if kind == "chat":
+                        plan = [(kind, names, _model_args(direct, kind, opts))]
+                    else:
+                        try:
+                            plan, how = completion_plan(direct, names, leaves, opts)
+                        except Unfit as e:
+                            res.skipped += [{"backend": target.name, "task": t, "reason": f"{leaves[t]} task: {e}"}
+                                            for t in names]
+                            continue
+                        res.info.setdefault("log_likelihood_prompts", {})[target.name] = how
+                    for cache_name, part, args in plan:
+                        cache = out_dir / "lmeval-cache" / f"{target.name}-{cache_name}"
+                        cache.parent.mkdir(parents=True, exist_ok=True)
+                        out = evaluate(model="local-chat-completions" if kind == "chat" else "local-completions",
+                                       model_args=args, tasks=part, limit=opts["limit"],
+                                       log_samples=True, apply_chat_template=kind == "chat",
+                                       gen_kwargs={"temperature": 0}, use_cache=str(cache), task_manager=tm,
+                                       bootstrap_iters=0)
+                        samples.update((out or {}).get("samples", {}))
+                        ran += part
             except KeyboardInterrupt:
                 raise
             except Exception as exc:  # noqa: BLE001 - the backend failed mid-task: recorded, others go on
                 why = f"lm-eval stopped: {type(exc).__name__}: {str(exc)[:300]}"
                 res.incomplete[target.name] = why
                 echo(f"accuracy   {target.name}: {why}")
-                continue
-            for leaf in names:
+            for leaf in ran:  # the leaves lm-eval finished (a later part may have stopped)
                 try:
                     recs, filt, metric = records_from_samples(target.name, target.model_id,
-                                                              (out or {}).get("samples", {}).get(leaf, []),
-                                                              opts.get("filter"))
+                                                              samples.get(leaf, []), opts.get("filter"))
                 except ValueError as e:
                     res.skipped.append({"backend": target.name, "task": leaf, "reason": str(e)})
                     continue
@@ -383,7 +498,7 @@ def run_task(task: str, targets: list[Any], writer: Any, out_dir: Path, opts: di
                 for r in recs:
                     key = (leaf, str(r["doc_id"]), str(r["prompt_hash"]))
                     keys[key] = None
-                    if done.get(key) is None:
+                    if done.get(key) is None or key in stale:
                         writer.write({"backend": r["backend"], "model": r["model"], "task": leaf,
                                       "id": str(r["doc_id"]), "prompt_hash": str(r["prompt_hash"]),
                                       "response": r["response"], "extracted": r["extracted"],
@@ -391,6 +506,22 @@ def run_task(task: str, targets: list[Any], writer: Any, out_dir: Path, opts: di
     for leaf in leaves:
         res.keys += sorted(keys_by_leaf.get(leaf, {}), key=lambda k: (k[0], int(k[1]) if k[1].isdigit() else 0, k[1]))
     return res
+
+
+def uncorrected(out_dir: Path) -> dict[str, set[tuple[str, str, str]]]:
+    """backend -> the (task, id, prompt_hash) whose answer (the last scored record, as
+    runner.finished reads them) is an lm-eval log-likelihood from before the BOS-offset fix
+    (kit/contracts/results.py: an items.jsonl record of version 1 or 0 is read so marked)."""
+    from harness.accuracy.runner import ITEMS_FILE
+    from harness.results import read_records
+
+    last: dict[str, dict[tuple[str, str, str], bool]] = {}
+    for rec in read_records(out_dir / ITEMS_FILE, ACCURACY_ITEMS):
+        if isinstance(rec.get("correct"), bool):
+            last.setdefault(str(rec.get("backend")), {})[
+                (str(rec.get("task")), str(rec.get("id")), str(rec.get("prompt_hash")))] = \
+                rec.get("bos_offset") == BOS_NOT_CORRECTED
+    return {b: {k for k, old in keys.items() if old} for b, keys in last.items() if any(keys.values())}
 
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.results import read_file
-from kit.contracts.results import ACCURACY, ACCURACY_RUN
+from kit.contracts.results import ACCURACY, ACCURACY_RUN, BOS_NOT_CORRECTED
 
 TITLE = "Accuracy: the same items on every backend"
 CAPTION = ("Accuracy with a 95% Wilson interval per backend; per pair, on the items both finished: "
@@ -16,6 +16,9 @@ CAPTION = ("Accuracy with a 95% Wilson interval per backend; per pair, on the it
            "McNemar p-value, and the smallest difference this many items detect (alpha 0.05 two-sided, "
            "power 0.80). An interval that contains 0 does not tell the two apart. "
            "Run with harness.run --accuracy or python -m harness.accuracy.")
+BOS_NOTE = ("bos offset not corrected: its log-likelihood tasks were scored before the BOS-offset fix "
+            "(on a server that puts <bos> before a text prompt, each log-likelihood also holds the last "
+            "context token's); --resume with the backend asks them again")
 HEAD = ["backend / pair", "n", "accuracy or A − B (pts)", "95% CI", "both / A only / B only / neither",
         "McNemar p", "detectable (pts)", "status"]
 
@@ -102,9 +105,11 @@ def accuracy_table(run: Any) -> tuple[list[str], list[list[str]]]:
     for name, b in acc.get("backends", {}).items():
         info = meta.get("backends", {}).get(name, {})
         lo, hi = b.get("ci95") or [None, None]
+        status = info.get("status") or ("complete" if b.get("complete") else "incomplete")
+        if info.get("bos_offset") == BOS_NOT_CORRECTED:  # kit/contracts/results.py: run.json before version 2
+            status += f"; {BOS_NOTE}"
         rows.append([info.get("label") or name, str(b.get("n")), f"{_pct(b.get('accuracy'))}%",
-                     f"{_pct(lo)} – {_pct(hi)}", "", "", "",
-                     info.get("status") or ("complete" if b.get("complete") else "incomplete")])
+                     f"{_pct(lo)} – {_pct(hi)}", "", "", "", status])
     for p in acc.get("pairs", []):
         lo, hi = p.get("ci95") or [None, None]
         rows.append([f"{p['a']} − {p['b']}", str(p.get("n")), _pts(p.get("diff")), f"{_pts(lo)} – {_pts(hi)}",

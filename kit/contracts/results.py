@@ -26,10 +26,14 @@ Versions: a JSON file holds ``"schema_version": N`` as its first key; a JSONL fi
 the first key of every record (a file appended to by a resumed run, or several Locust workers'
 files read together, stays readable line by line); summary.csv has a ``schema_version`` column.
 A file without one was written before versions (version 0): ``legacy`` turns it into today's
-shape (summary.json was a bare list of levels), and it still reads and renders. A version newer
+shape (summary.json was a bare list of levels), and it still reads and renders. A file of an
+older version than this kit's goes through ``older`` (the version it holds says what it means):
+the accuracy files' version 2 marks the BOS-offset fix, so a file (a log-likelihood record) of
+version 1 or 0 is read with ``"bos_offset": "not corrected"``. A version newer
 than this kit's is read as this kit's version, with a note; shapes are open (undeclared keys are
 kept, never checked), so a field a newer kit adds does not stop an older report. Raise a
-file's ``version`` when a declared field changes meaning or type, and teach ``legacy`` the old one.
+file's ``version`` when a declared field changes meaning or type, and teach ``legacy`` or
+``older`` the old one.
 
 Shapes (``TypedDict``, checked by kit/contracts/shape.py) declare what readers rely on; the
 writers' own key order is kept, so each file is byte for byte what it was, plus its version.
@@ -222,6 +226,7 @@ class AccuracyItem(TypedDict, total=False):  # harness.accuracy.runner: one item
     id: str | int | float | None
     prompt_hash: str | None
     correct: bool | None
+    bos_offset: str | None  # "not corrected": an lm-eval log-likelihood record from before version 2
 
 
 class AccuracyBackend(TypedDict, total=False):
@@ -248,6 +253,7 @@ class AccuracyPair(TypedDict, total=False):
 class Accuracy(TypedDict, total=False):  # harness.accuracy.summary.summarize
     backends: dict[str, AccuracyBackend]
     pairs: list[AccuracyPair]
+    bos_offset: str | None  # "not corrected": from before version 2 (run.json says which tasks)
 
 
 class AccuracyRunBackend(TypedDict, total=False):
@@ -258,6 +264,9 @@ class AccuracyRunBackend(TypedDict, total=False):
     asked: str | None
     lm_eval_via: str | None
     not_sent: list[str] | None
+    # "not corrected": its log-likelihood task records were scored before the BOS-offset fix
+    # (a run.json of version 1 or 0 read now, or a resumed run keeping such records of it)
+    bos_offset: str | None
 
 
 class AccuracySkipped(TypedDict, total=False):  # a task a backend could not run, and why
@@ -272,6 +281,7 @@ class AccuracyRun(TypedDict, total=False):  # harness.accuracy.cli.run_accuracy 
     backends: dict[str, AccuracyRunBackend]
     tasks: dict[str, Any] | None
     skipped: list[AccuracySkipped]
+    bos_offset: str | None  # "not corrected": version 1 or 0 with log-likelihood tasks (read so)
 
 
 class RunSummary(TypedDict, total=False):  # harness.run --json FILE
@@ -334,6 +344,8 @@ class ResultsFile:
     form: str = "json"  # json | jsonl | csv
     # a file (JSONL: a record) from before schema_version -> today's shape; applied to version 0
     legacy: Callable[[Any], Any] | None = None
+    # a file (record) of a version below ``version`` -> as this kit reads it (marked), given that version
+    older: Callable[[dict[str, Any], int], dict[str, Any]] | None = None
 
     def stamp(self, data: dict[str, Any], *, check: bool = True) -> dict[str, Any]:
         """``data`` as written: ``schema_version`` first, then the writer's keys in its order.
@@ -370,7 +382,9 @@ class ResultsFile:
         if not isinstance(raw, dict):
             _add(notes, f"{where}: skipped (not a JSON object)")
             return None
-        self.version_of(raw, where, notes)
+        v = self.version_of(raw, where, notes)
+        if self.older is not None and v < self.version:
+            raw = self.older(raw, v)
         found: list[str] = []
         try:
             data = shape.clean(self.shape, raw, found)
@@ -404,9 +418,51 @@ BENCH_REQUESTS = ResultsFile("bench/<endpoint>/requests.jsonl", BenchRequest, "o
 BENCH_SUMMARY = ResultsFile("bench/<endpoint>/summary.json", Summary, "one entry per load level", legacy=_levels)
 BENCH_SUMMARY_CSV = ResultsFile("bench/<endpoint>/summary.csv", SummaryCsvRow, "summary.json, flat", form="csv")
 BENCH_CONFIG = ResultsFile("bench/<endpoint>/bench.json", BenchConfig, "what was run: endpoint, profile, plan")
-ACCURACY_ITEMS = ResultsFile("accuracy/items.jsonl", AccuracyItem, "one record per item and backend", form="jsonl")
-ACCURACY = ResultsFile("accuracy/accuracy.json", Accuracy, "per backend and per pair")
-ACCURACY_RUN = ResultsFile("accuracy/run.json", AccuracyRun, "settings, methods, per-backend status")
+# The accuracy files' version 2: lm-eval's log-likelihoods are read past the BOS a server puts
+# before a text prompt (harness/accuracy/lmeval.py). Before it, on such a server (Gemma's, under
+# vLLM or the kit's Neuron engine), each log-likelihood also held the last context token's.
+BOS_NOT_CORRECTED = "not corrected"
+LOGLIK_TYPES = ("loglikelihood", "multiple_choice", "loglikelihood_rolling")  # lm-eval output types
+
+
+def _item_before_bos_fix(raw: dict[str, Any], _v: int) -> dict[str, Any]:
+    """An lm-eval log-likelihood record (harness.accuracy.lmeval.records_from_samples: the choice
+    ranked first as an integer, the log-likelihoods as a JSON list) from before version 2."""
+    ex, resp = raw.get("extracted"), raw.get("response")
+    if isinstance(ex, int) and not isinstance(ex, bool) and isinstance(resp, str) and resp.startswith("["):
+        return raw | {"bos_offset": BOS_NOT_CORRECTED}
+    return raw
+
+
+def _accuracy_before_bos_fix(raw: dict[str, Any], _v: int) -> dict[str, Any]:
+    return raw | {"bos_offset": BOS_NOT_CORRECTED}
+
+
+def _run_before_bos_fix(raw: dict[str, Any], _v: int) -> dict[str, Any]:
+    """run.json from before version 2: marked when it ran a log-likelihood task, and so is each
+    backend that was not skipped on every such task."""
+    tasks = raw.get("tasks") if isinstance(raw.get("tasks"), dict) else {}
+    ll = {leaf for t in tasks.values() if isinstance(t, dict) and isinstance(t.get("leaves"), dict)
+          for leaf, kind in t["leaves"].items() if kind in LOGLIK_TYPES}
+    if not ll:
+        return raw
+    skipped = raw.get("skipped") if isinstance(raw.get("skipped"), list) else []
+    out = raw | {"bos_offset": BOS_NOT_CORRECTED}
+    if isinstance(raw.get("backends"), dict):
+        out["backends"] = {
+            name: b | {"bos_offset": BOS_NOT_CORRECTED}
+            if isinstance(b, dict) and ll - {s.get("task") for s in skipped
+                                              if isinstance(s, dict) and s.get("backend") == name} else b
+            for name, b in raw["backends"].items()}
+    return out
+
+
+ACCURACY_ITEMS = ResultsFile("accuracy/items.jsonl", AccuracyItem, "one record per item and backend", version=2,
+                             form="jsonl", older=_item_before_bos_fix)
+ACCURACY = ResultsFile("accuracy/accuracy.json", Accuracy, "per backend and per pair", version=2,
+                       older=_accuracy_before_bos_fix)
+ACCURACY_RUN = ResultsFile("accuracy/run.json", AccuracyRun, "settings, methods, per-backend status", version=2,
+                           older=_run_before_bos_fix)
 COST = ResultsFile("cost.json", Cost, "one cost row per endpoint")
 RUN_SUMMARY = ResultsFile("--json FILE", RunSummary, "harness.run's summary for scripts")
 TUNNEL_CALIBRATION = ResultsFile("tunnel-*.json", TunnelCalibration, "calibration.tunnel --json")
