@@ -306,9 +306,10 @@ def _model_args(target: Any, kind: str, opts: dict[str, Any]) -> dict[str, Any]:
         common["header"] = {"Authorization": target.auth}
     if kind == "chat":
         return {**common, "base_url": target.base_url.rstrip("/") + "/chat/completions"}
-    # Prompts go as text (tokenized_requests=False); the tokenizer only counts the context's
-    # tokens, to find the continuation's logprobs in the echoed prompt (api_models.py
-    # batch_loglikelihood_requests, parse_logprobs). "auto": the server's /tokenize when it serves
+    # Prompts go as text (tokenized_requests=False) unless the server puts <bos> before a text
+    # prompt (completion_plan); the tokenizer counts the context's tokens, to find the
+    # continuation's logprobs in the echoed prompt (api_models.py batch_loglikelihood_requests,
+    # parse_logprobs). "auto": the server's /tokenize when it serves
     # /tokenizer_info and /tokenize, else the Hugging Face tokenizer of the model id
     # (openai_completions.py LocalCompletionsAPI).
     tok = {"tokenizer_backend": "huggingface", "tokenizer": opts["tokenizer"]} if opts.get("tokenizer") \
