@@ -205,7 +205,8 @@ def vllm_sm75_spec(config: KitConfig) -> ImageSpec:
             publish_parameter=IMAGE_PARAMETERS["vllm-sm75"],
             description="Promote: the candidate serves one completion of the kit's model on a T4G",
             components=(ComponentUse("vllm-sm75-gpu-test.yaml", {
-                "Model": model, "HfTokenSecret": config.hf_token_secret}),),
+                "Model": model, "ModelRevision": served_revision(config, "vllm-sm75") or "none",
+                "HfTokenSecret": config.hf_token_secret}),),
         )
         return build, gpu_test
 

@@ -51,7 +51,10 @@ def test_two_commits_of_one_model_are_flagged_with_both(tmp_path):
     assert f"| inf2 | {E2B} | {OLD[:12]} | image | bf16 |" in table
     assert "another model" in table.split("| bedrock |", 1)[1].split("\n", 1)[0]
     # beside the cross-backend figures
-    for title in ("Decode speed against the roofline", "Latency against throughput", "Cost per million output tokens"):
+    from harness.report.accuracy import TITLE as ACCURACY
+
+    for title in ("Decode speed against the roofline", "Latency against throughput", "Cost per million output tokens",
+                  ACCURACY):
         caption = md.split(f"## {title}", 1)[1].split("|", 1)[0]
         assert "Not the same weights across these backends" in caption, title
     speed = md.split("## Decode speed against the roofline", 1)[1].split("## ", 1)[0]

@@ -108,7 +108,8 @@ def test_components_attached_to_each_recipe_with_the_pinned_values(kit):
     assert (ROOT / "ami" / "patches" / b["PatchFile"]).is_file()
     promote = _recipe_components(kit, IMAGE_STACKS["vllm-sm75"], sm75["inference-kit-vllm-sm75-gpu-test"])
     assert promote == {COMPONENT_NAMES["vllm-sm75-gpu-test.yaml"]: {
-        "Model": kit.config.backend("g5g").model_id, "HfTokenSecret": kit.config.hf_token_secret}}
+        "Model": kit.config.backend("g5g").model_id, "ModelRevision": "none",  # unpinned (kit/weights.py)
+        "HfTokenSecret": kit.config.hf_token_secret}}
 
     cuda = _by_name(kit, IMAGE_STACKS["vllm-cuda"], "AWS::ImageBuilder::ImageRecipe")["inference-kit-vllm-cuda-build"]
     c = _recipe_components(kit, IMAGE_STACKS["vllm-cuda"], cuda)[COMPONENT_NAMES["vllm-cuda.yaml"]]

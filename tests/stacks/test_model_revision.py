@@ -164,6 +164,13 @@ def test_the_neuron_image_compiles_the_pinned_commit(pinned, tmp_path):
     assert (ckpt / ".kit-revision").read_text().strip() == BF16_SHA
 
 
+def test_the_g5g_image_test_serves_the_pinned_commit(pinned):
+    script, params = _component_step(pinned, "VllmSm75ImageStack", "inference-kit-vllm-sm75-gpu-test",
+                                     "inference-kit-vllm-sm75-gpu-test", "vllm-sm75-gpu-test.yaml", "ServeOneCompletion")
+    assert (params["Model"], params["ModelRevision"]) == (GEMMA_E2B, BF16_SHA)
+    assert '${rev:+--revision "$rev" --tokenizer-revision "$rev"}' in script
+
+
 def test_the_images_are_tagged_with_the_commit_they_hold(pinned):
     for stack, model, sha in (("VllmCudaImageStack", GEMMA_E2B_INT4, INT4_SHA), ("NeuronImageStack", GEMMA_E2B, BF16_SHA)):
         (dist,) = pinned.resources(stack, "AWS::ImageBuilder::DistributionConfiguration").values()
