@@ -267,8 +267,8 @@ def test_a_resume_asks_again_what_was_scored_before_the_fix(served, tasks, offli
     run = json.loads((out / "run.json").read_text())
     run["schema_version"], run["backends"]["y"] = 1, dict(run["backends"]["x"])
     (out / "run.json").write_text(json.dumps(run))
-    assert lmeval.uncorrected(out) == {b: {("bos_mc", i, r["prompt_hash"]) for i, r in
-                                           ((r["id"], r) for r in old if r["backend"] == b)} for b in ("x", "y")}
+    assert lmeval.uncorrected(out) == {b: {("bos_mc", r["id"], r["prompt_hash"]) for r in old if r["backend"] == b}
+                                       for b in ("x", "y")}
 
     assert main(argv + ["--resume"], echo=lambda s: None) == 0
     recs = [json.loads(line) for line in (out / "items.jsonl").read_text().splitlines()]
@@ -278,6 +278,7 @@ def test_a_resume_asks_again_what_was_scored_before_the_fix(served, tasks, offli
     assert lmeval.uncorrected(out) == {"y": {("bos_mc", r["id"], r["prompt_hash"]) for r in old if r["backend"] == "y"}}
     run = json.loads((out / "run.json").read_text())
     assert run["backends"]["y"]["bos_offset"] == "not corrected" and "bos_offset" not in run["backends"]["x"]
+
 
 # -- what the stage asks lm-eval to send, from the probe (no server) -------------------------
 @pytest.fixture(scope="module")
