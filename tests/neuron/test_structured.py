@@ -79,6 +79,32 @@ def test_json_schema_streamed_answer_is_the_same_json(client):
     valid_answer(json.loads(text))
 
 
+def test_the_sdks_parse_helper_gets_its_pydantic_model_back(client):
+    """What the OpenAI SDK sends for ``response_format=<a pydantic model>`` (its strict JSON
+    Schema, titles and all) and reads back into the model."""
+    from pydantic import BaseModel, Field
+
+    class Answer(BaseModel):
+        name: str = Field(max_length=8)
+        count: int = Field(ge=0, le=100)
+        ok: bool
+
+    r = client.chat.completions.parse(model=MODEL, messages=ASK, max_tokens=480, seed=4, response_format=Answer)
+    assert r.choices[0].finish_reason == "stop"
+    parsed = r.choices[0].message.parsed
+    assert isinstance(parsed, Answer)
+    valid_answer(parsed.model_dump())
+
+
+def test_a_forced_tool_choice_wins_over_response_format(client):
+    # vLLM: "tool_choice ... 'required' will override structured output json settings"
+    r = client.chat.completions.create(model=MODEL, messages=CALL, tools=TOOLS, max_tokens=300, seed=2,
+                                       tool_choice={"type": "function", "function": {"name": "mode"}},
+                                       response_format={"type": "json_object"})
+    (call,) = r.choices[0].message.tool_calls
+    valid_args("mode", json.loads(call.function.arguments))
+
+
 def test_json_object_answers_are_json_objects(client):
     # Any object: keys are free strings, which a random model may make long, so several seeds in
     # one request; every answer that ended is an object, and at least one did end.
