@@ -113,7 +113,7 @@ patch-check: setup-run
 	$(PY) -m ami.check_patch
 
 # The Gemma 4 E2B Neuron port's model code on CPU against transformers, past the sliding window,
-# with the kit's patch (ami/patches/gemma4-e2b-port.patch); KIT_PORT_PATCH=off runs the port as
+# with the kit's patch (ami/neuron-port/gemma4-e2b-port.patch); KIT_PORT_PATCH=off runs the port as
 # pinned and must fail. Prints, per case, the largest logit difference and the first differing
 # position. Also in `make test` (tests/neuron/test_port_check.py).
 port-check: $(STAMP_DEV)

@@ -291,7 +291,7 @@ def neuron_spec(config: KitConfig, parent_ami: str | None = None) -> ImageSpec:
 
     return ImageSpec(image, IMAGE_STACKS[image], "x86_64",
                      f"Inference kit image pipeline: Neuron SDK {line.sdk} + kit engine (inf2, trn1): {line.status}",
-                     ("neuron", "patches", "scripts"), pipelines)
+                     ("neuron", "neuron-port", "scripts"), pipelines)
 
 
 class ImagePipelineStack(cdk.Stack):

@@ -45,6 +45,16 @@ LNC1_PLATFORMS = ("inf2", "trn1")
 # line, token generation over the batch; see nxdi_slots.py). Part of the cache key: artifacts
 # compiled for the older static waves (context encoding of the whole batch) cannot serve it.
 BATCHING = "continuous"
+# Sampling on the NeuronCore (NxD Inference 0.8 OnDeviceSamplingConfig, models/config.py l.1023 at
+# cd3abf3): ``dynamic`` takes each row's [top_k, top_p, temperature] from the call's
+# sampling_params (modules/generation/sampling.py Sampler._multinomial_sample); the candidates are
+# the ``global_topk`` best (nxd_topk across ranks), so a row's top_k is 1..GLOBAL_TOPK (0 or -1 would
+# mean a uniform draw over the vocabulary: validate_sampling_params' warning) and "no top-k" is
+# GLOBAL_TOPK. ``output_logits`` returns the gathered logits beside the tokens (model_base.py
+# forward, ``outputs += [logits]``) for the rows the host must sample: log-probabilities, seeds,
+# penalties, logit bias, structured output. Part of the compiled-cache key.
+GLOBAL_TOPK = 256  # NxD Inference's default (OnDeviceSamplingConfig.global_topk)
+SAMPLING = {"do_sample": True, "dynamic": True, "global_topk": GLOBAL_TOPK, "deterministic": False}
 
 
 class ConfigError(ValueError):
@@ -231,7 +241,8 @@ class NeuronEngineConfig:
             "context_encoding_buckets": list(s.prompt_buckets),
             "token_generation_buckets": list(s.token_buckets),
             "padding_side": "right",
-            "on_device_sampling_config": None,  # logits come back; per-request sampling on host
+            "on_device_sampling_config": dict(SAMPLING),
+            "output_logits": True,
             "save_sharded_checkpoint": True,  # sharded weights live in the cache: fast restarts
             # The settings of the one Gemma 4 run upstream validated on inf2 (SDK 2.28, the 31B
             # port; ami/neuron_facts.py INF2_SETTINGS): NxDI's attention kernel off (head dims
@@ -252,7 +263,8 @@ def cache_key(model_config: dict, shapes: Shapes, tp_degree: int, dtype: str, sd
     """Everything compiled into the artifacts: change any of it and the engine recompiles."""
     blob = json.dumps({"model": model_config, "shapes": asdict(shapes), "tp": tp_degree,
                        "dtype": dtype, "sdk": sdk_version, "platform": platform,
-                       "batching": BATCHING}, sort_keys=True)
+                       "batching": BATCHING, "sampling": {**SAMPLING, "output_logits": True}},
+                      sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 

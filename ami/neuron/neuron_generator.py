@@ -106,10 +106,11 @@ def is_compiled(cfg: NeuronEngineConfig) -> bool:
 
 
 def construct_model(model_dir: str, cfg: NeuronEngineConfig, model_src: str | None, model_class: str,
-                    config_class: str, torch_dtype=None):
+                    config_class: str, torch_dtype=None, **overrides):
     """The NxDI application model, configured and not yet compiled or loaded: what the engine
     serves, and what the port check (tests/neuron/port_check.py) runs on CPU. ``torch_dtype``
-    overrides the planned dtype (the CPU check runs float32)."""
+    overrides the planned dtype and ``overrides`` NeuronConfig keys (the CPU check runs float32,
+    with ``on_cpu``)."""
     import torch
 
     transformers5_shim()
@@ -122,7 +123,7 @@ def construct_model(model_dir: str, cfg: NeuronEngineConfig, model_src: str | No
     model_cls, config_cls = _import(model_class), _import(config_class)
     neuron_config_cls = config_cls.get_neuron_config_cls()
     dtype = torch_dtype if torch_dtype is not None else getattr(torch, cfg.torch_dtype)
-    neuron_config = neuron_config_cls(**cfg.neuron_config_kwargs(), torch_dtype=dtype)
+    neuron_config = neuron_config_cls(**{**cfg.neuron_config_kwargs(), **overrides}, torch_dtype=dtype)
     # config.json read directly: NxD Inference's load_pretrained_config asks AutoConfig, which
     # does not know Gemma 4 under the image's transformers 4.57 (ami/neuron/nxdi_compat.py).
     config = config_cls(neuron_config, load_config=load_config(model_dir))

@@ -37,14 +37,19 @@ Release 2.28.0", where ``_version.py`` says 0.8.0), all under ``src/neuronx_dist
   passes exactly that mask (vLLM passes ``attention_mask=None`` and lets NxDI infer it).
 - ``modules/generation/sampling.py`` ``prepare_sampling_params(batch_size, top_k=[1],
   top_p=[1.0], temperature=[1.0])`` (line 185) stacks ``[top_k, top_p, temperature]`` per row,
-  shape (batch, 3): the engine passes those neutral values (sampling is on the host) for the
-  rows it sends.
+  shape (batch, 3). Compiled with on-device sampling (neuron_config.SAMPLING, ``dynamic``), each
+  row's own values go there (top_k 1..global_topk; greedy is top_k 1) and the call returns
+  ``tokens`` with the ``logits`` beside them (``output_logits``:
+  ``_construct_output_with_tokens_and_logits``, model_base.py l.3842); without it, neutral
+  values and logits only (sampling on the host).
 
 Not proven here: nothing in this repository has run on a NeuronCore (see README).
 """
 from __future__ import annotations
 
 import torch
+
+from .scheduler import DeviceOut
 
 
 class NxDISlotRunner:
@@ -54,13 +59,39 @@ class NxDISlotRunner:
         self.model, self.slots = model, slots
         self.largest_bucket = largest_bucket  # the largest context-encoding bucket (max prompt)
         self.next_pos: dict[int, int] = {}  # slot -> position of its next token
+        sampling = getattr(getattr(model, "neuron_config", None), "on_device_sampling_config", None)
+        # Compiled with on-device sampling (neuron_config.SAMPLING): the call returns a token per
+        # row, and the logits beside them (output_logits) for the rows the host samples.
+        self.device_sampling = sampling is not None
+        self.global_topk = getattr(sampling, "global_topk", 1)
 
-    @staticmethod
-    def _sampling_params(rows: int) -> torch.Tensor:
-        return torch.tensor([[1, 1.0, 1.0]] * rows, dtype=torch.float32)
+    def _sampling_params(self, rows: int, sampling=None) -> torch.Tensor:
+        """(rows, 3): [top_k, top_p, temperature] per row, as prepare_sampling_params stacks them.
+        Without device sampling the values are neutral (sampling is on the host); with it, top_k
+        0 (off) becomes the device's candidate count, GLOBAL_TOPK."""
+        if not self.device_sampling or sampling is None:
+            return torch.tensor([[1, 1.0, 1.0]] * rows, dtype=torch.float32)
+        return torch.tensor([[min(k, self.global_topk) if k > 0 else self.global_topk, p, t] for k, p, t in sampling],
+                            dtype=torch.float32)
+
+    def _result(self, out, order: list[int] | None, want_logits):
+        """Logits (host sampling), or DeviceOut(tokens, logits of the rows that want them), in the
+        caller's row order."""
+        logits = out.logits[:, -1, :].float() if out.logits is not None else None
+        back = None
+        if order is not None:
+            back = torch.empty(len(order), dtype=torch.long)
+            back[torch.tensor(order)] = torch.arange(len(order))
+        if not self.device_sampling:
+            return logits if back is None else logits[back]
+        tokens = out.tokens.reshape(-1).long()
+        if back is not None:
+            tokens = tokens[back]
+            logits = logits[back] if logits is not None else None
+        return DeviceOut(tokens, logits if want_logits and any(want_logits) else None)
 
     @torch.inference_mode()
-    def prefill(self, slot: int, prompt_ids: list[int], all_logits: bool = False):
+    def prefill(self, slot: int, prompt_ids: list[int], all_logits: bool = False, sampling=None, want_logits=None):
         if all_logits:
             raise ValueError("the compiled context encoding returns the last position's logits only")
         if not 0 <= slot < self.slots:
@@ -81,27 +112,24 @@ class NxDISlotRunner:
                          attention_mask=torch.tensor([mask], dtype=torch.int32),
                          position_ids=torch.tensor([pos], dtype=torch.int32),
                          seq_ids=torch.tensor([slot], dtype=torch.int32),
-                         sampling_params=self._sampling_params(1))
+                         sampling_params=self._sampling_params(1, sampling))
         self.next_pos[slot] = n
-        return out.logits[:, -1, :].float()
+        return self._result(out, None, want_logits)
 
     @torch.inference_mode()
-    def decode(self, slots: list[int], tokens: list[int]):
+    def decode(self, slots: list[int], tokens: list[int], sampling=None, want_logits=None):
         order = sorted(range(len(slots)), key=lambda i: slots[i])
         seq = [slots[i] for i in order]
         pos = torch.tensor([[self.next_pos[s]] for s in seq], dtype=torch.int32)
         width = int(pos.max())
         mask = (torch.arange(width)[None, :] <= pos - 1).to(torch.int32)
+        params = self._sampling_params(len(seq), [sampling[i] for i in order] if sampling else None)
         out = self.model(input_ids=torch.tensor([[tokens[i]] for i in order], dtype=torch.int32),
                          attention_mask=mask, position_ids=pos,
-                         seq_ids=torch.tensor(seq, dtype=torch.int32),
-                         sampling_params=self._sampling_params(len(seq)))
+                         seq_ids=torch.tensor(seq, dtype=torch.int32), sampling_params=params)
         for s in seq:
             self.next_pos[s] += 1
-        logits = out.logits[:, -1, :].float()
-        back = torch.empty(len(order), dtype=torch.long)
-        back[torch.tensor(order)] = torch.arange(len(order))
-        return logits[back]
+        return self._result(out, order, want_logits)
 
     def release(self, slot: int) -> None:
         # Nothing to free on the device: the slot's KV line is overwritten by its next context

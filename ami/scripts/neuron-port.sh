@@ -26,9 +26,9 @@ git -C "$src" checkout -q FETCH_HEAD
 # The kit's patch of the port (two fixes from the Gemma 4 31B port: a linear KV cache with an
 # absolute decode window, and full-head proportional RoPE; the patch's header says which commits).
 # It ships in the assets beside this script; checked on CPU against transformers by make port-check.
-patch_file=$(cd "$(dirname "$0")/.." && pwd)/patches/gemma4-e2b-port.patch
+patch_file=$(cd "$(dirname "$0")/.." && pwd)/neuron-port/gemma4-e2b-port.patch
 if ! err=$(git -C "$src" apply --check "$patch_file" 2>&1); then
-  echo "The kit's patch of the Gemma 4 E2B port (ami/patches/gemma4-e2b-port.patch) does not apply" \
+  echo "The kit's patch of the Gemma 4 E2B port (ami/neuron-port/gemma4-e2b-port.patch) does not apply" \
     "to $NXDI_COMMIT: ${err%%$'\n'*}. Re-make it against the pinned port and run make port-check," \
     "then deploy NeuronImageStack again." >&2
   exit 1

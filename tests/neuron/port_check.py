@@ -1,11 +1,11 @@
 """The Gemma 4 E2B Neuron port's model code, run on CPU, against transformers' Gemma 4.
 
-    python -m tests.neuron.port_check            # the port with the kit's patch (ami/patches)
+    python -m tests.neuron.port_check            # the port with the kit's patch (ami/neuron-port)
     KIT_PORT_PATCH=off python -m tests.neuron.port_check   # the port as pinned: must fail
     python -m tests.neuron.port_check --json     # the figures as one JSON object
 
 What runs: the port's own ``modeling_gemma4_e2b.py`` (the pinned file in tests/neuron/nxdi08/port,
-patched with ``ami/patches/gemma4-e2b-port.patch`` by ``git apply`` as the image build does, then
+patched with ``ami/neuron-port/gemma4-e2b-port.patch`` by ``git apply`` as the image build does, then
 imported from a temporary directory), on NxD Inference 0.8's real source (tests/neuron/nxdi08/src)
 in its own CPU mode (``NeuronApplicationBase.to_cpu``: world size 1, gloo), loaded through the
 port's own converter (``convert_hf_to_neuron_state_dict``, tied weights, NxDI's preshard hooks) and
@@ -54,7 +54,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 NXDI08 = ROOT / "tests" / "neuron" / "nxdi08"
 PORT_FILES = NXDI08 / "port"
-PATCH = ROOT / "ami" / "patches" / "gemma4-e2b-port.patch"
+PATCH = ROOT / "ami" / "neuron-port" / "gemma4-e2b-port.patch"
 PORT_SUBDIR = "contrib/models/gemma-4-E2B/src"  # the port's path in its repository (the patch's paths)
 TOLERANCE = 2e-3
 
@@ -104,7 +104,9 @@ class Case:
     def ok(self) -> bool:
         return self.first_bad is None
 
-    def record(self, pos: int, ours, ref) -> None:
+    def record(self, pos: int, ours, ref, device_token: int | None = None) -> None:
+        """``ours``: the port's logits; ``device_token``: the token its on-device sampler chose
+        greedily (top_k 1), which must be the reference's argmax unless the top two tie."""
         diff = float((ours - ref).abs().max())
         self.max_diff = max(self.max_diff, diff)
         self.positions += 1
@@ -112,6 +114,10 @@ class Case:
         # (random weights make near-ties; a flip inside the tolerance is not a disagreement).
         top = int(ours.argmax())
         bad = diff > TOLERANCE or float(ref.max() - ref[top]) > TOLERANCE
+        if device_token is not None and float(ref.max() - ref[device_token]) > TOLERANCE:
+            bad = True
+            self.detail.append(f"position {pos}: the device sampler chose {device_token}, the reference's "
+                               f"argmax is {int(ref.argmax())}")
         self.bad_positions += bad
         if bad and self.first_bad is None:
             self.first_bad = pos
@@ -133,7 +139,7 @@ def stage_port(dest: Path, patched: bool, mutate: tuple[str, str] | None = None)
         r = subprocess.run(["git", "apply", str(PATCH)], cwd=dest, capture_output=True, text=True)
         if r.returncode != 0:
             out = (r.stdout + r.stderr).strip().splitlines()
-            raise PortCheckError(f"ami/patches/{PATCH.name} does not apply to the pinned port: "
+            raise PortCheckError(f"ami/neuron-port/{PATCH.name} does not apply to the pinned port: "
                                  f"{out[0] if out else 'patch exit ' + str(r.returncode)}")
     if mutate:
         path = src / "modeling_gemma4_e2b.py"
@@ -196,9 +202,15 @@ def write_checkpoint(model_dir: Path, seed: int = 0):
 
 
 # -- the port on CPU ------------------------------------------------------------------------------------------
-def load_port(port_src: Path, model_dir: Path):
+def load_port(port_src: Path, model_dir: Path, device_sampling: bool = False):
     """The NxDI application model of the port in ``port_src``, on CPU, built the way the engine
-    builds it (a port imported before is dropped first: each variant imports its own file)."""
+    builds it (a port imported before is dropped first: each variant imports its own file).
+
+    The engine compiles with on-device sampling and ``output_logits`` (ami/neuron/neuron_config.py
+    SAMPLING). NxD Inference 0.8's CPU mode cannot return both: its model wrapper unpacks a CPU
+    call as ``logits, *kv_caches`` (models/model_wrapper.py l.1417-1419 at cd3abf3) and would take
+    the logits for a KV layer. So the logits cases run with sampling on the host (logits back, the
+    engine's other mode), and the device-sampling case with ``output_logits`` off (tokens back)."""
     import torch
 
     for path in (str(NXDI08), str(NXDI08 / "src")):
@@ -217,9 +229,22 @@ def load_port(port_src: Path, model_dir: Path):
     cfg = nc.plan(json.loads((model_dir / "config.json").read_text()), neuron_cores=1, tp_degrees=(1,),
                   platform="inf2", shapes=nc.make_shapes(PROMPT_BUCKETS, TOTAL, SLOTS, TOKEN_BUCKETS),
                   sdk_version="0.8.0", model_name="tiny-e2b")
+    # on_cpu: NxD Inference's own switch for its sampler on CPU (torch.topk and torch.rand_like for
+    # nxd_topk and the device RNG; modules/generation/sampling.py); the rest of the model ignores it.
+    sampling = {"output_logits": False} if device_sampling else {"on_device_sampling_config": None,
+                                                                  "output_logits": False}
     model = construct_model(str(model_dir), cfg, str(port_src), "modeling_gemma4_e2b:NeuronGemma4E2BForCausalLM",
-                            "modeling_gemma4_e2b:Gemma4E2BInferenceConfig", torch_dtype=torch.float32)
+                            "modeling_gemma4_e2b:Gemma4E2BInferenceConfig", torch_dtype=torch.float32, on_cpu=True,
+                            **sampling)
     sys.path.remove(str(port_src))
+    if not torch.distributed.is_initialized():
+        # to_cpu's gloo group of one rendezvouses on MASTER_PORT (default 29500): a free port, so
+        # two checks at once (parallel tests) do not collide
+        import socket
+
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            os.environ["MASTER_PORT"] = str(sock.getsockname()[1])
     with warnings.catch_warnings():  # "CPU inference with continuous batching uses 2x memory"
         warnings.simplefilter("ignore", UserWarning)
         model.to_cpu()
@@ -341,6 +366,48 @@ def run_variant(port_src: Path, model_dir: Path, work: Workload) -> list[Case]:
     ]
 
 
+def device_sampling_case(port_src: Path, model_dir: Path, work: Workload) -> Case:
+    """The engine's on-device sampling, through NxD Inference 0.8's own Sampler on CPU: two rows
+    decoding together, one greedy (top_k 1: its tokens are the reference's argmax), one sampled
+    with top_k 2 and temperature 1.5 (each of its tokens is one of the reference's two best), both
+    teacher-forced with the reference's tokens."""
+    import torch
+
+    from ami.neuron.nxdi_slots import NxDISlotRunner
+
+    runner = NxDISlotRunner(load_port(port_src, model_dir, device_sampling=True), SLOTS, PROMPT_BUCKETS[-1])
+    case = Case("device-sampling", f"NxDI's on-device sampler, per-row parameters: slot 0 greedy, slot 1 top_k 2 "
+                                   f"at temperature 1.5, {DECODE_STEPS} steps past a {ONE_PROMPT}-token prompt")
+    if not runner.device_sampling:
+        case.first_bad = 0
+        case.detail.append("the engine's NeuronConfig does not sample on the device")
+        return case
+    s = work.one[0]
+    params = {0: (1, 1.0, 1.0), 1: (2, 1.0, 1.5)}
+    sampled = 0
+    for slot in (0, 1):
+        out = runner.prefill(slot, s.prompt, sampling=[params[slot]], want_logits=[False])
+        assert out.logits is None, "logits came back for a row that did not ask"
+    for step in range(DECODE_STEPS):
+        pos = len(s.prompt) + step
+        out = runner.decode([0, 1], [s.tokens[pos]] * 2, sampling=[params[0], params[1]], want_logits=[False, False])
+        ref = s.logits[pos]
+        best2 = ref.topk(2).indices.tolist()
+        greedy, drawn = int(out.tokens[0]), int(out.tokens[1])
+        case.positions += 1
+        sampled += drawn != best2[0]
+        wrong = float(ref.max() - ref[greedy]) > TOLERANCE or drawn not in best2
+        if wrong and case.first_bad is None:
+            case.first_bad = pos
+            case.detail.append(f"position {pos}: device tokens {greedy}, {drawn}; reference's best two {best2}")
+        case.bad_positions += wrong
+    if case.first_bad is None and not sampled:
+        case.first_bad = len(s.prompt)
+        case.detail.append("the sampled row never left the argmax: its parameters did not reach the sampler")
+    del torch
+    return case
+
+
 def run(variants: list[dict], workdir: Path) -> list[list[Case]]:
     """Each variant ({"patched": bool, "mutate": (old, new) or None}) against one reference."""
     import torch
@@ -351,7 +418,10 @@ def run(variants: list[dict], workdir: Path) -> list[list[Case]]:
     results = []
     for i, v in enumerate(variants):
         port_src = stage_port(workdir / f"port{i}", v["patched"], v.get("mutate"))
-        results.append(run_variant(port_src, workdir / "ckpt", work))
+        cases = run_variant(port_src, workdir / "ckpt", work)
+        if i == 0:  # the first variant (the one asked for) also through the on-device sampler
+            cases.append(device_sampling_case(port_src, workdir / "ckpt", work))
+        results.append(cases)
     return results
 
 
@@ -380,7 +450,7 @@ def main(argv: list[str] | None = None) -> int:
     except PortCheckError as e:
         print(f"port-check: {e}", file=sys.stderr)
         return 2
-    labels = {"patched": "the port with ami/patches/gemma4-e2b-port.patch",
+    labels = {"patched": "the port with ami/neuron-port/gemma4-e2b-port.patch",
               "unpatched": "the port as pinned (no patch)", "mutated": "the patched port with one line changed"}
     if args.json:
         print(json.dumps({"tolerance": TOLERANCE, "variants": [

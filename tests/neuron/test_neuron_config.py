@@ -45,7 +45,10 @@ def test_kit_backends_compile_tp2_bf16_with_the_per_layer_table_split_in_two(bac
     assert kw["max_context_length"] == 2048 and kw["enable_bucketing"] is True
     assert kw["context_encoding_buckets"] == [128, 512, 2048]
     assert kw["token_generation_buckets"] == [1024, 2048, 4096]
-    assert kw["on_device_sampling_config"] is None and kw["save_sharded_checkpoint"] is True
+    # sampling on the device, per-row parameters (dynamic), logits beside the tokens for host rows
+    assert kw["on_device_sampling_config"] == {"do_sample": True, "dynamic": True, "global_topk": 256,
+                                               "deterministic": False}
+    assert kw["output_logits"] is True and kw["save_sharded_checkpoint"] is True
     # continuous batching: context encoding one sequence at a time, token generation over 4 slots
     assert kw["is_continuous_batching"] is True and kw["ctx_batch_size"] == 1
     assert kw["tkg_batch_size"] == 4 and kw["max_batch_size"] == 4 and kw["padding_side"] == "right"

@@ -244,3 +244,48 @@ def test_context_encoding_by_slot_and_one_generation_call_per_step_over_the_live
     # echo with logprobs: a one-token context encoding, sent as the largest bucket (nxdi_slots.py)
     assert ("context", 2, 1, 64) in contexts
     assert [t.token for t in tokens] == reference([11, 12, 13, 14], 2)
+
+
+class DeviceSamplingModel:
+    """An NxDI 0.8 causal LM compiled with on-device sampling and output_logits: it answers with
+    ``_construct_output_with_tokens_and_logits`` (models/model_base.py l.3842): ``tokens`` (one per
+    row, in seq_ids order) and ``logits`` (rows, 1, vocab). Records the sampling_params it got."""
+
+    def __init__(self) -> None:
+        from types import SimpleNamespace
+
+        from ami.neuron.neuron_config import SAMPLING
+
+        # NxDI turns the kwargs dict into an OnDeviceSamplingConfig with these attributes
+        self.neuron_config = SimpleNamespace(on_device_sampling_config=SimpleNamespace(**SAMPLING))
+        self.params: list = []
+
+    def __call__(self, input_ids=None, seq_ids=None, attention_mask=None, position_ids=None,
+                 sampling_params=None, **_):
+        from types import SimpleNamespace
+
+        self.params.append(sampling_params.tolist())
+        rows = seq_ids.shape[0]
+        logits = torch.zeros((rows, 1, VOCAB))
+        for i, line in enumerate(seq_ids.tolist()):
+            logits[i, 0, line] = 1.0  # row i's logits name its KV line
+        return SimpleNamespace(tokens=seq_ids.clone() + 50, logits=logits)
+
+
+def test_device_sampling_sends_each_rows_parameters_and_returns_logits_only_when_asked():
+    from ami.neuron.neuron_config import GLOBAL_TOPK
+    from ami.neuron.scheduler import DeviceOut
+
+    model = DeviceSamplingModel()
+    runner = NxDISlotRunner(model, slots=4, largest_bucket=64)
+    assert runner.device_sampling and runner.global_topk == GLOBAL_TOPK
+    for slot in (2, 0):
+        out = runner.prefill(slot, [5, 6, 7], sampling=[(64, 0.95, 1.0)], want_logits=[False])
+        assert isinstance(out, DeviceOut) and out.logits is None and out.tokens.tolist() == [50 + slot]
+    # rows come in the caller's order (slot 2, then 0); the device gets them in seq_ids order
+    out = runner.decode([2, 0], [9, 9], sampling=[(0, 0.9, 0.7), (1, 1.0, 1.0)], want_logits=[True, False])
+    assert model.params[-1] == [[1.0, 1.0, 1.0], [float(GLOBAL_TOPK), pytest.approx(0.9), pytest.approx(0.7)]]
+    assert out.tokens.tolist() == [52, 50]  # back in the caller's order
+    assert out.logits is not None and out.logits.argmax(-1).tolist() == [2, 0]
+    out = runner.decode([2, 0], [9, 9], sampling=[(1, 1.0, 1.0)] * 2, want_logits=[False, False])
+    assert out.logits is None  # no row asked: the host gets tokens only

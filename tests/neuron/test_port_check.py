@@ -44,9 +44,12 @@ def variants() -> dict:
 
 def test_the_patched_port_agrees_with_transformers_past_the_window(variants):
     patched = variants["patched"]
-    assert list(patched) == ["global-layers", "context", "long-context", "slots"]
+    assert list(patched) == ["global-layers", "context", "long-context", "slots", "device-sampling"]
     for case in patched.values():
         assert case["ok"] and case["bad_positions"] == 0 and case["max_diff"] < pc.TOLERANCE, case
+    # NxD Inference's own sampler with per-row parameters: the greedy row is the argmax, the
+    # top-k-2 row stays in the best two and leaves the argmax at least once
+    assert patched["device-sampling"]["positions"] == pc.DECODE_STEPS
     # the generation cases reach 3 windows past their prompts, and past the window at all
     assert patched["long-context"]["positions"] == 1 + pc.DECODE_STEPS >= 3 * pc.WINDOW
     assert pc.ONE_PROMPT > pc.WINDOW and max(pc.SLOT_PROMPTS) + pc.DECODE_STEPS > 5 * pc.WINDOW
@@ -75,7 +78,8 @@ def test_the_text_report_and_exit_codes():
     assert r.returncode == 1
     assert "global-layers" in r.stderr.splitlines()[-1] and "long-context" in r.stderr.splitlines()[-1]
     rows = [line for line in r.stdout.splitlines() if line.startswith("  FAIL")]
-    assert {row.split()[1] for row in rows} == {"global-layers", "context", "long-context", "slots"}
+    assert {row.split()[1] for row in rows} == {"global-layers", "context", "long-context", "slots",
+                                                "device-sampling"}
     assert all("max |logit diff|" in row and "first differing position" in row for row in rows)
 
 
@@ -88,7 +92,7 @@ def test_bad_settings_are_one_line():
 
 def test_a_patch_that_does_not_apply_is_one_line(tmp_path, monkeypatch):
     bad = tmp_path / "bad.patch"
-    bad.write_text((ROOT / "ami/patches/gemma4-e2b-port.patch").read_text().replace(
+    bad.write_text((ROOT / "ami/neuron-port/gemma4-e2b-port.patch").read_text().replace(
         "class ProportionalRotaryEmbedding(RotaryEmbedding):", "class Elsewhere(RotaryEmbedding):"))
     monkeypatch.setattr(pc, "PATCH", bad)
     with pytest.raises(pc.PortCheckError) as e:

@@ -155,7 +155,7 @@ def test_assets_reach_the_build_host_and_only_them(kit):
     (asset_hash,) = re.findall(r"s3://cdk-[^/]+/([0-9a-f]{64})\.zip", json.dumps(s3_uri))
     asset_dir = Path(kit.outdir) / f"asset.{asset_hash}"
     shipped = {p.relative_to(asset_dir).parts[0] for p in asset_dir.rglob("*") if p.is_file()}
-    assert shipped == {"neuron", "scripts"}
+    assert shipped == {"neuron", "neuron-port", "scripts"}
     assert (asset_dir / "neuron" / "server.py").is_file() and not list(asset_dir.rglob("__pycache__"))
 
 

@@ -91,7 +91,7 @@ def render(script: str, params: dict[str, str], root: Path) -> str:
         text = text.replace(path, f"{root}{path}")
     if "/opt/inference-kit/assets/scripts/" in script:
         shutil.copytree(ROOT / "ami" / "scripts", root / "opt/inference-kit/assets/scripts", dirs_exist_ok=True)
-        shutil.copytree(ROOT / "ami" / "patches", root / "opt/inference-kit/assets/patches", dirs_exist_ok=True)
+        shutil.copytree(ROOT / "ami" / "neuron-port", root / "opt/inference-kit/assets/neuron-port", dirs_exist_ok=True)
         text = f"export KIT_IMAGE_ROOT={root}\n{text}"
     return text
 

@@ -19,7 +19,7 @@ from tests.stacks.test_neuron_install import agent_env, render, step_script
 
 PORT = "contrib/models/gemma-4-E2B/src"
 # The port's files at the pinned commit (tests/neuron/nxdi08/PROVENANCE.md): the kit's patch
-# (ami/patches/gemma4-e2b-port.patch) must apply to them as the build applies it.
+# (ami/neuron-port/gemma4-e2b-port.patch) must apply to them as the build applies it.
 PINNED_PORT = Path(__file__).resolve().parents[1] / "neuron" / "nxdi08" / "port"
 
 
