@@ -85,3 +85,9 @@ def test_transformers5_shim_gives_nxd_the_name_it_imports(monkeypatch):
     transformers5_shim()
     from transformers.utils.fx import HFTracer  # what NxD does at import time
     assert isinstance(HFTracer, type)
+
+
+def test_cpu_threads_default_leaves_half_the_cores_to_the_server_and_client():
+    from ami.neuron.cpu_generator import default_threads
+
+    assert [default_threads(c) for c in (1, 2, 3, 4, 8, 64)] == [1, 1, 1, 2, 4, 4]
