@@ -259,9 +259,12 @@ class NeuronEngineConfig:
 
 
 def cache_key(model_config: dict, shapes: Shapes, tp_degree: int, dtype: str, sdk_version: str,
-              platform: str | None = None) -> str:
-    """Everything compiled into the artifacts: change any of it and the engine recompiles."""
-    blob = json.dumps({"model": model_config, "shapes": asdict(shapes), "tp": tp_degree,
+              platform: str | None = None, revision: str | None = None) -> str:
+    """Everything compiled into the artifacts: change any of it and the engine recompiles. The
+    checkpoint's commit is in it because the compiled folder also holds the sharded weights
+    (save_sharded_checkpoint), which a later load reads instead of the checkpoint: a pinned commit
+    with the same config.json must not reuse another commit's weights."""
+    blob = json.dumps({"model": model_config, "revision": revision, "shapes": asdict(shapes), "tp": tp_degree,
                        "dtype": dtype, "sdk": sdk_version, "platform": platform,
                        "batching": BATCHING, "sampling": {**SAMPLING, "output_logits": True}},
                       sort_keys=True)
@@ -271,7 +274,8 @@ def cache_key(model_config: dict, shapes: Shapes, tp_degree: int, dtype: str, sd
 def plan(model_config: dict, *, neuron_cores: int, tp_degrees: Sequence[int] = (), platform: str | None = None,
          shapes: Shapes = DEFAULT_SHAPES, dtype: str = "bf16", tp_degree: int | None = None, cache_root: str = DEFAULT_CACHE_ROOT,
          sdk_version: str = "unknown", max_gather_bytes: int = MAX_GATHER_BYTES,
-         model_name: str = "model", weight_bytes: int | None = None) -> NeuronEngineConfig:
+         model_name: str = "model", weight_bytes: int | None = None,
+         revision: str | None = None) -> NeuronEngineConfig:
     """The whole compile configuration from the checkpoint's config.json and the instance.
     ``tp_degrees`` and ``platform`` are the catalog's, as the stack passed them; ``tp_degree``
     forces one degree (checked against ``tp_degrees`` when given)."""
@@ -293,7 +297,7 @@ def plan(model_config: dict, *, neuron_cores: int, tp_degrees: Sequence[int] = (
     if weight_bytes is not None:
         per_core = check_memory(weight_bytes, kv_cache_bytes(model_config, shapes, DTYPES[dtype][1]),
                                 tp_degree)
-    key = cache_key(model_config, shapes, tp_degree, dtype, sdk_version, platform)
+    key = cache_key(model_config, shapes, tp_degree, dtype, sdk_version, platform, revision)
     safe_name = "".join(c if c.isalnum() or c in "-_." else "_" for c in model_name) or "model"
     return NeuronEngineConfig(shapes, tp_degree, dtype, tp_degree, per_rank,
                               f"{cache_root.rstrip('/')}/{safe_name}-{key}", key, per_core, platform)

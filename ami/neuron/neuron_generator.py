@@ -79,9 +79,14 @@ def engine_config(model_dir: str, shapes, dtype: str, tp_degree: int | None, cac
     # On-disk weights (vision and audio towers included, which the text port does not load):
     # an upper bound for the memory check.
     weight_bytes = sum(p.stat().st_size for p in Path(model_dir).glob("*.safetensors")) or None
+    # The checkpoint's commit, as the image build and the boot record it beside the weights
+    # (ami/scripts/neuron-precompile.sh, userdata/engine-neuron.sh: .kit-revision, written before
+    # the compile): part of the compiled-cache key.
+    rev_file = Path(model_dir) / ".kit-revision"
+    revision = rev_file.read_text().strip() if rev_file.is_file() else None
     cfg = plan(model_config, neuron_cores=cores, tp_degrees=tp_degrees, platform=platform,
                shapes=shapes, dtype=dtype, tp_degree=tp_degree, cache_root=cache_root,
-               sdk_version=str(sdk), model_name=served_name, weight_bytes=weight_bytes)
+               sdk_version=str(sdk), model_name=served_name, weight_bytes=weight_bytes, revision=revision)
     host = host_memory_bytes()
     if weight_bytes and host:
         # Does this boot fit the host memory and the readiness window (KIT_READY_TIMEOUT_S, from

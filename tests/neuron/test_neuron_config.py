@@ -162,3 +162,14 @@ def test_memory_check_counts_weights_per_core_and_a_replicated_kv_cache():
     # A 26B-class checkpoint does not, and says what to change.
     with pytest.raises(ConfigError, match=r"52\.0 GB of weights over tp degree 2.*raise the tp degree"):
         plan(full, neuron_cores=2, tp_degrees=TWO, platform="inf2", weight_bytes=52_000_000_000)
+
+
+def test_the_checkpoints_commit_is_part_of_the_compiled_cache_key():
+    """The compiled folder holds the sharded weights a load reads (save_sharded_checkpoint): a
+    different commit with the same config.json must not find it."""
+    from ami.neuron.neuron_config import DEFAULT_SHAPES, cache_key
+
+    args = ({"text_config": {"num_hidden_layers": 35}}, DEFAULT_SHAPES, 2, "bf16", "0.8.0", "inf2")
+    a, b = "a" * 40, "b" * 40
+    assert cache_key(*args, revision=a) == cache_key(*args, revision=a)
+    assert cache_key(*args, revision=a) != cache_key(*args, revision=b) != cache_key(*args)
