@@ -10,6 +10,7 @@ smoke script, run against a stand-in server, passes only when the engine reused 
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import subprocess
 import sys
@@ -175,7 +176,10 @@ STAND_IN = textwrap.dedent(r'''
     class H(BaseHTTPRequestHandler):
         def log_message(self, *a): pass
         def do_GET(self):
-            self.send_response(200); self.end_headers(); self.wfile.write(b"ok")
+            # /health as the engine answers it: the largest prompt bucket (--max-prompt N: smaller)
+            largest = int(args[args.index("--max-prompt") + 1]) if "--max-prompt" in args else 2048
+            self.send_response(200); self.end_headers()
+            self.wfile.write(json.dumps({"status": "ok", "limits": {"max_prompt_tokens": largest}}).encode())
         def do_POST(self):
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             code = 200
@@ -304,6 +308,22 @@ def test_the_long_prompt_is_a_greedy_counting_prompt_the_engine_accepts(tmp_path
     from ami.neuron.neuron_config import DEFAULT_SHAPES
     digits_and_commas = sum(c.isdigit() or c == "," for c in body["prompt"])
     assert 600 < digits_and_commas and digits_and_commas + 2 + 64 <= DEFAULT_SHAPES.max_prompt_tokens
+
+
+def test_the_long_prompt_fits_a_smaller_largest_bucket_or_is_skipped(tmp_path):
+    """-c max_model_len=2048 compiles a largest prompt bucket of 1024: the counting prompt stops
+    early enough to fit it (4.7 tokens a number, 64 spare) and still passes the window; a bucket
+    too small for any prompt past the window skips the check in one line."""
+    r = run_smoke(tmp_path, STAND_IN, "--cached", "--max-prompt", "1024")
+    assert r.returncode == 0, r.stdout + r.stderr
+    (body,) = [json.loads(line) for line in (tmp_path / "completions.json").read_text().splitlines()]
+    assert body["prompt"] == ", ".join(str(i) for i in range(1, 205)) + ","
+    assert 600 < len(re.findall(r"\d|,| ", body["prompt"])) + 1 <= 1024 - 64
+    small = tmp_path / "small"
+    small.mkdir()
+    r = run_smoke(small, STAND_IN, "--cached", "--max-prompt", "512")
+    assert r.returncode == 0 and "long prompt skipped: the largest prompt bucket (512 tokens)" in r.stdout
+    assert not (small / "completions.json").exists()
 
 
 @pytest.mark.parametrize("mode, says", [
