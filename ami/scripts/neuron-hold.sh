@@ -41,7 +41,7 @@ if [ "${1:-}" = --check ]; then
   exit 0
 fi
 mapfile -t kernel_pkgs < <(dpkg-query -W -f '${db:Status-Abbrev} ${Package}\n' "${patterns[@]}" \
-  "linux-image-$kernel" 2>/dev/null | awk '$1 == "ii" {print $2}' | sort -u)
+  "linux-image-$kernel" 2>/dev/null | awk 'substr($1, 2, 1) == "i" {print $2}' | sort -u)  # installed, held or not (ii, hi)
 if ! printf '%s\n' "${kernel_pkgs[@]}" | grep -qx "linux-image-$kernel"; then
   echo "neuron image build failed at PinNeuronRuntime: the running kernel's package linux-image-$kernel" \
     "is not installed, so the kernel cannot be held" >&2

@@ -135,6 +135,18 @@ def test_the_image_installs_the_driver_with_the_kernels_headers_and_holds_driver
     assert "aws-neuronx-dkms 2.26.10.0" in r.stdout
 
 
+def test_a_kernel_the_dlami_already_holds_is_held_again_not_refused(host):
+    """dpkg's abbreviated status of a held, installed package is "hi", not "ii"."""
+    _, state, _ = host
+    db = {line.split()[0]: line.split()[1:] for line in (state / "dpkg").read_text().splitlines()}
+    db[f"linux-image-{KERNEL}"][0] = "hi"
+    (state / "dpkg").write_text("".join(f"{n} {s} {v}\n" for n, (s, v) in db.items()))
+    r = run(step_script("build", "PinNeuronRuntime"), host)
+    assert r.returncode == 0, r.stdout + r.stderr
+    (hold,) = [line.split()[2:] for line in (state / "log").read_text().splitlines() if line.startswith("apt-mark hold")]
+    assert f"linux-image-{KERNEL}" in hold
+
+
 def test_the_dlamis_driver_or_an_unheld_kernel_fails_validation_in_one_line(host):
     _, state, _ = host
     # The DLAMI as it comes (driver 2.26.5.0), everything held: the version check names the driver.
