@@ -33,6 +33,7 @@ from typing import Any, Iterator
 
 from harness.endpoint import saved_endpoint
 from kit.contracts.results import BENCH_SUMMARY, ResultsFile
+from kit.jsonfile import MAX_DEPTH, depth  # one nesting rule for every JSON the kit reads
 
 DEFAULT_ROOT = Path("results")
 
@@ -158,7 +159,6 @@ def appendable_problem(path: Path) -> str | None:
 MAX_JSON_BYTES = 64 * 1024 * 1024  # meta.json, summary.json, cost.json … are kilobytes
 MAX_LINE_BYTES = 16 * 1024 * 1024  # one JSONL record
 MAX_JSONL_BYTES = 1024 * 1024 * 1024  # a whole JSONL file (requests.jsonl of a long sweep)
-MAX_DEPTH = 64  # no file the kit writes nests deeper than ~6
 
 
 class Skipped(Exception):
@@ -235,21 +235,6 @@ def read_bytes(path: Path, *, root: Path | None = None, cap: int = MAX_JSON_BYTE
     if len(data) > cap:
         raise Skipped(f"larger than {cap // (1024 * 1024)} MiB")
     return data
-
-
-def depth(obj: Any) -> int:
-    """How deep containers nest in ``obj`` (iterative: no recursion on hostile input)."""
-    deepest, stack = 0, [(obj, 1)]
-    while stack:
-        o, d = stack.pop()
-        if isinstance(o, dict):
-            o = list(o.values())
-        if isinstance(o, list):
-            deepest = max(deepest, d)
-            if d > MAX_DEPTH:
-                return d
-            stack.extend((x, d + 1) for x in o)
-    return deepest
 
 
 def parse_json(raw: bytes) -> Any:
