@@ -389,8 +389,6 @@ def device_sampling_case(port_src: Path, model_dir: Path, work: Workload) -> Cas
     decoding together, one greedy (top_k 1: its tokens are the reference's argmax), one sampled
     with top_k 2 and temperature 1.5 (each of its tokens is one of the reference's two best), both
     teacher-forced with the reference's tokens."""
-    import torch
-
     from ami.neuron.nxdi_slots import NxDISlotRunner
 
     runner = NxDISlotRunner(load_port(port_src, model_dir, device_sampling=True), SLOTS, PROMPT_BUCKETS[-1])
@@ -422,7 +420,6 @@ def device_sampling_case(port_src: Path, model_dir: Path, work: Workload) -> Cas
     if case.first_bad is None and not sampled:
         case.first_bad = len(s.prompt)
         case.detail.append("the sampled row never left the argmax: its parameters did not reach the sampler")
-    del torch
     return case
 
 
