@@ -55,7 +55,7 @@ SLOW_PATHS = (
     "tests/report/test_hostile.py", "tests/package/test_hostile_tensors.py", "tests/package/test_hostile_files.py",
     "tests/package/test_hostile_out.py", "tests/accuracy/test_deadline.py", "tests/report/test_scale.py",
     "tests/harness/test_url_credentials.py", "tests/neuron/test_port_check.py",
-    "tests/neuron/test_sampling_api.py", "tests/accuracy/test_bos_offset.py",
+    "tests/neuron/test_sampling_api.py", "tests/accuracy/test_bos_offset.py", "tests/neuron/test_simulated.py",
 )
 
 

@@ -9,10 +9,10 @@ import pytest
 
 pytest.importorskip("torch", reason="the engine needs torch")
 
-from ami.neuron import simulated  # noqa: E402
-from ami.neuron.generator import Limits  # noqa: E402
+from ami.neuron import simulated
+from ami.neuron.generator import Limits
 
-from .conftest import InProcessServer  # noqa: E402
+from .conftest import InProcessServer
 
 
 @pytest.fixture(scope="module")
