@@ -88,6 +88,23 @@ def pipeline_name(image: str, key: str) -> str:
     return f"inference-kit-{image}-{key}"
 
 
+# The tag a pipeline's lifecycle policy selects its builds by. Where a build's Image Builder image
+# resource gets its tags from depends on who started it (botocore imagebuilder 2019-12-02
+# service-2.json, shape ImagePipeline, member imageTags: "The tags that Image Builder applies to
+# the Image Builder image resource that this pipeline's scheduled executions create ... Builds that
+# you start manually use the tags from the StartImagePipelineExecution request instead"), and the
+# lifecycle policy's tagMap selects those image resources (shape LifecyclePolicyResourceSelection).
+# So the pipeline's imageTags, the lifecycle policy's tagMap (stacks/images.py) and the tags
+# harness.images passes to StartImagePipelineExecution all come from this one function; a manual
+# build without them would be kept forever.
+LIFECYCLE_TAG = "kit-lifecycle"
+
+
+def lifecycle_tags(image: str, key: str) -> dict[str, str]:
+    """The tags that put one pipeline's builds under its lifecycle policy."""
+    return {LIFECYCLE_TAG: pipeline_name(image, key)}
+
+
 IMAGE_STACKS: dict[str, str] = {
     "vllm-cuda": "VllmCudaImageStack", "vllm-sm75": "VllmSm75ImageStack",
     **{image: "NeuronImageStack" if line == pins.NEURON_DEFAULT_LINE else f"NeuronSdk{line.replace('.', '')}ImageStack"

@@ -57,7 +57,8 @@ from stacks.package import package_scheme
 from kit.image_facts import (BUILD_HOSTS, FAMILY_IMAGE, GPU_DLAMI, IMAGE_PARAMETERS,  # noqa: F401 (re-exported)
                              IMAGE_STACKS, NEURON_BUILD_HOST, NEURON_DLAMI, NEURON_PRECOMPILE_TARGET,
                              PARAMETER_PREFIX,
-                             NEURON_IMAGES, PARENT_AMI_NAMES, SM75_CANDIDATE_PARAMETER, neuron_image, pipeline_name)
+                             NEURON_IMAGES, PARENT_AMI_NAMES, SM75_CANDIDATE_PARAMETER, lifecycle_tags, neuron_image,
+                             pipeline_name)
 from stacks.lambda_code import handler_code, handler_name
 from kit.weights import UNPINNED
 
@@ -487,7 +488,7 @@ class ImagePipelineStack(cdk.Stack):
             image_recipe_arn=recipe.attr_arn, infrastructure_configuration_arn=infra.attr_arn,
             distribution_configuration_arn=distribution.attr_arn, status="ENABLED",
             enhanced_image_metadata_enabled=True,
-            image_tags={"kit-lifecycle": pname},
+            image_tags=lifecycle_tags(self.spec.image, p.key),  # scheduled builds; manual: harness.images
             image_tests_configuration=imagebuilder.CfnImagePipeline.ImageTestsConfigurationProperty(
                 image_tests_enabled=p.tests_enabled, timeout_minutes=120),
         )
@@ -503,7 +504,7 @@ class ImagePipelineStack(cdk.Stack):
             resource_type="AMI_IMAGE", status="ENABLED",
             description=f"Keep the newest {LIFECYCLE_KEEP_IMAGES} {pname} builds; delete older AMIs and snapshots",
             resource_selection=imagebuilder.CfnLifecyclePolicy.ResourceSelectionProperty(
-                tag_map={"kit-lifecycle": pname}),
+                tag_map=lifecycle_tags(self.spec.image, p.key)),
             policy_details=[imagebuilder.CfnLifecyclePolicy.PolicyDetailProperty(
                 action=imagebuilder.CfnLifecyclePolicy.ActionProperty(
                     type="DELETE",

@@ -17,6 +17,7 @@ import yaml
 
 from ami import pins
 from kit.catalog import BACKENDS, instance_arch
+from kit.image_facts import lifecycle_tags, pipeline_name
 from stacks import images
 from tests.stacks.conftest import ROOT, config_error, synth, boot_parameter
 
@@ -324,11 +325,14 @@ def test_old_builds_are_deleted_by_a_lifecycle_policy(kit, image):
     pipelines = _by_name(kit, stack, "AWS::ImageBuilder::ImagePipeline")
     policies = _by_name(kit, stack, "AWS::ImageBuilder::LifecyclePolicy")
     assert set(policies) == set(pipelines)
+    # The one function harness.images also passes to StartImagePipelineExecution (a manual build
+    # takes that request's tags, not the pipeline's: kit/image_facts.py lifecycle_tags).
+    tags_by_name = {pipeline_name(image, key): lifecycle_tags(image, key) for key in ("build", "gpu-test")}
     for name, pipeline in pipelines.items():
-        tag = pipeline["ImageTags"]["kit-lifecycle"]
+        assert pipeline["ImageTags"] == tags_by_name[name]
         policy = policies[name]
         assert policy["ResourceType"] == "AMI_IMAGE" and policy["Status"] == "ENABLED"
-        assert policy["ResourceSelection"] == {"TagMap": {"kit-lifecycle": tag}}
+        assert policy["ResourceSelection"] == {"TagMap": tags_by_name[name]}
         (detail,) = policy["PolicyDetails"]
         assert detail["Action"] == {"Type": "DELETE", "IncludeResources": {"Amis": True, "Snapshots": True}}
         assert detail["Filter"] == {"Type": "COUNT", "Value": images.LIFECYCLE_KEEP_IMAGES}
