@@ -22,47 +22,30 @@ from typing import Sequence
 import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
-from aws_cdk import aws_lambda as lambda_
-from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from stacks import nag
 from kit.subnets import CIDR_PREFIX
-from stacks.lambda_code import handler_code, handler_name
+from stacks.custom_resource import HandlerFunction
 
 # Which /24s each stack's subnets take: kit/subnets.py, the VPC's declared address plan.
 _FUNCTION_ID = "AzChoiceFunction"
 
 
-def _function(stack: cdk.Stack) -> lambda_.Function:
+def _function(stack: cdk.Stack) -> HandlerFunction:
     """One chooser function per stack, whatever the number of subnets it places."""
-    existing = stack.node.try_find_child(_FUNCTION_ID)
+    existing = getattr(stack, "_kit_az_choice", None)
     if existing is not None:
-        return existing  # type: ignore[return-value]
-    log_group = logs.LogGroup(stack, "AzChoiceLogs", retention=logs.RetentionDays.ONE_WEEK,
-                              removal_policy=cdk.RemovalPolicy.DESTROY)
-    role = iam.Role(stack, "AzChoiceRole", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
-                    description="Custom::AzChoice: read EC2 instance type offerings")
-    role.add_to_policy(iam.PolicyStatement(
-        sid="ReadOfferings", resources=["*"],
-        actions=["ec2:DescribeInstanceTypeOfferings", "ec2:DescribeAvailabilityZones"]))
-    role.add_to_policy(iam.PolicyStatement(
-        sid="OwnLogs", actions=["logs:CreateLogStream", "logs:PutLogEvents"],
-        resources=[log_group.log_group_arn, f"{log_group.log_group_arn}:*"]))
-    nag.acknowledge(role, "AwsSolutions-IAM5[Resource::*]",
-                    "ec2:DescribeInstanceTypeOfferings and ec2:DescribeAvailabilityZones support no "
-                    "resource-level permissions (Service Authorization Reference, Amazon EC2)")
-    logs_id = stack.resolve(stack.get_logical_id(log_group.node.default_child))
-    nag.acknowledge(role, f"AwsSolutions-IAM5[Resource::<{logs_id}.Arn>:*]",
-                    "log streams inside the function's own log group, whose stream names Lambda chooses")
-    fn = lambda_.Function(
-        stack, _FUNCTION_ID, runtime=lambda_.Runtime.PYTHON_3_14, handler=handler_name("az_choice"),
-        code=handler_code("az_choice"),
-        role=role, log_group=log_group, timeout=cdk.Duration.minutes(1), memory_size=128,
-        description="Custom::AzChoice: the AZ offering the instance types (stacks/az_choice.py)")
-    # CDK makes the function wait for its role and policy, and also refers to the role (GetAtt):
-    # cfn-lint W3005. The custom resource waits for the policy instead (OfferedSubnet).
-    fn.node.default_child.add_deletion_override("DependsOn")
+        return existing
+    fn = HandlerFunction(
+        stack, handler="az_choice", ids=("AzChoiceLogs", "AzChoiceRole", _FUNCTION_ID),
+        role_description="Custom::AzChoice: read EC2 instance type offerings",
+        description="Custom::AzChoice: the AZ offering the instance types (stacks/az_choice.py)",
+        statements=[iam.PolicyStatement(
+            sid="ReadOfferings", resources=["*"],
+            actions=["ec2:DescribeInstanceTypeOfferings", "ec2:DescribeAvailabilityZones"])],
+        any_resource_reason="ec2:DescribeInstanceTypeOfferings and ec2:DescribeAvailabilityZones support no "
+                            "resource-level permissions (Service Authorization Reference, Amazon EC2)")
+    stack._kit_az_choice = fn  # type: ignore[attr-defined]
     return fn
 
 
@@ -74,13 +57,10 @@ class OfferedSubnet(Construct):
         super().__init__(scope, construct_id)
         stack = cdk.Stack.of(self)
         fn = _function(stack)
-        self.choice = cdk.CustomResource(
-            self, "Choice", service_token=fn.function_arn, resource_type="Custom::AzChoice",
-            service_timeout=cdk.Duration.minutes(2),
+        self.choice = fn.resource(
+            self, "Choice", resource_type="Custom::AzChoice", service_timeout=cdk.Duration.minutes(2),
             properties={"InstanceTypes": list(instance_types), "PreferredAz": preferred_az or "",
                         "CidrPrefix": CIDR_PREFIX, "CidrBase": str(cidr_base)})
-        # Invoked only once the function's role carries its policy (the role construct's DefaultPolicy).
-        self.choice.node.add_dependency(fn.role)
         self.availability_zone = self.choice.get_att_string("AvailabilityZone")
         self.offered = self.choice.get_att_string("Offered")
         self.subnet = ec2.Subnet(

@@ -18,13 +18,10 @@ from __future__ import annotations
 
 import aws_cdk as cdk
 from aws_cdk import aws_iam as iam
-from aws_cdk import aws_lambda as lambda_
-from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from stacks import nag
+from stacks.custom_resource import HandlerFunction
 from stacks.guardrails import EndpointTtl
-from stacks.lambda_code import handler_code, handler_name
 
 SERVICE_TIMEOUT_MAX_S = 3600  # AWS::CloudFormation::CustomResource ServiceTimeout: 1-3600
 MARGIN_S = 300  # the function answers by itself; the service timeout only if it never does
@@ -39,31 +36,41 @@ class EndpointReady(Construct):
         stack = cdk.Stack.of(self)
         # A fixed name, so its role can allow invoking itself without a reference cycle.
         self.function_name = f"{stack.stack_name}-endpoint-ready"[:64]
-        log_group = logs.LogGroup(self, "Logs", retention=logs.RetentionDays.ONE_WEEK,
-                                  removal_policy=cdk.RemovalPolicy.DESTROY)
-        self.role = iam.Role(self, "Role", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
-                             description="Custom::EndpointReady: watch this stack's SageMaker endpoints")
+        self.handler = HandlerFunction(
+            self, handler="endpoint_ready", ids=("Logs", "Role", "Function"),
+            role_description="Custom::EndpointReady: watch this stack's SageMaker endpoints",
+            description="Custom::EndpointReady: bounded wait for InService (stacks/endpoint_ready.py)",
+            statements=[
+                iam.PolicyStatement(
+                    sid="DescribeOwnEndpoints", actions=["sagemaker:DescribeEndpoint"],
+                    resources=[stack.format_arn(service="sagemaker", resource="endpoint", resource_name=n.lower())
+                               for n in endpoint_names]),
+                iam.PolicyStatement(
+                    sid="HandOverToItself", actions=["lambda:InvokeFunction"],
+                    resources=[stack.format_arn(service="lambda", resource="function",
+                                                resource_name=self.function_name,
+                                                arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME)])],
+            timeout=cdk.Duration.minutes(15), function_name=self.function_name)
+        self.role, self.function = self.handler.role, self.handler.function
+
+    def release(self, scope: Construct, sid: str, endpoint_name: str, ttl: EndpointTtl) -> cdk.CustomResource:
+        """Custom::EndpointTtlRelease: the endpoint's TTL guard is kept when the stack is deleted
+        (stacks/guardrails.py); this resource, deleted after the endpoint (the caller makes the
+        endpoint depend on it), deletes the schedule and its role once the endpoint is really gone
+        (the handler's ``release``)."""
+        made = self.handler.resource(
+            scope, f"TtlRelease{sid}", resource_type="Custom::EndpointTtlRelease",
+            service_timeout=cdk.Duration.minutes(5),
+            properties={"EndpointName": endpoint_name, "ScheduleName": ttl.schedule.ref,
+                        "RoleName": ttl.role.role_name})
         self.role.add_to_policy(iam.PolicyStatement(
-            sid="DescribeOwnEndpoints", actions=["sagemaker:DescribeEndpoint"],
-            resources=[stack.format_arn(service="sagemaker", resource="endpoint", resource_name=n.lower())
-                       for n in endpoint_names]))
+            sid=f"ReleaseTtlSchedule{sid}", actions=["scheduler:DeleteSchedule"],
+            resources=[ttl.schedule.attr_arn]))
         self.role.add_to_policy(iam.PolicyStatement(
-            sid="HandOverToItself", actions=["lambda:InvokeFunction"],
-            resources=[stack.format_arn(service="lambda", resource="function", resource_name=self.function_name,
-                                        arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME)]))
-        self.role.add_to_policy(iam.PolicyStatement(
-            sid="OwnLogs", actions=["logs:CreateLogStream", "logs:PutLogEvents"],
-            resources=[log_group.log_group_arn, f"{log_group.log_group_arn}:*"]))
-        logs_id = stack.resolve(stack.get_logical_id(log_group.node.default_child))
-        nag.acknowledge(self.role, f"AwsSolutions-IAM5[Resource::<{logs_id}.Arn>:*]",
-                        "log streams inside the function's own log group, whose stream names Lambda chooses")
-        self.function = lambda_.Function(
-            self, "Function", function_name=self.function_name, runtime=lambda_.Runtime.PYTHON_3_14,
-            handler=handler_name("endpoint_ready"), role=self.role, log_group=log_group, memory_size=128,
-            code=handler_code("endpoint_ready"),
-            timeout=cdk.Duration.minutes(15),
-            description="Custom::EndpointReady: bounded wait for InService (stacks/endpoint_ready.py)")
-        self.function.node.default_child.add_deletion_override("DependsOn")  # cfn-lint W3005; see az_choice.py
+            sid=f"ReleaseTtlRole{sid}",
+            actions=["iam:ListRolePolicies", "iam:DeleteRolePolicy", "iam:DeleteRole"],
+            resources=[ttl.role.role_arn]))
+        return made
 
     def wait(self, construct_id: str, endpoint_name: str, bound_minutes: int,
              ttl: EndpointTtl | None = None) -> cdk.CustomResource:
@@ -82,8 +89,6 @@ class EndpointReady(Construct):
             self.role.add_to_policy(iam.PolicyStatement(
                 sid=f"PassTtlRole{construct_id}", actions=["iam:PassRole"], resources=[ttl.role.role_arn],
                 conditions={"StringEquals": {"iam:PassedToService": "scheduler.amazonaws.com"}}))
-        watch = cdk.CustomResource(
-            self, construct_id, service_token=self.function.function_arn, resource_type="Custom::EndpointReady",
+        return self.handler.resource(
+            self, construct_id, resource_type="Custom::EndpointReady",
             service_timeout=cdk.Duration.seconds(bound_minutes * 60 + MARGIN_S), properties=props)
-        watch.node.add_dependency(self.role)  # its policy is attached before the first poll
-        return watch

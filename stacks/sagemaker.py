@@ -175,23 +175,8 @@ class SageMakerStack(cdk.Stack):
                 # (aws-cloudformation/cloudformation-coverage-roadmap#852, #1508); docs/stacks.md.
                 ttl = EndpointTtl(self, f"Ttl{sid}", endpoint_name=name, ttl_expires_at=ttl_expires_at)
                 endpoint.node.add_dependency(ttl)
-                # The guard is kept on delete (stacks/guardrails.py); this resource, deleted after
-                # the endpoint, deletes it once the endpoint is really gone (handler:
-                # stacks/lambdas/endpoint_ready/index.py, release).
-                release = cdk.CustomResource(
-                    self, f"TtlRelease{sid}", service_token=self.ready.function.function_arn,
-                    resource_type="Custom::EndpointTtlRelease", service_timeout=cdk.Duration.minutes(5),
-                    properties={"EndpointName": name, "ScheduleName": ttl.schedule.ref,
-                                "RoleName": ttl.role.role_name})
-                release.node.add_dependency(self.ready.role)
-                endpoint.node.add_dependency(release)
-                self.ready.role.add_to_policy(iam.PolicyStatement(
-                    sid=f"ReleaseTtlSchedule{sid}", actions=["scheduler:DeleteSchedule"],
-                    resources=[ttl.schedule.attr_arn]))
-                self.ready.role.add_to_policy(iam.PolicyStatement(
-                    sid=f"ReleaseTtlRole{sid}", actions=["iam:ListRolePolicies", "iam:DeleteRolePolicy",
-                                                         "iam:DeleteRole"],
-                    resources=[ttl.role.role_arn]))
+                # Kept on stack delete, the guard is deleted by this resource once the endpoint is gone.
+                endpoint.node.add_dependency(self.ready.release(self, sid, name, ttl))
             # Beside the endpoint, not after it: the bound counts from when creation starts. Given the
             # guard, a Creating endpoint at the bound has its TTL schedule started at once.
             self.ready.wait(f"Ready{sid}", name, config.sagemaker_ready_minutes, ttl).node.add_dependency(endpoint_config)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import urllib.request
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 
 # "The total size of the response body can't exceed 4096 bytes" (same User Guide page).
@@ -47,3 +47,23 @@ def respond(event: Mapping[str, Any], status: str, physical_id: str, data: Mappi
                                  headers={"Content-Type": "", "Content-Length": str(len(body_bytes))})
     with urllib.request.urlopen(req, timeout=30) as r:
         r.read()
+
+
+def answer(event: Mapping[str, Any], work: Callable[[], tuple[str, Mapping[str, str]]], *,
+           known: tuple[type[BaseException], ...] = (), physical: str = "pending", send=respond) -> None:
+    """The response protocol every handler here follows for a resource that creates nothing:
+    Delete succeeds at once; Create/Update run ``work()`` -> (physical id, data) and succeed with
+    it; an error in ``known`` fails with its own one-line message, any other with its type and
+    message. Whatever happens CloudFormation gets an answer, never a stack left waiting for the
+    service timeout."""
+    physical = event.get("PhysicalResourceId") or physical
+    if event["RequestType"] == "Delete":
+        return send(event, "SUCCESS", physical, {})
+    try:
+        physical, data = work()
+    except known as e:
+        return send(event, "FAILED", physical, {}, str(e))
+    except Exception as e:  # noqa: BLE001 - any other error still answers CloudFormation, with its reason
+        return send(event, "FAILED", physical, {}, f"{type(e).__name__}: {e}")
+    print(json.dumps({"physical": physical, "data": dict(data)}))
+    return send(event, "SUCCESS", physical, data)

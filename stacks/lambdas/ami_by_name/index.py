@@ -16,10 +16,9 @@ Self-contained but for ../cfn_response.py, packed beside it (stacks/lambda_code.
 """
 from __future__ import annotations
 
-import json
 from typing import Any, Mapping
 
-from ..cfn_response import respond
+from ..cfn_response import answer, respond
 
 
 class AmiNotFound(Exception):
@@ -37,18 +36,10 @@ def find(ec2: Any, name: str, region: str) -> str:
 
 
 def handler(event: Mapping[str, Any], context: Any, ec2: Any = None, send=respond) -> None:
-    physical = event.get("PhysicalResourceId") or "pending"
-    if event["RequestType"] == "Delete":
-        return send(event, "SUCCESS", physical, {})
-    try:
+    def work() -> tuple[str, dict[str, str]]:
         import boto3
 
-        ec2 = ec2 or boto3.client("ec2")
-        name = event["ResourceProperties"]["Name"]
-        image = find(ec2, name, ec2.meta.region_name)
-    except AmiNotFound as e:
-        return send(event, "FAILED", physical, {}, str(e))
-    except Exception as e:  # noqa: BLE001 - any other error still answers CloudFormation, with its reason
-        return send(event, "FAILED", physical, {}, f"{type(e).__name__}: {e}")
-    print(json.dumps({"name": name, "image": image}))
-    return send(event, "SUCCESS", image, {"ImageId": image})
+        client = ec2 or boto3.client("ec2")
+        image = find(client, event["ResourceProperties"]["Name"], client.meta.region_name)
+        return image, {"ImageId": image}
+    return answer(event, work, known=(AmiNotFound,), send=send)

@@ -25,12 +25,11 @@ with ../cfn_response.py. boto3 and the standard library are the Lambda Python ru
 """
 from __future__ import annotations
 
-import json
 from typing import Any, Mapping
 
 from kit.az_choice import ChoiceError, available_zones, choose, cidr_block, offerings
 
-from ..cfn_response import respond
+from ..cfn_response import answer, respond
 
 
 def decide(event: Mapping[str, Any], ec2: Any, region: str) -> tuple[str, dict[str, str]]:
@@ -46,17 +45,9 @@ def decide(event: Mapping[str, Any], ec2: Any, region: str) -> tuple[str, dict[s
 
 
 def handler(event: Mapping[str, Any], context: Any, ec2: Any = None, send=respond) -> None:
-    physical = event.get("PhysicalResourceId") or "pending"
-    if event["RequestType"] == "Delete":
-        return send(event, "SUCCESS", physical, {})
-    try:
+    def work() -> tuple[str, dict[str, str]]:
         import boto3
 
-        ec2 = ec2 or boto3.client("ec2")
-        physical, data = decide(event, ec2, ec2.meta.region_name)
-    except ChoiceError as e:
-        return send(event, "FAILED", physical, {}, str(e))
-    except Exception as e:  # noqa: BLE001 - any other error still answers CloudFormation, with its reason
-        return send(event, "FAILED", physical, {}, f"{type(e).__name__}: {e}")
-    print(json.dumps({"chosen": data}))
-    return send(event, "SUCCESS", physical, data)
+        client = ec2 or boto3.client("ec2")
+        return decide(event, client, client.meta.region_name)
+    return answer(event, work, known=(ChoiceError,), send=send)
