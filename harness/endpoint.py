@@ -15,7 +15,8 @@ import urllib.parse
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
-Protocol = Literal["openai", "sagemaker", "bedrock"]
+from kit.catalog import Protocol  # the protocol words, one list (kit/catalog.py)
+
 Service = Literal["ec2", "sagemaker", "bedrock"]
 
 

@@ -1,4 +1,4 @@
-"""The six backends as data: the one source of truth read by the CDK stacks and the harness.
+"""The backends as data: the one source of truth read by the CDK stacks and the harness.
 
 Per backend: its stack, service (what bills) and protocol (how the harness speaks to it), the
 image family it boots and the instance types it accepts (``Hardware``, ``instance_problem``), its
@@ -17,7 +17,7 @@ T4G's measured 277 GB/s comes from the seed article (see ``reference`` in the RE
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal, Mapping
 
 Service = Literal["bedrock", "sagemaker", "ec2"]
@@ -28,7 +28,7 @@ Arch = Literal["x86_64", "arm64"]
 PrecisionSupport = Literal["native", "emulated", "unsupported", "widened16", "hw_only"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Chip:
     """One accelerator chip family and how it treats each weight precision."""
 
@@ -43,28 +43,28 @@ class Chip:
     source: str = ""
 
 
-L4 = Chip("NVIDIA L4", {"bf16": "native", "fp16": "native", "fp8": "native", "int8": "native", "int4": "widened16"},
+L4 = Chip(name="NVIDIA L4", precision={"bf16": "native", "fp16": "native", "fp8": "native", "int8": "native", "int4": "widened16"},
           memory_type="GDDR6", device_memory_gb=24, device_bandwidth_gb_s=300,
           source="NVIDIA L4 datasheet via docs/BRIEF.md (24 GB, 300 GB/s); GpuInfo SizeInMiB 22888")
-A10G = Chip("NVIDIA A10G", {"bf16": "native", "fp16": "native", "fp8": "unsupported", "int8": "native",
+A10G = Chip(name="NVIDIA A10G", precision={"bf16": "native", "fp16": "native", "fp8": "unsupported", "int8": "native",
                             "int4": "widened16"},
             memory_type="GDDR6", device_memory_gb=24, device_bandwidth_gb_s=600,
             source="docs/BRIEF.md: 'G5 = A10G (24 GB GDDR6, 600 GB/s)'")
-L40S = Chip("NVIDIA L40S", {"bf16": "native", "fp16": "native", "fp8": "native", "int8": "native", "int4": "widened16"},
+L40S = Chip(name="NVIDIA L40S", precision={"bf16": "native", "fp16": "native", "fp8": "native", "int8": "native", "int4": "widened16"},
             memory_type="GDDR6", device_memory_gb=48, device_bandwidth_gb_s=864,
             source="NVIDIA L40S datasheet via docs/BRIEF.md (48 GB, 864 GB/s); GpuInfo SizeInMiB 45776")
-BLACKWELL = Chip("NVIDIA RTX PRO 6000 Blackwell Server Edition",
-                 {"bf16": "native", "fp16": "native", "fp8": "native", "int8": "native", "int4": "native"},
+BLACKWELL = Chip(name="NVIDIA RTX PRO 6000 Blackwell Server Edition",
+                 precision={"bf16": "native", "fp16": "native", "fp8": "native", "int8": "native", "int4": "native"},
                  memory_type="GDDR7", device_memory_gb=96, device_bandwidth_gb_s=1597,
                  source="NVIDIA RTX PRO 6000 Blackwell Server Edition datasheet (Dec 2025): '96 GB', "
                         "'1597 GB/s', GDDR7")
-T4G = Chip("NVIDIA T4G", {"bf16": "emulated", "fp16": "native", "fp8": "unsupported", "int8": "native",
+T4G = Chip(name="NVIDIA T4G", precision={"bf16": "emulated", "fp16": "native", "fp8": "unsupported", "int8": "native",
                           "int4": "widened16"},
            memory_type="GDDR6", device_memory_gb=16, device_bandwidth_gb_s=320,
            source="seed 000: T4G 16 GB, 320 GB/s (277 measured)")
 NEURON_V2 = Chip(
-    "NeuronCore-v2",
-    {"bf16": "native", "fp16": "native", "fp8": "hw_only", "int8": "native", "int4": "widened16"},
+    name="NeuronCore-v2",
+    precision={"bf16": "native", "fp16": "native", "fp8": "hw_only", "int8": "native", "int4": "widened16"},
     int4_slowdown=27.0, memory_type="HBM",
     source="seed 000 / BRIEF: 2 NeuronCores x 16 GiB per chip (sized per instance row, in GiB)")
 
@@ -101,7 +101,7 @@ CHIPS: tuple[Chip, ...] = (A10G, L4, L40S, BLACKWELL, T4G, NEURON_V2)
 #   L4; Blackwell adds FP4 (seed 001, NVIDIA's datasheet "FP4").
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class InstanceSpec:
     """What the harness and the stacks need to know about one instance type."""
 
@@ -141,7 +141,8 @@ class InstanceSpec:
 
 def _gpu(name: str, vcpus: int, chip: Chip, n: int, source: str, arch: Arch = "x86_64",
          measured: float | None = None) -> InstanceSpec:
-    return InstanceSpec(name, arch, vcpus, chip, n, chip.device_memory_gb * n, chip.device_bandwidth_gb_s * n,
+    return InstanceSpec(name=name, arch=arch, vcpus=vcpus, chip=chip, accelerators=n,
+                        accel_memory_gib=chip.device_memory_gb * n, bandwidth_gb_s=chip.device_bandwidth_gb_s * n,
                         measured_bandwidth_gb_s=measured, source=source)
 
 
@@ -164,8 +165,9 @@ SAGEMAKER_FAMILIES = ("g5", "g6", "g6e", "g7e")
 
 
 def _neuron(name: str, vcpus: int, chips: int, cores: int, gb_s_per_chip: float) -> InstanceSpec:
-    return InstanceSpec(name, "x86_64", vcpus, NEURON_V2, chips, 32 * chips, gb_s_per_chip * chips,
-                        neuron_cores=cores, source="seed 000 / BRIEF (32 GiB, 2 NeuronCores per chip)")
+    return InstanceSpec(name=name, arch="x86_64", vcpus=vcpus, chip=NEURON_V2, accelerators=chips,
+                        accel_memory_gib=32 * chips, bandwidth_gb_s=gb_s_per_chip * chips, neuron_cores=cores,
+                        source="seed 000 / BRIEF (32 GiB, 2 NeuronCores per chip)")
 
 
 INSTANCES: dict[str, InstanceSpec] = {
@@ -185,9 +187,8 @@ INSTANCES: dict[str, InstanceSpec] = {
 }
 for _s in _GPU_ROWS:
     if _s.family in SAGEMAKER_FAMILIES:
-        INSTANCES["ml." + _s.name] = InstanceSpec("ml." + _s.name, _s.arch, _s.vcpus, _s.chip, _s.accelerators,
-                                                  _s.accel_memory_gib, _s.bandwidth_gb_s,
-                                                  source=_s.source + "; SageMaker twin of " + _s.name)
+        INSTANCES["ml." + _s.name] = replace(_s, name="ml." + _s.name,
+                                             source=_s.source + "; SageMaker twin of " + _s.name)
 
 
 _FAMILY = re.compile(r"^(?:ml\.)?([a-z]+)(\d+)([a-z-]*)\.([a-z0-9]+)$")
@@ -209,7 +210,7 @@ def instance_arch(instance_type: str) -> Arch:
     return "arm64" if "g" in attrs else "x86_64"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Hardware:
     """What instance types a backend may run on: the CPU architecture its image is built for and
     the instance families it accepts (a regex the whole type must match)."""
@@ -221,10 +222,10 @@ class Hardware:
 
 # The image families (``Backend.image``) and the hardware each accepts. GPU families: any g*/p*
 # type of the image's architecture (g5g, c7g... are arm64: see ``instance_arch``).
-GPU_X86 = Hardware("x86_64", r"[gp].*", "an NVIDIA GPU type")
-GPU_ARM64 = Hardware("arm64", r"[gp].*", "an NVIDIA GPU type")
-NEURON = Hardware("x86_64", r"(inf2|trn1|trn1n)\..+", "an inf2/trn1 type")
-SAGEMAKER_GPU = Hardware("x86_64", r"ml\..+", "an ml.* SageMaker type")
+GPU_X86 = Hardware(arch="x86_64", families=r"[gp].*", described="an NVIDIA GPU type")
+GPU_ARM64 = Hardware(arch="arm64", families=r"[gp].*", described="an NVIDIA GPU type")
+NEURON = Hardware(arch="x86_64", families=r"(inf2|trn1|trn1n)\..+", described="an inf2/trn1 type")
+SAGEMAKER_GPU = Hardware(arch="x86_64", families=r"ml\..+", described="an ml.* SageMaker type")
 
 # Neuron platform (the name the runtime's degree table uses) of each Neuron instance family:
 # trn1n is trn1's Trainium chips with twice the network bandwidth (EC2 Trn1 page), so it runs
@@ -288,7 +289,7 @@ class EngineSettings:
     tp_degrees: tuple[int, ...] = ()  # Neuron: degrees the runtime supports on the instance
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Backend:
     id: str
     stack_name: str
@@ -369,30 +370,33 @@ DEFAULT_MODEL: dict[str, str] = {"int4": GEMMA_E2B_INT4, "bf16": GEMMA_E2B, "fp1
 BACKENDS: dict[str, Backend] = {
     b.id: b
     for b in [
-        Backend("bedrock", "BedrockStack", "Amazon Bedrock", "bedrock", "bedrock", "managed", "managed API",
-                NOVA_MICRO, "undisclosed", tool_calls=True, open_weights=False, color="#ff9900"),
-        Backend("sagemaker", "SageMakerStack", "SageMaker endpoint (vLLM, L4)", "sagemaker", "sagemaker",
-                "vllm", "AWS vLLM container", DEFAULT_MODEL["int4"], "int4", tool_calls=True,
-                instance_type="ml.g6.xlarge", port=8080, hardware=SAGEMAKER_GPU, color="#1f77b4",
-                loads_packages=True),
-        Backend("g6", "G6Stack", "vLLM on EC2 g6 (L4)", "ec2", "openai", "vllm", "vLLM",
-                DEFAULT_MODEL["int4"], "int4", tool_calls=True, instance_type="g6.xlarge", port=8000,
-                image="gpu-x86", hardware=GPU_X86, color="#2ca02c", loads_packages=True,
+        Backend(id="bedrock", stack_name="BedrockStack", label="Amazon Bedrock", service="bedrock",
+                protocol="bedrock", engine_kind="managed", engine="managed API", model_id=NOVA_MICRO,
+                precision="undisclosed", tool_calls=True, open_weights=False, color="#ff9900"),
+        Backend(id="sagemaker", stack_name="SageMakerStack", label="SageMaker endpoint (vLLM, L4)",
+                service="sagemaker", protocol="sagemaker", engine_kind="vllm", engine="AWS vLLM container",
+                model_id=DEFAULT_MODEL["int4"], precision="int4", tool_calls=True, instance_type="ml.g6.xlarge",
+                port=8080, hardware=SAGEMAKER_GPU, color="#1f77b4", loads_packages=True),
+        Backend(id="g6", stack_name="G6Stack", label="vLLM on EC2 g6 (L4)", service="ec2", protocol="openai",
+                engine_kind="vllm", engine="vLLM", model_id=DEFAULT_MODEL["int4"], precision="int4",
+                tool_calls=True, instance_type="g6.xlarge", port=8000, image="gpu-x86", hardware=GPU_X86,
+                color="#2ca02c", loads_packages=True,
                 image_choices=(("dlami", "install vLLM at boot"),
                                ("prebuilt", "the vllm-cuda image pipeline's AMI")),
                 subnet_blocks=(64, 160, 168, 176)),
-        Backend("g5g", "G5gStack", "vLLM on EC2 g5g (Graviton2 + T4G)", "ec2", "openai", "vllm",
-                "vLLM built from source for sm_75, shared-memory patch", DEFAULT_MODEL["fp16"], "fp16",
-                tool_calls=True, instance_type="g5g.2xlarge", port=8000, image="gpu-arm64", hardware=GPU_ARM64,
-                color="#9467bd", subnet_blocks=(72, 184, 192, 200)),
-        Backend("inf2", "Inf2Stack", "Neuron engine on EC2 inf2 (Inferentia2)", "ec2", "openai", "neuron",
-                "kit Neuron engine (ami/neuron)", DEFAULT_MODEL["bf16"], "bf16", tool_calls=True,
-                instance_type="inf2.xlarge", port=8000, image="neuron", hardware=NEURON, color="#d62728",
-                subnet_blocks=(80, 208, 216, 224)),
-        Backend("trn1", "Trn1Stack", "Neuron engine on EC2 trn1 (Trainium)", "ec2", "openai", "neuron",
-                "kit Neuron engine (ami/neuron)", DEFAULT_MODEL["bf16"], "bf16", tool_calls=True,
-                instance_type="trn1.2xlarge", port=8000, image="neuron", hardware=NEURON, color="#8c564b",
-                subnet_blocks=(88, 232, 240, 248)),
+        Backend(id="g5g", stack_name="G5gStack", label="vLLM on EC2 g5g (Graviton2 + T4G)", service="ec2",
+                protocol="openai", engine_kind="vllm",
+                engine="vLLM built from source for sm_75, shared-memory patch", model_id=DEFAULT_MODEL["fp16"],
+                precision="fp16", tool_calls=True, instance_type="g5g.2xlarge", port=8000, image="gpu-arm64",
+                hardware=GPU_ARM64, color="#9467bd", subnet_blocks=(72, 184, 192, 200)),
+        Backend(id="inf2", stack_name="Inf2Stack", label="Neuron engine on EC2 inf2 (Inferentia2)", service="ec2",
+                protocol="openai", engine_kind="neuron", engine="kit Neuron engine (ami/neuron)",
+                model_id=DEFAULT_MODEL["bf16"], precision="bf16", tool_calls=True, instance_type="inf2.xlarge",
+                port=8000, image="neuron", hardware=NEURON, color="#d62728", subnet_blocks=(80, 208, 216, 224)),
+        Backend(id="trn1", stack_name="Trn1Stack", label="Neuron engine on EC2 trn1 (Trainium)", service="ec2",
+                protocol="openai", engine_kind="neuron", engine="kit Neuron engine (ami/neuron)",
+                model_id=DEFAULT_MODEL["bf16"], precision="bf16", tool_calls=True, instance_type="trn1.2xlarge",
+                port=8000, image="neuron", hardware=NEURON, color="#8c564b", subnet_blocks=(88, 232, 240, 248)),
     ]
 }
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import get_args
 
 import pytest
 
 from kit import catalog
 
+import harness.endpoint
 from harness import protocols
 from harness.accuracy.client import BackendDown, Settings, target_for
 from harness.agent.providers import build_model
@@ -30,6 +32,9 @@ STRANDS = {"openai": "OpenAIModel", "sagemaker": "SageMakerAIModel", "bedrock": 
 
 def test_every_catalog_protocol_is_registered_and_nothing_else():
     assert {b.protocol for b in catalog.BACKENDS.values()} == set(protocols.WORDS) == set(ENDPOINTS)
+    # the type the catalog and Endpoint share (one Literal, kit/catalog.py) names the same words
+    assert set(get_args(catalog.Protocol)) == set(protocols.WORDS)
+    assert harness.endpoint.Protocol is catalog.Protocol
 
 
 @pytest.mark.parametrize("word", sorted(ENDPOINTS))
