@@ -24,16 +24,38 @@ moment ago is not reported from a stale index):
 - EventBridge Scheduler schedules (not taggable) by their target, ``aws-sdk:sagemaker:deleteEndpoint``
   or ``aws-sdk:ec2:stopInstances`` (stacks/guardrails.py), whose description or input names a kit stack;
 - the Hugging Face token secret by its configured name: counted when it carries the kit's tag
-  (the kit made it), otherwise shown as the user's.
+  (the kit made it), otherwise shown as the user's;
+- snapshots a bare ``aws ec2 deregister-image`` left behind: Image Builder tags what it makes
+  ``CreatedBy: EC2 Image Builder`` and ``Ec2ImageBuilderArn: arn:...:image/<image name>/<version>/<build>``
+  (Image Builder User Guide, "Tag Image Builder output resources", on output AMIs; the AWS managed
+  policy EC2ImageBuilderLifecycleExecutionPolicy allows ``ec2:DeleteSnapshot`` only on snapshots
+  tagged ``CreatedBy: EC2 Image Builder``, so its snapshots carry the tag too). The kit's image
+  names are ``inference-kit-<image>-<key>`` (kit/image_facts.py pipeline_name). A kit snapshot
+  (that tag, the kit's tag, or an AMI's) that no AMI of this account still maps
+  (``DescribeImages`` filter ``block-device-mapping.snapshot-id``) is orphaned: it bills, and its
+  removal is ``delete-snapshot``. The sharing copies ``python -m harness.images share`` makes carry
+  the kit's tag and ``kit-share`` (harness/touched.py share_tags) and are listed as such;
+- the kit's KMS keys: tagged ``project=aws-inference-kit`` (the tagging API) or named by an alias
+  under ``alias/inference-kit/`` (``ListAliases``), each read with ``DescribeKey``; a key pending
+  deletion is listed, free, with its deletion date.
+
+Regions: the configuration's, plus every region ``harness.touched`` recorded (where a share copied
+an image), so a copy is not forgotten when the configuration no longer names its region.
+
+SageMaker endpoint names are case-insensitive ("The name is case-insensitive in CreateEndpoint,
+but the case is preserved": SageMaker API Reference, CreateEndpoint, EndpointName), and the
+tagging API's ARN holds the name in lower case (``...:endpoint/sagemakerstack-...``), so one
+endpoint is one name, compared case-insensitively, shown as ``ListEndpoints`` spells it.
 
 Prices: instances and endpoints from harness.cost (Price List API with credentials, else the
 dated snapshot); storage from harness/cost/storage_prices.py (EBS gp3 and snapshots, S3, Logs,
-Secrets Manager, public IPv4), us-east-1 list prices, each with its source there.
+Secrets Manager, public IPv4, KMS keys), us-east-1 list prices, each with its source there. An
+AMI itself costs nothing; its snapshots bill.
 """
 from __future__ import annotations
 
 import argparse
-import json
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,6 +69,15 @@ LOG_PREFIXES = ("/aws/imagebuilder/inference-kit-", "/aws/imagebuilder/pipeline/
 PARAMETER_PREFIXES = ("/imagebuilder/inference-kit/", "/inference-kit/")
 IB_PREFIX = "inference-kit-"
 TTL_TARGETS = ("aws-sdk:sagemaker:deleteEndpoint", "aws-sdk:ec2:stopInstances")
+# The tags Image Builder puts on what it makes (Image Builder User Guide, "Tag Image Builder output
+# resources"; see the module docstring for snapshots).
+IB_CREATED_BY = ("CreatedBy", "EC2 Image Builder")
+IB_ARN_TAG = "Ec2ImageBuilderArn"
+SHARE_TAG = "kit-share"  # harness/touched.py SHARE_TAG_KEY: "<source AMI> <source region>"
+KMS_ALIAS_PREFIX = "alias/inference-kit/"
+# CreateImage's snapshot description, "Created by CreateImage(i-...) for ami-... [from vol-...]":
+# only to name the AMI a snapshot was made for; whether it still exists is asked of DescribeImages.
+FOR_AMI = re.compile(r"\bfor (ami-[0-9a-f]+)")
 # Image Builder image states of a build still under way (botocore's ImageStatus enum).
 RUNNING_BUILD = {"PENDING", "CREATING", "BUILDING", "TESTING", "DISTRIBUTING", "INTEGRATING"}
 
@@ -66,6 +97,10 @@ class Leftover:
 
 def _tags(items: Iterable[dict] | None) -> dict[str, str]:
     return {t["Key"]: t["Value"] for t in items or []}
+
+
+def _snapshot_ids(image: dict) -> list[str]:
+    return [b["Ebs"]["SnapshotId"] for b in image.get("BlockDeviceMappings", []) if b.get("Ebs", {}).get("SnapshotId")]
 
 
 def _pages(call: Callable[..., dict], key: str, token_in: str, token_out: str, **kw: Any) -> list:
@@ -151,41 +186,106 @@ class Finder:
 
     def images_and_snapshots(self) -> list[Leftover]:
         ec2 = self.c("ec2", self.region)
-        amis = ec2.describe_images(Owners=["self"], Filters=[{"Name": f"tag:{TAG_KEY}", "Values": [TAG_VALUE]}])
-        out, snap_ids = [], []
-        for a in amis.get("Images", []):
-            sids = [b["Ebs"]["SnapshotId"] for b in a.get("BlockDeviceMappings", []) if b.get("Ebs", {}).get("SnapshotId")]
-            snap_ids += sids
+        amis = _pages(ec2.describe_images, "Images", "NextToken", "NextToken", Owners=["self"],
+                      Filters=[{"Name": f"tag:{TAG_KEY}", "Values": [TAG_VALUE]}])
+        out: list[Leftover] = []
+        held: dict[str, str] = {}  # snapshot id -> the AMI that maps it
+        for a in amis:
+            sids = _snapshot_ids(a)
+            held.update(dict.fromkeys(sids, a["ImageId"]))
             self.found_ids.add(a["ImageId"])
+            tags = _tags(a.get("Tags"))
             deletes = "; ".join(f"aws ec2 delete-snapshot --snapshot-id {s} {self.r()}" for s in sids)
-            out.append(Leftover("ami", a["ImageId"], f"{_tags(a.get('Tags')).get('kit-image', a.get('Name', ''))} "
-                                f"{a.get('CreationDate', '')[:10]}", 0.0, False,
+            what = tags.get("kit-image", a.get("Name", ""))
+            if tags.get(SHARE_TAG):  # a copy ``harness.images share`` made: "<source AMI> <source region>"
+                what = f"{what} (copy of {tags[SHARE_TAG]} made for a share)".strip()
+            out.append(Leftover("ami", a["ImageId"], f"{what} {a.get('CreationDate', '')[:10]}", 0.0, False,
                                 f"aws ec2 deregister-image --image-id {a['ImageId']} {self.r()}, then its snapshots"
                                 + (f": {deletes}" if deletes else "")))
-        tagged = ec2.describe_snapshots(OwnerIds=["self"], Filters=[{"Name": f"tag:{TAG_KEY}", "Values": [TAG_VALUE]}])
-        snaps = {s["SnapshotId"]: s for s in tagged.get("Snapshots", [])}
-        rest = sorted(set(snap_ids) - set(snaps))
+        snaps: dict[str, dict] = {}
+        for filters in ([{"Name": f"tag:{TAG_KEY}", "Values": [TAG_VALUE]}],
+                        [{"Name": f"tag:{IB_CREATED_BY[0]}", "Values": [IB_CREATED_BY[1]]}]):
+            for sn in _pages(ec2.describe_snapshots, "Snapshots", "NextToken", "NextToken", OwnerIds=["self"],
+                             Filters=filters):
+                tags = _tags(sn.get("Tags"))
+                if tags.get(TAG_KEY) == TAG_VALUE or f":image/{IB_PREFIX}" in tags.get(IB_ARN_TAG, ""):
+                    snaps[sn["SnapshotId"]] = sn
+        rest = sorted(set(held) - set(snaps))
         if rest:
-            snaps.update({s["SnapshotId"]: s for s in ec2.describe_snapshots(SnapshotIds=rest).get("Snapshots", [])})
-        for sid, s in sorted(snaps.items()):
+            snaps.update({sn["SnapshotId"]: sn for sn in ec2.describe_snapshots(SnapshotIds=rest).get("Snapshots", [])})
+        # A snapshot no kit AMI maps may still be another AMI's of this account (copied by hand,
+        # tags not copied): only one that no AMI maps is orphaned.
+        loose = sorted(set(snaps) - set(held))
+        for i in range(0, len(loose), 200):  # filter values per call: kept well under the API's limits
+            for a in _pages(ec2.describe_images, "Images", "NextToken", "NextToken", Owners=["self"],
+                            Filters=[{"Name": "block-device-mapping.snapshot-id", "Values": loose[i:i + 200]}]):
+                if a.get("State") != "deregistered":  # recently deregistered AMIs are still listed a while
+                    held.update({sid: a["ImageId"] for sid in _snapshot_ids(a) if sid in snaps})
+        for sid, sn in sorted(snaps.items()):
             self.found_ids.add(sid)
-            size = gb(s["FullSnapshotSizeInBytes"]) if s.get("FullSnapshotSizeInBytes") is not None \
-                else float(s.get("VolumeSize", 0))
-            owner = "of " + next((a["ImageId"] for a in amis.get("Images", []) if sid in json.dumps(a)), "no kit AMI")
-            out.append(Leftover("ebs snapshot", sid, f"{size:.1f} GB written, {owner}", monthly("ebs_snapshot", size),
-                                True, f"aws ec2 delete-snapshot --snapshot-id {sid} {self.r()} (after its AMI is "
-                                      "deregistered)"))
+            size = gb(sn["FullSnapshotSizeInBytes"]) if sn.get("FullSnapshotSizeInBytes") is not None \
+                else float(sn.get("VolumeSize", 0))
+            if sid in held:
+                out.append(Leftover("ebs snapshot", sid, f"{size:.1f} GB written, of {held[sid]}",
+                                    monthly("ebs_snapshot", size), True,
+                                    f"aws ec2 delete-snapshot --snapshot-id {sid} {self.r()} (after its AMI is "
+                                    "deregistered)"))
+                continue
+            gone = FOR_AMI.search(sn.get("Description", ""))
+            build = _tags(sn.get("Tags")).get(IB_ARN_TAG, "").split(":image/", 1)[-1]
+            whose = gone.group(1) if gone else build or "its AMI"
+            out.append(Leftover("orphaned snapshot", sid, f"{size:.1f} GB written; {whose} no longer exists "
+                                "(deregistered without its snapshots)", monthly("ebs_snapshot", size), True,
+                                f"aws ec2 delete-snapshot --snapshot-id {sid} {self.r()}"))
+        return out
+
+    # -- KMS -----------------------------------------------------------------------------------
+    def kms_keys(self, tagged_arns: Iterable[str]) -> list[Leftover]:
+        kms = self.c("kms", self.region)
+        keys = {a.split(":key/", 1)[1]: "" for a in tagged_arns if ":kms:" in a and ":key/" in a}
+        for al in _pages(kms.list_aliases, "Aliases", "Marker", "NextMarker"):
+            if al.get("AliasName", "").startswith(KMS_ALIAS_PREFIX) and al.get("TargetKeyId"):
+                keys[al["TargetKeyId"]] = al["AliasName"]
+        out = []
+        for key_id, alias in sorted(keys.items()):
+            try:
+                meta = kms.describe_key(KeyId=key_id)["KeyMetadata"]
+            except Exception as exc:
+                if "NotFoundException" in str(exc):  # deleted since the list
+                    continue
+                raise
+            if meta.get("KeyManager") == "AWS":  # AWS managed keys are free and not the kit's to delete
+                continue
+            self.found_ids.add(key_id.lower())
+            name = f"{key_id} ({alias})" if alias else key_id
+            state = meta.get("KeyState", "")
+            if state == "PendingDeletion":
+                when = meta.get("DeletionDate")
+                day = when.date().isoformat() if hasattr(when, "date") else str(when or "?")[:10]
+                out.append(Leftover("kms key", name, f"pending deletion, deleted on {day}", 0.0, False,
+                                    f"nothing: KMS deletes it on {day} (aws kms cancel-key-deletion --key-id "
+                                    f"{key_id} {self.r()} keeps it)"))
+                continue
+            out.append(Leftover("kms key", name, f"{state or '?'}; each rotation of its material adds to the price",
+                                monthly("kms_key", 1), True,
+                                f"aws kms schedule-key-deletion --key-id {key_id} --pending-window-in-days 7 "
+                                f"{self.r()} (once the AMIs and snapshots it encrypts are gone: what it "
+                                "encrypts cannot be read after)"))
         return out
 
     # -- SageMaker -----------------------------------------------------------------------------
     def sagemaker(self, tagged_arns: Iterable[str]) -> list[Leftover]:
         sm = self.c("sagemaker", self.region)
         out = []
-        names = {e["EndpointName"] for e in _pages(sm.list_endpoints, "Endpoints", "NextToken", "NextToken",
-                                                   NameContains="SageMakerStack")}
+        # lower-cased name -> the name as shown: ListEndpoints' (case preserved) over the ARN's
+        names: dict[str, str] = {}
         arns = list(tagged_arns)
-        names |= {a.split(":endpoint/", 1)[1] for a in arns if ":endpoint/" in a}
-        for name in sorted(names):
+        for a in arns:
+            if ":endpoint/" in a:
+                names.setdefault(a.split(":endpoint/", 1)[1].lower(), a.split(":endpoint/", 1)[1])
+        for e in _pages(sm.list_endpoints, "Endpoints", "NextToken", "NextToken", NameContains="SageMakerStack"):
+            names[e["EndpointName"].lower()] = e["EndpointName"]
+        for name in sorted(names.values()):
             try:
                 e = sm.describe_endpoint(EndpointName=name)
             except Exception as exc:
@@ -386,12 +486,13 @@ def find(client: ClientFor, region: str, stack_names: Iterable[str], secret: str
     run("scheduler", f.schedules)
     run("image builder", f.imagebuilder)
     run("token secret", f.token_secret)
+    run("kms keys", lambda: f.kms_keys(a for a in arns if ":kms:" in a))
     # Tagged resources of a kind none of the calls above lists, whose stack is gone (a stack that
     # still exists removes them): named, unpriced, not counted.
     live_stacks = {i.name for i in items if i.kind == "stack"}
     known = {i.name.lower() for i in items} | {x.lower() for x in f.found_ids}
     covered = (":instance/", ":volume/", ":image/", ":snapshot/", ":sagemaker:", "arn:aws:s3:::", ":log-group:",
-               ":imagebuilder:", ":secretsmanager:", ":stack/", ":parameter/")
+               ":imagebuilder:", ":secretsmanager:", ":stack/", ":parameter/", ":kms:")
     for arn, tags in tagged:
         if any(c in arn for c in covered) or arn.rsplit("/", 1)[-1].lower() in known:
             continue
@@ -432,7 +533,8 @@ def kit_stack_names(config: Any) -> list[str]:
 def main(argv: list[str] | None = None, *, client: ClientFor | None = None, price: PriceFor | None = None,
          account: str | None = None, out: TextIO = sys.stdout) -> int:
     p = _Parser(prog="python -m harness.leftovers", description=__doc__.split("\n\n")[0])
-    p.add_argument("--region", help="only this region (default: every region the configuration uses)")
+    p.add_argument("--region", help="only this region (default: every region the configuration uses, and every "
+                                    "region harness.touched recorded)")
     p.add_argument("--cdk-json", type=Path, default=None, help="default ./cdk.json")
     p.add_argument("-c", "--context", action="append", default=[], metavar="KEY=VALUE")
     try:
@@ -472,6 +574,13 @@ def main(argv: list[str] | None = None, *, client: ClientFor | None = None, pric
         except Exception as exc:  # noqa: BLE001 - no credentials: nothing can be checked
             print(f"harness.leftovers: no usable AWS credentials: {(str(exc).splitlines() or [''])[0][:200]}", file=out)
             return 1
+    if not a.region:  # where a share copied an image, outside the configuration (harness/touched.py)
+        from harness.touched import recorded_regions
+
+        extra = [r for r in recorded_regions() if r not in regions]
+        if extra:
+            print(f"also {', '.join(extra)}: recorded by harness.images share (harness/touched.py)", file=out)
+            regions += extra
     names = kit_stack_names(config)
     billing, total, failed, free, unknown = 0, 0.0, 0, 0, False
     for region in regions:

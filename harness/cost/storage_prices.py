@@ -44,6 +44,10 @@ PRICES: dict[str, StoragePrice] = {
     "public_ipv4": StoragePrice(0.005, "hour", "AWS News Blog, public IPv4 address charge (2024-02-01)"),
     # SSM Parameter Store: Standard parameters cost nothing to store; Advanced $0.05 per parameter-month.
     "ssm_advanced": StoragePrice(0.05, "parameter-month", "Systems Manager pricing page, Parameter Store"),
+    # A customer managed KMS key: "Each AWS KMS key that you create in AWS KMS costs $1/month
+    # (prorated hourly)"; "There is no charge for customer managed KMS keys that ... are scheduled
+    # for deletion" (AWS KMS pricing page, Key storage). Each automatic rotation adds $1/month.
+    "kms_key": StoragePrice(1.00, "key-month", "AWS KMS pricing page, Key storage"),
 }
 
 

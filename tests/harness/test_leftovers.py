@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import io
 import json
+import re
 
 from harness import leftovers
 from tests.harness.aws_replay import Error, Replay
@@ -156,6 +157,8 @@ def full_account(instance_state="stopped", secret_tags=None):
     def tagging(op, p):
         assert op == "get_resources"
         return {"ResourceTagMappingList": [
+            # the tagging API's ARN holds the endpoint's name in lower case
+            {"ResourceARN": f"arn:aws:sagemaker:{R}:{ACCOUNT}:endpoint/sagemakerstack-ml-g6-xlarge", "Tags": KIT},
             {"ResourceARN": f"arn:aws:sagemaker:{R}:{ACCOUNT}:endpoint-config/endpointconfigmlg6xlarge-abcdef", "Tags": KIT},
             {"ResourceARN": f"arn:aws:sagemaker:{R}:{ACCOUNT}:model/modelmlg6xlarge-abcdef", "Tags": KIT},
             {"ResourceARN": f"arn:aws:ec2:{R}:{ACCOUNT}:instance/i-0a1b2c3d4e5f60718", "Tags": KIT},
@@ -166,7 +169,14 @@ def full_account(instance_state="stopped", secret_tags=None):
 
     return {"cloudformation": cloudformation, "ec2": ec2, "sagemaker": sagemaker, "s3": s3, "ssm": ssm, "logs": logs,
             "scheduler": scheduler, "imagebuilder": imagebuilder, "secretsmanager": secretsmanager,
-            "resourcegroupstaggingapi": tagging}
+            "resourcegroupstaggingapi": tagging, "kms": no_kit_keys}
+
+
+def no_kit_keys(op, p):
+    """An account whose only alias is an AWS managed key's."""
+    assert op == "list_aliases", op
+    return {"Aliases": [{"AliasName": "alias/aws/ebs", "AliasArn": f"arn:aws:kms:{R}:{ACCOUNT}:alias/aws/ebs",
+                         "TargetKeyId": "0b0b0b0b-1111-2222-3333-444444444444"}], "Truncated": False}
 
 
 def empty_account():
@@ -189,8 +199,9 @@ def empty_account():
                   "list_lifecycle_policies": "lifecyclePolicySummaryList", "list_images": "imageVersionList"}
             return {ib[op]: []}
         return handler
-    return {s: nothing(s) for s in ("cloudformation", "ec2", "sagemaker", "s3", "ssm", "logs", "scheduler",
-                                    "imagebuilder", "secretsmanager", "resourcegroupstaggingapi")}
+    handlers = {s: nothing(s) for s in ("cloudformation", "ec2", "sagemaker", "s3", "ssm", "logs", "scheduler",
+                                        "imagebuilder", "secretsmanager", "resourcegroupstaggingapi")}
+    return {**handlers, "kms": lambda op, p: {"Aliases": []}}
 
 
 def run(handlers, argv=()):
@@ -223,6 +234,9 @@ def test_each_kind_of_leftover_is_found_priced_and_given_its_removal_command():
     assert rm == "remove: goes with i-0a1b2c3d4e5f60718 when it is terminated"
     row, rm = entry(out, "sagemaker endpoint", "SageMakerStack-ml-g6-xlarge")
     assert "InService 1 x ml.g6.xlarge" in row and "$822.49/month" in row  # 1.1267 x 730
+    # listed once, as ListEndpoints spells it, though the tagging API names it in lower case too
+    rows = [ln for ln in out.splitlines() if re.match(r" +\w+ +sagemaker endpoint +sagemakerstack-ml-g6-xlarge ", ln, re.I)]
+    assert len(rows) == 1 and "SageMakerStack-ml-g6-xlarge" in rows[0]
     assert rm == "remove: aws sagemaker delete-endpoint --endpoint-name SageMakerStack-ml-g6-xlarge --region us-east-1"
     row, rm = entry(out, "sagemaker endpoint config", "endpointconfigmlg6xlarge-abcdef")
     assert rm.startswith("remove: aws sagemaker delete-endpoint-config --endpoint-config-name")
@@ -333,3 +347,102 @@ def test_a_build_still_running_bills_and_a_tagged_log_group_is_found_by_its_name
     assert "7 d" in row and "Flowers-not-ours" not in out
     assert out.splitlines()[-1] == "1 still bills: $0.00/month or more (some prices unknown); remove them with the " \
                                    "commands above"
+
+
+EU = "eu-west-1"
+ORPHAN, COPY_SNAP, COPY = "snap-0123456789abcdef0", "snap-0fedcba9876543210", "ami-0c0c0c0c0c0c0c0c0"
+KEY_LIVE, KEY_GOING = "1234abcd-12ab-34cd-56ef-1234567890ab", "0987dcba-09fe-87dc-65ba-ab0987654321"
+
+
+def shared_region_account():
+    """A region only a share touched: the copy it made (the kit's tag and kit-share, harness/touched.py
+    share_tags) and its snapshot, a snapshot a bare deregister-image of a kit build left (Image
+    Builder's tags), another team's Image Builder snapshot, and two kit keys: one found by its
+    alias, one by its tag and pending deletion."""
+    handlers = empty_account()
+
+    def ec2(op, p):
+        if op == "describe_images":
+            if p["Filters"][0]["Name"] == "block-device-mapping.snapshot-id":
+                assert p["Filters"][0]["Values"] == [ORPHAN] and p["Owners"] == ["self"]
+                return {"Images": []}  # the AMI that mapped it is gone
+            return {"Images": [{"ImageId": COPY, "State": "available", "OwnerId": ACCOUNT, "Name": "inference-kit-copy",
+                                "CreationDate": "2026-12-02T08:00:00.000Z",
+                                "BlockDeviceMappings": [{"DeviceName": "/dev/sda1", "Ebs": {"SnapshotId": COPY_SNAP}}],
+                                "Tags": KIT + [{"Key": "kit-image", "Value": "vllm-cuda"},
+                                               {"Key": "kit-share", "Value": f"ami-0abcdef1234567890 {R}"}]}]}
+        if op == "describe_snapshots":
+            if "SnapshotIds" in p:
+                assert p["SnapshotIds"] == [COPY_SNAP]
+                return {"Snapshots": [{"SnapshotId": COPY_SNAP, "VolumeSize": 150, "State": "completed",
+                                       "FullSnapshotSizeInBytes": 32 * 1024 ** 3}]}
+            if p["Filters"][0]["Name"] == "tag:project":
+                return {"Snapshots": []}
+            assert p["Filters"] == [{"Name": "tag:CreatedBy", "Values": ["EC2 Image Builder"]}]
+            ib = [{"Key": "CreatedBy", "Value": "EC2 Image Builder"}]
+            return {"Snapshots": [
+                {"SnapshotId": ORPHAN, "VolumeSize": 150, "FullSnapshotSizeInBytes": 20 * 1024 ** 3, "State": "completed",
+                 "Description": "Created by CreateImage(i-0b22a22eec53b9321) for ami-0dead0000beef0000 from vol-0f3e",
+                 "Tags": ib + [{"Key": "Ec2ImageBuilderArn",
+                                "Value": f"arn:aws:imagebuilder:{EU}:{ACCOUNT}:image/inference-kit-vllm-cuda-build/1.0.4660/1"}]},
+                {"SnapshotId": "snap-0aaaabbbbccccdddd", "VolumeSize": 8, "State": "completed",
+                 "Tags": ib + [{"Key": "Ec2ImageBuilderArn",
+                                "Value": f"arn:aws:imagebuilder:{EU}:{ACCOUNT}:image/other-team-recipe/1.0.0/3"}]}]}
+        return handlers["ec2"](op, p)
+
+    def kms(op, p):
+        if op == "list_aliases":
+            return {"Aliases": [
+                {"AliasName": "alias/inference-kit/images", "TargetKeyId": KEY_LIVE,
+                 "AliasArn": f"arn:aws:kms:{EU}:{ACCOUNT}:alias/inference-kit/images"},
+                {"AliasName": "alias/aws/ebs", "TargetKeyId": "0b0b0b0b-1111-2222-3333-444444444444",
+                 "AliasArn": f"arn:aws:kms:{EU}:{ACCOUNT}:alias/aws/ebs"}], "Truncated": False}
+        assert op == "describe_key" and p["KeyId"] in (KEY_LIVE, KEY_GOING), p
+        meta = {"KeyId": p["KeyId"], "Arn": f"arn:aws:kms:{EU}:{ACCOUNT}:key/{p['KeyId']}", "KeyManager": "CUSTOMER",
+                "Enabled": True, "KeyState": "Enabled", "CreationDate": T}
+        if p["KeyId"] == KEY_GOING:
+            meta.update(Enabled=False, KeyState="PendingDeletion", PendingDeletionWindowInDays=7,
+                        DeletionDate=dt.datetime(2026, 12, 8, 9, 0, tzinfo=dt.timezone.utc))
+        return {"KeyMetadata": meta}
+
+    def tagging(op, p):
+        return {"ResourceTagMappingList": [{"ResourceARN": f"arn:aws:kms:{EU}:{ACCOUNT}:key/{KEY_GOING}", "Tags": KIT}]}
+
+    return {**handlers, "ec2": ec2, "kms": kms, "resourcegroupstaggingapi": tagging}
+
+
+def test_a_region_a_share_touched_is_searched_and_its_orphaned_snapshot_copy_and_keys_listed(tmp_path, monkeypatch):
+    from harness import touched
+
+    monkeypatch.setenv("KIT_STATE_DIR", str(tmp_path))
+    touched.record_region(EU, "image copy for a share", err=io.StringIO())
+    by_region = {R: {s: Replay(s, h) for s, h in empty_account().items()},
+                 EU: {s: Replay(s, h, region=EU) for s, h in shared_region_account().items()}}
+    out = io.StringIO()
+    rc = leftovers.main(["--cdk-json", "cdk.json"], client=lambda s, r: by_region[r][s],
+                        price=lambda t, r: PRICES.get(t), account=ACCOUNT, out=out)
+    text = out.getvalue()
+    assert rc == 1, text
+    assert f"also {EU}: recorded by harness.images share (harness/touched.py)" in text
+    assert text.splitlines()[1:3] == ["us-east-1: 0 left", f"{EU}: 5 left"]
+    row, rm = entry(text, "orphaned snapshot", ORPHAN)
+    assert row.lstrip().startswith("BILLS") and "20.0 GB written; ami-0dead0000beef0000 no longer exists" in row
+    assert "$1.00/month" in row  # 20 GB x $0.05
+    assert rm == f"remove: aws ec2 delete-snapshot --snapshot-id {ORPHAN} --region {EU}"
+    assert "snap-0aaaabbbbccccdddd" not in text  # another team's Image Builder snapshot
+    row, rm = entry(text, "ami", COPY)
+    assert f"vllm-cuda (copy of ami-0abcdef1234567890 {R} made for a share)" in row and "$0.00/month" in row
+    assert rm.startswith(f"remove: aws ec2 deregister-image --image-id {COPY} --region {EU}, then its snapshots: "
+                         f"aws ec2 delete-snapshot --snapshot-id {COPY_SNAP} --region {EU}")
+    row, _ = entry(text, "ebs snapshot", COPY_SNAP)
+    assert f"of {COPY}" in row and "$1.60/month" in row
+    row, rm = entry(text, "kms key", KEY_LIVE)
+    assert "(alias/inference-kit/images)" in row and row.lstrip().startswith("BILLS") and "$1.00/month" in row
+    assert rm.startswith(f"remove: aws kms schedule-key-deletion --key-id {KEY_LIVE} --pending-window-in-days 7 "
+                         f"--region {EU}")
+    row, rm = entry(text, "kms key", KEY_GOING)
+    assert row.lstrip().startswith("free") and "pending deletion, deleted on 2026-12-08" in row
+    assert rm.startswith("remove: nothing: KMS deletes it on 2026-12-08")
+    assert "0b0b0b0b" not in text  # the AWS managed key behind alias/aws/ebs is not looked at
+    assert "tagged resource" not in text  # the tagged key is listed as a key, not as an unknown resource
+    assert text.splitlines()[-1] == "3 still bill: $3.60/month; remove them with the commands above"
