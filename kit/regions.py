@@ -3,7 +3,8 @@
 The kit's region is, in this order:
 1. an explicit value: ``cdk deploy -c region=…`` (app.py, through kit.config) or ``--region``
    (harness.run, harness.preflight);
-2. cdk.json's context ``region``;
+2. context ``region`` as the CDK CLI reads it: cdk.json's, else cdk.context.json's (an
+   organizer's handout, docs/workshop.md), else ~/.cdk.json's (``read_context``);
 3. ``DEFAULT_REGION``.
 
 The shell's ``AWS_REGION`` / ``AWS_DEFAULT_REGION`` are *not* consulted. The stacks carry their
@@ -43,28 +44,78 @@ def region_key(backend_id: str) -> str:
     return f"{backend_id}_region"
 
 
-def read_context(cdk_json: Path | None = None, *, required: bool = False) -> dict[str, Any]:
-    """cdk.json's ``context`` (default: the repo's cdk.json), read by kit/jsonfile.py (bounded).
-    Empty when the file does not exist and ``required`` is false (no cdk.json where a command
-    runs); ``JsonFileError``, one line naming the file, when it was named (``required``: the
-    user's ``--cdk-json``) and does not exist, or when it exists but is not a regular file, is too
-    large, is not JSON, is not an object or has a ``context`` that is not one. Never a silent
-    default configuration in place of a file the user meant."""
+# The files the CDK CLI reads context from besides ``-c``, highest first (aws-cdk-cli
+# packages/aws-cdk/lib/cli/user-configuration.ts at 03d9d0f, Configuration.loadConfigFiles:
+# contextSources = [command line, cdk.json "context", cdk.context.json, ~/.cdk.json "context"]).
+# A key is taken from the first source that defines it (toolkit-lib lib/api/context.ts,
+# Context.get); the app receives ``Context.all``, the sources deep-merged lowest first
+# (Settings.merge, deepMerge): for the kit's string values, the first source's value.
+# cdk.context.json is the whole file (no "context" key) and lies next to cdk.json (the CLI reads
+# both from its working directory, where cdk.json is).
+CDK_CONTEXT_JSON = "cdk.context.json"  # aws-cdk-cli PROJECT_CONTEXT
+USER_CDK_JSON = "~/.cdk.json"  # aws-cdk-cli USER_DEFAULTS
+
+
+def _deep_merge(target: dict[str, Any], src: dict[str, Any]) -> dict[str, Any]:
+    """The CDK CLI's deepMerge (aws-cdk-cli toolkit-lib lib/util/objects.ts; bundled in
+    node_modules/aws-cdk/lib/index.js 2.1148.1): an object merges key by key into an object (an
+    old value that is not one is replaced by {} first); any other value, a list included,
+    replaces; keys that could pollute a prototype are skipped."""
+    dst = dict(target)
+    for key, value in src.items():
+        if key in ("__proto__", "constructor", "prototype"):
+            continue
+        if isinstance(value, dict):
+            dst[key] = _deep_merge(dst[key] if isinstance(dst.get(key), dict) else {}, value)
+        else:
+            dst[key] = value
+    return dst
+
+
+def context_files(cdk_json: Path | None = None, *, required: bool = False) -> list[tuple[Path, dict[str, Any]]]:
+    """The context of each file the CDK CLI reads, highest first: cdk.json's ``context``,
+    cdk.context.json next to it, ~/.cdk.json's ``context``; a file that does not exist is left
+    out (cdk.json too, unless ``required``). JsonFileError, one line naming the file, for one that
+    exists and cannot be used."""
     from kit.jsonfile import JsonFileError, json_type, read_object
 
     path = Path(cdk_json or CDK_JSON)
     label = "--cdk-json" if required else "cdk.json"
-    if not required and not os.path.lexists(path):
-        return {}
-    data = read_object(path, label=label)
-    ctx = data.get("context", {})
-    if not isinstance(ctx, dict):
-        raise JsonFileError(f"{label} {path}: \"context\" is a JSON {json_type(ctx)}, not an object of KEY: VALUE")
-    return dict(ctx)
+    out: list[tuple[Path, dict[str, Any]]] = []
+    if required or os.path.lexists(path):
+        ctx = read_object(path, label=label).get("context", {})
+        if not isinstance(ctx, dict):
+            raise JsonFileError(f"{label} {path}: \"context\" is a JSON {json_type(ctx)}, not an object of KEY: VALUE")
+        out.append((path, dict(ctx)))
+    project = path.parent / CDK_CONTEXT_JSON
+    if os.path.lexists(project):
+        out.append((project, read_object(project, label=CDK_CONTEXT_JSON)))
+    user = Path(os.path.expanduser(USER_CDK_JSON))
+    if os.path.lexists(user):
+        ctx = read_object(user, label=USER_CDK_JSON).get("context", {})
+        if not isinstance(ctx, dict):
+            raise JsonFileError(f"{USER_CDK_JSON} {user}: \"context\" is a JSON {json_type(ctx)}, not an object")
+        out.append((user, dict(ctx)))
+    return out
+
+
+def read_context(cdk_json: Path | None = None, *, required: bool = False) -> dict[str, Any]:
+    """The context ``cdk deploy`` gives the app without ``-c``: cdk.json's ``context`` (default:
+    the repo's cdk.json), over cdk.context.json next to it, over ~/.cdk.json's (``context_files``,
+    merged as the CDK CLI merges them), each read by kit/jsonfile.py (bounded). Empty when none
+    exists and ``required`` is false (no cdk.json where a command runs); ``JsonFileError``, one
+    line naming the file, when cdk.json was named (``required``: the user's ``--cdk-json``) and
+    does not exist, or when a file exists but is not a regular file, is too large, is not JSON,
+    is not an object or has a ``context`` that is not one. Never a silent default configuration
+    in place of a file the user meant."""
+    merged: dict[str, Any] = {}
+    for _, ctx in reversed(context_files(cdk_json, required=required)):
+        merged = _deep_merge(merged, ctx)
+    return merged
 
 
 def context_with(cdk_json: Path | None, overrides: list[str], *, required: bool = False) -> dict[str, Any]:
-    """cdk.json's context with ``-c KEY=VALUE`` overrides applied, as the CDK CLI applies them
+    """The files' context (``read_context``) with ``-c KEY=VALUE`` overrides applied, as the CDK CLI applies them
     (a command that wraps ``cdk deploy`` must decide from the same context the deploy will see).
     Raises ValueError naming a malformed override or the file (``read_context``)."""
     ctx = read_context(cdk_json, required=required)
