@@ -12,7 +12,10 @@ comes from cdk.json plus ``-c KEY=VALUE`` as for ``cdk deploy``; the region is t
 ``build`` finds each pipeline of the image by name (``ListImagePipelines`` with a ``name``
 filter; the names are ``inference-kit-<image>-<key>``, stacks/images.py), deploys the image
 stack first when it is missing (``npx cdk deploy <ImageStack>``, unless ``--no-deploy``), starts
-it (``StartImagePipelineExecution``, which returns the ``imageBuildVersionArn``) and follows it
+it (``StartImagePipelineExecution`` with the pipeline's lifecycle tags, kit/image_facts.py
+lifecycle_tags, so its lifecycle policy deletes the build once newer ones replace it; it returns
+the ``imageBuildVersionArn``; by hand: ``aws imagebuilder start-image-pipeline-execution
+--image-pipeline-arn <arn> --tags kit-lifecycle=inference-kit-<image>-<key> --region R``) and follows it
 with ``GetImage`` (state ``PENDING`` ... ``AVAILABLE`` | ``FAILED`` | ``CANCELLED``),
 ``ListWorkflowExecutions`` and ``ListWorkflowStepExecutions`` (the step that runs now, and the
 build and test instances: a ``LaunchInstance`` step's outputs name the ``instanceId``,
@@ -293,7 +296,15 @@ def build(aws: Aws, region: str, image: str, stack: str, out: TextIO,
             if arn is None:
                 print(f"pipeline {name} still missing in {region} after deploying {stack}", file=out)
                 return 1
-        r = ib.start_image_pipeline_execution(imagePipelineArn=arn, clientToken=str(uuid.uuid4()))
+        # A build started by hand takes its Image Builder image's tags from this request, not from
+        # the pipeline's imageTags (botocore imagebuilder 2019-12-02 service-2.json: ImagePipeline
+        # imageTags "... Builds that you start manually use the tags from the
+        # StartImagePipelineExecution request instead"; StartImagePipelineExecutionRequest tags:
+        # "The tags for Image Builder to apply to the image resource that's created when pipeline
+        # execution starts"). The pipeline's lifecycle policy selects builds by these tags
+        # (ResourceSelection tagMap, stacks/images.py): without them a build would be kept forever.
+        r = ib.start_image_pipeline_execution(imagePipelineArn=arn, clientToken=str(uuid.uuid4()),
+                                              tags=f.lifecycle_tags(image, key))
         version_arn = r["imageBuildVersionArn"]
         print(f"started {name}: {version_arn}", file=out, flush=True)
         try:
