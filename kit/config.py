@@ -103,6 +103,9 @@ class KitConfig:
     # One more deployment per ``<id>_variants`` item of a selected backend (kit/variants.py):
     # the backend's settings with the variant's model.
     variants: tuple[BackendConfig, ...] = ()
+    # The KMS key (ARN) the image recipes encrypt build and test volumes, and so the AMIs, under
+    # (``-c image_kms_key``); None = each image stack's own key (stacks/images.py).
+    image_kms_key: str | None = None
 
     @property
     def deployments(self) -> tuple[BackendConfig, ...]:
@@ -207,6 +210,36 @@ def _image_choice(backend_id: str, value: Any) -> str:
 _AMI_ID = re.compile(r"^ami-[0-9a-f]{8}([0-9a-f]{9})?$")  # EC2 image ids: 8 or 17 hex digits
 
 
+# A KMS key ARN (KMS API Reference, DescribeKey KeyId: "arn:aws:kms:us-east-2:111122223333:key/
+# 1234abcd-12ab-34cd-56ef-1234567890ab"; a multi-Region key's id is mrk- and 32 hex digits,
+# "mrk-1234abcd12ab34cd56ef1234567890ab", same model). No alias ARN: an alias can be moved to
+# another key, and the AMIs are encrypted under the key, not the alias.
+_KMS_KEY_ARN = re.compile(r"^arn:(aws[a-z-]*):kms:([a-z0-9-]+):([0-9]{12}):key/"
+                          r"(mrk-[0-9a-f]{32}|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})$")
+
+
+def _image_kms_key(value: Any, image_regions: tuple[str, ...]) -> str | None:
+    """``-c image_kms_key``: a KMS key ARN, in the region of every image stack the configuration
+    builds (a KMS key is regional: a recipe in another region cannot use it)."""
+    if value is None or value == "":
+        return None
+    m = _KMS_KEY_ARN.match(value) if isinstance(value, str) else None
+    if m is None:
+        raise ConfigError(f"image_kms_key={value!r} is not a KMS key ARN "
+                          "(arn:aws:kms:<region>:<account>:key/<key id>, e.g. "
+                          "arn:aws:kms:us-east-1:111122223333:key/1234abcd-12ab-34cd-56ef-1234567890ab)")
+    key_region = m.group(2)
+    problem = awsdata.region_problem(key_region)
+    if problem:
+        raise ConfigError(f"image_kms_key={value!r}: {key_region!r}{problem}")
+    elsewhere = [r for r in image_regions if r != key_region]
+    if elsewhere:
+        raise ConfigError(f"image_kms_key={value!r} is a key in {key_region}, but the configuration builds "
+                          f"images in {', '.join(elsewhere)} too (a KMS key is regional); give a key there, "
+                          "or leave image_kms_key out and each image stack makes its own")
+    return value
+
+
 def _ami(key: str, value: Any) -> str | None:
     if value is None or value == "":
         return None
@@ -219,7 +252,8 @@ KNOWN_KEYS = {
     "region", "backends", "model", "hf_token_secret", "idle_stop_minutes",
     "ttl_hours", "max_model_len", "sagemaker_vllm_tag", "sagemaker_ami_version",
     "tags", "azs", "image_az", "neuron_parent_image", "neuron_sdk", "sagemaker_ready_minutes",
-    "model_revision", *(f"{b}_model_revision" for b in BACKEND_IDS if BACKENDS[b].open_weights),
+    "model_revision", "image_kms_key",
+    *(f"{b}_model_revision" for b in BACKEND_IDS if BACKENDS[b].open_weights),
     *(f"{b}_az" for b in BACKEND_IDS if BACKENDS[b].service == "ec2"),
     *(f"{b}_instance_type" for b in BACKEND_IDS if BACKENDS[b].instance_type),
     *(f"{b}_instance_types" for b in BACKEND_IDS if BACKENDS[b].service == "sagemaker"),
@@ -391,6 +425,11 @@ def parse(context: Mapping[str, Any]) -> KitConfig:
             raise ConfigError(f"tags: key {k!r} is not allowed; use letters, digits and + - = . _ : @ "
                               "(no spaces or /, no aws: prefix)")
 
+    # Image stacks exist where a selected EC2 backend boots an image family (stacks/wiring.py,
+    # stacks/images.py image_specs).
+    image_regions = tuple(dict.fromkeys(bc.region for bc in backends if BACKENDS[bc.id].image))
+    image_kms_key = _image_kms_key(context.get("image_kms_key"), image_regions)
+
     return KitConfig(
         region=region,
         backends=tuple(backends),
@@ -407,6 +446,7 @@ def parse(context: Mapping[str, Any]) -> KitConfig:
         neuron_sdk=neuron_sdk,
         sagemaker_ready_minutes=int(_number("sagemaker_ready_minutes", get("sagemaker_ready_minutes"), int, 15, 55)),
         variants=variants,
+        image_kms_key=image_kms_key,
     )
 
 

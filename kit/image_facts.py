@@ -110,3 +110,35 @@ IMAGE_STACKS: dict[str, str] = {
     **{image: "NeuronImageStack" if line == pins.NEURON_DEFAULT_LINE else f"NeuronSdk{line.replace('.', '')}ImageStack"
        for line, image in NEURON_IMAGES.items()},
 }
+
+
+# The kit's own KMS key, one per image stack (stacks/images.py ImagePipelineStack): the key the
+# build and test volumes, and so the AMI's snapshots, are encrypted under. Named here so
+# harness.images share, preflight and harness.leftovers find it without aws-cdk-lib. KMS keys and
+# aliases are regional: each region's image stack has its own key under the same alias.
+# The AMI itself names its key (DescribeImages: BlockDeviceMappings[].Ebs.KmsKeyId); the alias
+# points at the key of the image stack deployed now, which is another one after a destroy and a
+# redeploy (the old key is retained with the AMIs it encrypts).
+KEY_ALIAS_PREFIX = "alias/inference-kit/"
+# The CloudFormation output of each image stack that holds the ARN of the key its recipes use
+# (the kit's own, or the one given with -c image_kms_key).
+KEY_OUTPUT = "VolumeKeyArn"
+# The tag every kit resource carries (stacks/wiring.py KIT_TAGS; tests/stacks/test_image_key.py
+# checks they agree), and the image a key encrypts.
+PROJECT_TAG = ("project", "aws-inference-kit")
+# A key scheduled for deletion is not billed ("There is no charge for customer managed KMS keys
+# that are scheduled for deletion", aws.amazon.com/kms/pricing) and can be recovered until its
+# waiting period ends (CancelKeyDeletion); 7 to 30 days, 30 by default (botocore kms 2014-11-01,
+# ScheduleKeyDeletionRequest.PendingWindowInDays). The longest: a wait costs nothing, and every
+# AMI under the key is unusable while it is pending.
+KEY_PENDING_WINDOW_DAYS = 30
+
+
+def key_alias(image: str) -> str:
+    """The alias of the kit's own key for ``image`` (``alias/inference-kit/<image>``)."""
+    return KEY_ALIAS_PREFIX + image
+
+
+def key_tags(image: str) -> dict[str, str]:
+    """The tags on the kit's own key for ``image``: the project's, and the image it encrypts."""
+    return {PROJECT_TAG[0]: PROJECT_TAG[1], "kit-image": image}

@@ -22,6 +22,12 @@ which decides the pipelines built) and the model it serves (pre-pulled into the 
 served by the vllm-sm75 GPU test). Which backends boot which image is kit/image_families.py's
 and stacks/ec2_backend.py's business, not this module's: it only builds pipelines.
 
+Every build and test volume, and so every AMI snapshot, is encrypted under a customer managed KMS
+key: the image stack's own (``alias/inference-kit/<image>``, ``ImagePipelineStack._volume_key``
+says why its policy is what it is), or the one given with ``-c image_kms_key``. An AMI whose
+snapshots are under the AWS managed ``aws/ebs`` key cannot be shared with another account; one
+under a customer managed key can, with the key (docs/images.md).
+
 Component documents are the YAML files in ami/components/, uploaded as they are; values are
 injected as Image Builder component parameters (versions from ami/pins.py, S3 URIs of assets).
 Image Builder components and recipes are immutable per version, so each version is derived from
@@ -39,6 +45,7 @@ import yaml
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_imagebuilder as imagebuilder
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3_assets as s3_assets
@@ -55,8 +62,8 @@ from kit.plan import PlanError, neuron_compile
 from kit.config import ConfigError, KitConfig
 from stacks.package import package_scheme
 from kit.image_facts import (BUILD_HOSTS, FAMILY_IMAGE, GPU_DLAMI, IMAGE_PARAMETERS,  # noqa: F401 (re-exported)
-                             IMAGE_STACKS, NEURON_BUILD_HOST, NEURON_DLAMI, NEURON_PRECOMPILE_TARGET,
-                             PARAMETER_PREFIX,
+                             IMAGE_STACKS, KEY_OUTPUT, NEURON_BUILD_HOST, NEURON_DLAMI, NEURON_PRECOMPILE_TARGET,
+                             PARAMETER_PREFIX, key_alias, key_tags,
                              NEURON_IMAGES, PARENT_AMI_NAMES, SM75_CANDIDATE_PARAMETER, lifecycle_tags, neuron_image,
                              pipeline_name)
 from stacks.lambda_code import handler_code, handler_name
@@ -357,6 +364,10 @@ class ImagePipelineStack(cdk.Stack):
                 "service-role/EC2ImageBuilderLifecycleExecutionPolicy")],
         )
         self.lifecycle_policies: dict[str, imagebuilder.CfnLifecyclePolicy] = {}
+        self.key, self.key_arn = self._volume_key(spec.image, config.image_kms_key)
+        cdk.CfnOutput(self, KEY_OUTPUT, value=self.key_arn,
+                      description="KMS key the build volumes and the AMIs' snapshots are encrypted under "
+                                  "(share it with an account that launches the AMIs)")
         for p in spec.pipelines(self.assets.s3_object_url):
             self._pipeline(name, p, profile)
 
@@ -372,6 +383,60 @@ class ImagePipelineStack(cdk.Stack):
         nag.acknowledge(self.role, nag.SSM_CORE,
                         "Image Builder drives build and test instances through SSM Run Command; this is the "
                         "AWS-maintained minimum for the agent")
+
+    def _volume_key(self, image: str, given: str | None) -> tuple[kms.Key | None, str]:
+        """The key the recipes encrypt their volumes under: ``given`` (a key ARN, ``-c
+        image_kms_key``, checked by kit.config to be in this region) or this stack's own.
+
+        One key per image stack, not a key stack of its own: each image stack stays deployable and
+        destroyable alone, no stack refers to another (stacks/wiring.py), and an organizer shares one
+        image's key without the others'. $1/month per key ("Each AWS KMS key that you create in KMS
+        costs $1/month (prorated hourly)", aws.amazon.com/kms/pricing).
+
+        Its policy is the default one, the account root statement only ("Allows access to the AWS
+        account and enables IAM policies", KMS Developer Guide, "Default key policy"), which an
+        organizer extends (harness.images share grants another account the key's use). Nothing for
+        Image Builder: the pipelines have no execution role, so Image Builder launches the build and
+        test instances and creates the AMI as its service-linked role AWSServiceRoleForImageBuilder,
+        whose own policy allows what EBS encryption asks of the launching principal, through EC2
+        only: kms:Encrypt, Decrypt, ReEncryptFrom, ReEncryptTo, GenerateDataKeyWithoutPlaintext
+        (encryption context key aws:ebs:id), DescribeKey, and CreateGrant with
+        kms:GrantIsForAWSResource (AWS managed policy AWSServiceRoleForImageBuilder, v19, as
+        recorded in zoph-io/MAMIP policies/AWSServiceRoleForImageBuilder at 1b36617); the root
+        statement lets that IAM policy work. The User Guide's maintainers said the same when a
+        key-policy example for the role was proposed: "due to a change in the SLR, you no longer
+        have to grant EC2 Image Builder explicit access to the keys in your account"
+        (awsdocs/ec2-image-builder-user-guide#4). Naming the role in the key policy would also
+        break a fresh account: Image Builder creates the role with the first image built (User
+        Guide, "Using service-linked roles for EC2 Image Builder"), after this stack, and a key
+        policy's principals "must exist and be visible to KMS" (KMS API Reference, CreateKey
+        Policy). EC2 Auto Scaling plays no part (Image Builder calls RunInstances itself), and the
+        build instances' own role needs no key: EC2 decrypts the volume for them.
+
+        Kept when the stack is deleted (RETAIN, the CDK default made explicit): the AMIs outlive
+        the stack (Image Builder made them, not CloudFormation: docs/images.md), and a key pending
+        deletion "can't be used in any cryptographic operations" (KMS API Reference,
+        ScheduleKeyDeletion), so deleting it with the stack would make every AMI built under it,
+        shared ones too, unlaunchable at once. harness.leftovers lists a key left so ($1/month; not
+        billed while pending deletion), to be deleted after its AMIs (kit/image_facts.py
+        KEY_PENDING_WINDOW_DAYS). Rotation on: AWS rotates the key material yearly, older material
+        stays to decrypt what it encrypted, and AMIs keep working ("Rotating AWS KMS keys"); the
+        first two rotations add $1/month each (KMS pricing)."""
+        if given:
+            return None, given
+        key = kms.Key(
+            self, "VolumeKey", enable_key_rotation=True, removal_policy=cdk.RemovalPolicy.RETAIN,
+            description=(f"inference-kit {image} image: build volumes and AMI snapshots (stack {self.stack_name}). "
+                         "Every AMI built under this key becomes unusable once the key is deleted or pending "
+                         "deletion: delete those AMIs first."),
+        )
+        # An alias is a name, not the key: it goes with the stack, so a redeploy after a destroy
+        # can take it for the new stack's key (the retained key keeps its description and tags).
+        kms.Alias(self, "VolumeKeyAlias", alias_name=key_alias(image), target_key=key,
+                  removal_policy=cdk.RemovalPolicy.DESTROY)
+        for k, v in key_tags(image).items():
+            cdk.Tags.of(key).add(k, v)
+        return key, key.key_arn
 
     def _ami_by_name(self, key: str, ami_name: str) -> str:
         """The id of the Amazon-owned AMI named ``ami_name`` in this region, found at deploy time
@@ -430,7 +495,10 @@ class ImagePipelineStack(cdk.Stack):
         parent_image = p.parent_image
         if parent_image.startswith("name:"):
             parent_image = self._ami_by_name(key, parent_image.removeprefix("name:"))
-        recipe_digest = [p.parent_image, str(p.volume_gib)] + [
+        # The volumes' key: the stack's own stands for itself (a token until deploy), a given one
+        # by its ARN; another key is another recipe version (a recipe version is immutable).
+        key_label = self.key_arn if self.key is None else f"own-key:{self.spec.image}"
+        recipe_digest = [p.parent_image, str(p.volume_gib), key_label] + [
             f"{u.file}:{load_component(u.file)[0]}:"
             f"{sorted((k, '<token>' if cdk.Token.is_unresolved(v) else v) for k, v in u.parameters.items())}"
             for u in p.components]
@@ -442,11 +510,14 @@ class ImagePipelineStack(cdk.Stack):
             block_device_mappings=[imagebuilder.CfnImageRecipe.InstanceBlockDeviceMappingProperty(
                 device_name="/dev/sda1",
                 ebs=imagebuilder.CfnImageRecipe.EbsInstanceBlockDeviceSpecificationProperty(
-                    encrypted=True, volume_size=p.volume_gib, volume_type="gp3", delete_on_termination=True),
+                    encrypted=True, kms_key_id=self.key_arn, volume_size=p.volume_gib, volume_type="gp3",
+                    delete_on_termination=True),
             )],
         )
         self.recipes[p.key] = recipe
         if p.parent_image == "ssm:" + SM75_CANDIDATE_PARAMETER:
+            # The promote recipe boots the candidate, whose snapshots are under this stack's key (the
+            # build recipe's volume): its own volume names the same key, so the promoted AMI is too.
             # The promote recipe's parent parameter must exist before the first build: seed it with
             # the plain arm64 DLAMI; the build pipeline overwrites it with its candidate. Promoting
             # the seed fails clearly at CheckTuringGpu's vLLM import. A dynamic reference, not an
@@ -467,6 +538,15 @@ class ImagePipelineStack(cdk.Stack):
                 http_tokens="required", http_put_response_hop_limit=2),
             description=f"{pname}: {', '.join(p.instance_types)}, no inbound, IMDSv2",
         )
+        # No kmsKeyId in the distribution: it names "the KMS key used to encrypt the distributed
+        # image" (Image Builder API Reference, AmiDistributionConfiguration), the key "used to
+        # encrypt the image for distribution to the target Region" (User Guide, "Create and update
+        # AMI distribution configurations"), i.e. for a copy. This distribution is to the build
+        # Region only, and the AMI's snapshots are taken from volumes already under the recipe's key
+        # (EBS User Guide, "How Amazon EBS encryption works": an encrypted volume's snapshots, and the
+        # volumes made from them, are encrypted). The recipe's kmsKeyId is what matters: without it
+        # an encrypted volume is "encrypted by your account's default KMS key for EBS encryption"
+        # (EBS User Guide, "Amazon EBS encryption examples"), the aws/ebs key no other account can use.
         distribution = imagebuilder.CfnDistributionConfiguration(
             self, f"{key}Distribution", name=pname, description=f"{pname} AMI, id published to {p.publish_parameter}",
             distributions=[imagebuilder.CfnDistributionConfiguration.DistributionProperty(

@@ -110,3 +110,64 @@ def test_boot_image_choice():
     assert parse({}).backend("inf2").image_choice is None
     assert config_error(g6_image="ami", backends="inf2") == (
         "g6_image='ami'; valid: dlami (install vLLM at boot), prebuilt (the vllm-cuda image pipeline's AMI)")
+
+
+KEY = "arn:aws:kms:us-east-1:111122223333:key/1234abcd-12ab-34cd-56ef-1234567890ab"
+
+
+@pytest.mark.parametrize("value", [
+    KEY,
+    "arn:aws:kms:us-east-1:111122223333:key/mrk-1234abcd12ab34cd56ef1234567890ab",  # a multi-Region key
+])
+def test_image_kms_key_takes_a_key_arn(value):
+    assert parse({"image_kms_key": value}).image_kms_key == value
+    assert parse({}).image_kms_key is None and parse({"image_kms_key": ""}).image_kms_key is None
+
+
+@pytest.mark.parametrize("value", [
+    "1234abcd-12ab-34cd-56ef-1234567890ab",  # a key id: not where the key lives
+    "alias/inference-kit/neuron",
+    "arn:aws:kms:us-east-1:111122223333:alias/inference-kit/neuron",  # an alias can move to another key
+    "arn:aws:kms:us-east-1:1111:key/1234abcd-12ab-34cd-56ef-1234567890ab",
+    "arn:aws:s3:::bucket",
+    42,
+])
+def test_image_kms_key_that_is_not_a_key_arn_is_one_line(value):
+    msg = config_error(image_kms_key=value)
+    assert msg.startswith(f"image_kms_key={value!r} is not a KMS key ARN (arn:aws:kms:<region>:<account>:key/")
+
+
+def test_image_kms_key_in_an_unknown_region_is_one_line():
+    msg = config_error(image_kms_key=KEY.replace("us-east-1", "zz-fake-9"))
+    assert "'zz-fake-9' is not a region botocore" in msg
+
+
+def test_image_kms_key_must_be_where_every_image_is_built():
+    """KMS keys are regional: a recipe in us-west-2 cannot name a us-east-1 key."""
+    msg = config_error(image_kms_key=KEY, g5g_region="us-west-2")
+    assert msg == (f"image_kms_key={KEY!r} is a key in us-east-1, but the configuration builds images in "
+                   "us-west-2 too (a KMS key is regional); give a key there, or leave image_kms_key out and "
+                   "each image stack makes its own")
+    # A backend without a kit image elsewhere (SageMaker: no image stack) is no conflict.
+    assert parse({"image_kms_key": KEY, "sagemaker_region": "us-west-2"}).image_kms_key == KEY
+    # Nor is a configuration that builds no image at all.
+    assert parse({"image_kms_key": KEY.replace("us-east-1", "eu-west-1"), "backends": "bedrock,sagemaker"})
+
+
+def test_cdk_json_leaves_region_and_backends_to_the_context_file():
+    """The CDK CLI takes a context key from the first source that has it: -c, then cdk.json's
+    "context", then cdk.context.json (aws-cdk-cli packages/aws-cdk/lib/cli/user-configuration.ts,
+    contextSources, and Context.get/all: the first bag wins; read in the CLI 2.1148.1 the kit pins,
+    node_modules/aws-cdk/lib/index.js). An attendee's cdk.context.json (region, backends, <id>_ami) must
+    not be shadowed by the repository's cdk.json, so cdk.json sets neither; kit/config.py's
+    defaults stand in for both."""
+    import json
+
+    from kit import regions
+    from kit.config import DEFAULTS
+    from tests.stacks.conftest import ROOT
+
+    context = json.loads((ROOT / "cdk.json").read_text())["context"]
+    assert "region" not in context and "backends" not in context
+    assert DEFAULTS["region"] == regions.DEFAULT_REGION
+    assert parse({}).region == regions.DEFAULT_REGION and parse({}).backend_ids == BACKEND_IDS

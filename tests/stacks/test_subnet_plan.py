@@ -13,7 +13,7 @@ from kit import subnets
 from kit.catalog import BACKENDS
 from kit.config import ConfigError, parse
 from tests.kit.catalog_rows import G6E, synth_with_rows
-from tests.stacks.conftest import CDK_CONTEXT, synth
+from tests.stacks.conftest import synth
 
 VARIANT = {"g6_variants": "bf16=google/gemma-4-E2B-it"}
 
@@ -54,7 +54,7 @@ def test_adding_a_backend_row_changes_no_existing_stack(tmp_path, with_variant):
     # g6e typed into kit/catalog.py *above* g6: the worst case for position-derived addresses.
     before = with_variant
     after = synth_with_rows(tmp_path, [dict(G6E, before="g6")],
-                            backends=CDK_CONTEXT["backends"] + ",g6e", **VARIANT)
+                            backends=",".join(BACKENDS) + ",g6e", **VARIANT)
     assert set(after) - set(before) == {"G6eStack"}
     for name, template in before.items():
         assert blocks(after[name]) == blocks(template), name  # the subnets, said plainly
