@@ -20,7 +20,13 @@ class with every stack's vCPUs summed, each SageMaker type's quota against its e
 stack's on-demand price (informational; the dated snapshot unless a price book is given); the
 commit of the weights each stack will serve (pinned, baked into its image, or the newest at deploy
 time), with a warning when the Neuron (or vllm-cuda) image holds another commit than the pinned
-one (harness/preflight_weights.py). Every BLOCK line ends with its fix (``fix: <command>``).
+one (harness/preflight_weights.py). A backend whose image holds its weights at the commit it
+serves is not asked for the Hugging Face token (one line says why: the AMI's tags when this account
+owns it, else what the kit builds into that image for this configuration). A backend that boots
+an AMI another account owns (a workshop attendee's shared image) gets one line with what its
+deploy bills per hour, that the image bills its owner, and the share command its owner runs when a
+launch is refused; an AMI this account cannot see names the command its owner (the workshop
+organizer) runs for this account. Every BLOCK line ends with its fix (``fix: <command>``).
 
 One table, one verdict per backend; exit 1 when something blocks a deploy, 2 on bad input.
 Running instances also count against a vCPU quota: the table shows the quota, not the free room.
@@ -274,12 +280,23 @@ def run_preflight(session: Any, region: str, targets: list[Target], *, quota: Qu
             classes: set[str] = set()  # one quota line per class per backend, whatever its types
             for it in t.all_types():
                 _check_ec2(ec2, t, it, rep, quota, need, classes)
-    _check_prices(rep, region, targets, prices)
-    _check_account(session, region, targets, rep, quota, ec2, ssm, ecr)
-    _check_weights(session, region, targets, rep, ec2, ssm)
-    for name in dict.fromkeys(t.hf_token_secret for t in targets if t.hf_token_secret):
+    from harness.preflight_weights import ImageLookup, baked_weights
+
+    account_id = ident.get("Account", "")
+    images = ImageLookup(ec2, _short)  # one DescribeImages per AMI for every line below
+    hourly = _check_prices(rep, region, targets, prices)
+    _check_account(session, region, targets, rep, quota, ec2, ssm, ecr, images, account_id)
+    boots = _boot_amis(session, region, targets, ssm)
+    _check_weights(region, targets, rep, ec2, boots, images)
+    _check_shared_images(rep, region, targets, boots, images, account_id, hourly)
+    # A backend whose image holds its weights downloads nothing: its token is not needed.
+    baked = baked_weights(region, targets, boots, images, account_id)
+    for bid, why in baked.items():
+        rep.add(bid, "HF token secret", "ok", why)
+    for name in dict.fromkeys(t.hf_token_secret for t in targets if t.hf_token_secret and t.id not in baked):
         account.check_token_secret(rep.add, region, secrets or session.client("secretsmanager", region_name=region),
-                                   name, [t.id for t in targets if t.hf_token_secret == name], _short)
+                                   name, [t.id for t in targets if t.hf_token_secret == name and t.id not in baked],
+                                   _short)
     packaged = [t.id for t in targets if t.serves_package]
     if packaged:
         account.check_package_build_quota(rep.add, region, quota, packaged)
@@ -287,7 +304,7 @@ def run_preflight(session: Any, region: str, targets: list[Target], *, quota: Qu
 
 
 def _check_account(session: Any, region: str, targets: list[Target], rep: Report, quota: QuotaFn,
-                   ec2: Any, ssm: Any, ecr: Any) -> None:
+                   ec2: Any, ssm: Any, ecr: Any, images: Any = None, account_id: str | None = None) -> None:
     """Boot images (and the builds of kit images not built yet) and the SageMaker container image."""
     from kit.image_facts import FAMILY_IMAGE, IMAGE_PARAMETERS
     from kit.image_families import boot_family
@@ -300,7 +317,7 @@ def _check_account(session: Any, region: str, targets: list[Target], rep: Report
         if t.service != "ec2" or not family:
             continue
         if t.ami:  # -c <id>_ami: this AMI boots, not the image parameter; nothing to build
-            account.check_given_ami(rep.add, region, ec2, t.id, t.ami, _short)
+            account.check_given_ami(rep.add, region, ec2, t.id, t.ami, _short, account_id, images)
             continue
         boot[t.id] = boot_family(family, t.image_choice, t.neuron_sdk).ssm_parameter
         image = FAMILY_IMAGE.get(family)
@@ -321,10 +338,9 @@ def _check_account(session: Any, region: str, targets: list[Target], rep: Report
                                           t.id, t.container_tag, _short)
 
 
-def _check_weights(session: Any, region: str, targets: list[Target], rep: Report, ec2: Any, ssm: Any) -> None:
-    """The commit each deployment will serve, and a kit image's baked commit against the pin
-    (harness/preflight_weights.py)."""
-    from harness.preflight_weights import check_weights
+def _boot_amis(session: Any, region: str, targets: list[Target], ssm: Any) -> dict[str, str | None]:
+    """Backend id -> the AMI an EC2 backend boots when it is a kit image (its image parameter's
+    value; None when that does not resolve) or ``-c <id>_ami``; public DLAMIs are left out."""
     from kit.image_facts import IMAGE_PARAMETERS
     from kit.image_families import boot_family
 
@@ -332,7 +348,7 @@ def _check_weights(session: Any, region: str, targets: list[Target], rep: Report
     boots: dict[str, str | None] = {}
     for t in targets:
         family = catalog.backend(t.id).image
-        if t.service != "ec2" or not family or not t.weights:
+        if t.service != "ec2" or not family:
             continue
         if t.ami:
             boots[t.id] = t.ami
@@ -346,7 +362,32 @@ def _check_weights(session: Any, region: str, targets: list[Target], rep: Report
         except Exception:  # noqa: BLE001 - the AMI parameter line already says why
             values = {}
         boots.update({bid: values.get(name) for bid, name in params.items()})
-    check_weights(rep.add, region, targets, boots, ec2, _short)
+    return boots
+
+
+def _check_weights(region: str, targets: list[Target], rep: Report, ec2: Any, boots: dict[str, str | None],
+                   images: Any) -> None:
+    """The commit each deployment will serve, and a kit image's baked commit against the pin
+    (harness/preflight_weights.py)."""
+    from harness.preflight_weights import check_weights
+
+    with_weights = {t.id for t in targets if t.weights}
+    check_weights(rep.add, region, targets, {b: a for b, a in boots.items() if b in with_weights}, ec2, _short, images)
+
+
+def _check_shared_images(rep: Report, region: str, targets: list[Target], boots: dict[str, str | None], images: Any,
+                         account_id: str, hourly: dict[str, list[tuple[str, float | None]]]) -> None:
+    """For a backend that boots an AMI another account owns: what its deploy bills per hour, that
+    the image bills its owner, and who to ask when a launch is refused (preflight_account.py)."""
+    from kit.image_families import boot_family
+
+    for t in targets:
+        ami = boots.get(t.id)
+        if not ami:
+            continue
+        family = boot_family(catalog.backend(t.id).image or "", t.image_choice, t.neuron_sdk)
+        account.check_shared_image(rep.add, region, t.id, ami, images.get(ami), account_id,
+                                   hourly.get(t.id, []), family.root_volume_gib)
 
 
 def _short(exc: BaseException) -> str:
@@ -432,19 +473,22 @@ def _check_sagemaker(session: Any, region: str, bid: str, t: str, rep: Report,
         rep.add(bid, label, "ok", f"{t} for endpoint usage = {value:g}" + (f" >= {need} needed" if need > 1 else ""))
 
 
-def _check_prices(rep: Report, region: str, targets: list[Target], prices: Any) -> None:
+def _check_prices(rep: Report, region: str, targets: list[Target], prices: Any) -> dict[str, list[tuple[str, float | None]]]:
     """What each stack bills per hour while it runs, on its own instance type (a variant twin on
-    g5.xlarge at g5.xlarge's price): informational, never a BLOCK; a type the price book lacks says so."""
+    g5.xlarge at g5.xlarge's price): informational, never a BLOCK; a type the price book lacks says so.
+    Returns backend id -> (instance type, $/h or None) of each instance or endpoint its stacks run."""
     if prices is None:
         from harness.cost.prices import PriceBook
 
         prices = PriceBook.auto(offline=True)
+    hourly: dict[str, list[tuple[str, float | None]]] = {}
     for t in targets:
         if t.service == "bedrock":
             continue
         for name, types in t.stacks:
             for it in types:
                 q = prices.instance(it, region)
+                hourly.setdefault(t.id, []).append((it, q.usd_per_hour))
                 label = f"{name} price" if len(types) == 1 else f"{name} {it} price"
                 if q.usd_per_hour is None:
                     rep.add(t.id, label, "ok", f"{it}: no on-demand price in the {q.label} prices "
@@ -452,6 +496,7 @@ def _check_prices(rep: Report, region: str, targets: list[Target], prices: Any) 
                 else:
                     where = "" if q.region == region else f"; {q.region}'s price, not {region}'s"
                     rep.add(t.id, label, "ok", f"{it} ${q.usd_per_hour:g}/h on demand ({q.label}{where})")
+    return hourly
 
 
 def base_model_id(model_id: str) -> str:

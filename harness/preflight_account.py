@@ -106,29 +106,59 @@ QuotaFn = Callable[[str, str], "float | None"]
 
 
 def check_given_ami(add: Add, region: str, ec2: Any, backend: str, ami: str,
-                    short: Callable[[BaseException], str]) -> None:
+                    short: Callable[[BaseException], str], account: str | None = None, images: Any = None) -> None:
     """``-c <id>_ami``: the AMI this account would launch instead of the kit's image. EC2
     DescribeImages answers ``InvalidAMIID.NotFound`` for an AMI that is neither the account's nor
-    shared with it (EC2 API reference, DescribeImages); the fix is the owner's share command,
-    the one kit/image_needs.py ImageNeed.fix names at deploy time."""
-    from kit.image_needs import ImageNeed
+    shared with it (EC2 API reference, DescribeImages); its fix is the owner's share command
+    (harness.images share), addressed to this account (``account``, from STS GetCallerIdentity).
+    ``images``: the run's harness.preflight_weights.ImageLookup (one DescribeImages per AMI)."""
+    from harness.preflight_weights import ImageLookup
 
-    fix = ImageNeed(f"{backend}_ami", region, ami=ami).fix()
-    try:
-        images = ec2.describe_images(ImageIds=[ami]).get("Images", [])
-    except Exception as exc:  # noqa: BLE001 - not found is a BLOCK, anything else cannot be judged
-        code = getattr(exc, "response", {}).get("Error", {}).get("Code", "")
-        if not code.startswith("InvalidAMIID"):
-            add(backend, "AMI (-c)", "warn", f"could not look up {ami}: {short(exc)}")
-            return
-        images = []
-    state = images[0].get("State") if images else None
+    image = (images or ImageLookup(ec2, short)).get(ami)
+    if isinstance(image, str):  # not a "not found": nothing can be judged
+        add(backend, "AMI (-c)", "warn", image.replace("could not read", "could not look up", 1))
+        return
+    state = image.get("State") if image else None
     if state == "available":
-        owner = images[0].get("OwnerId", "?")
+        owner = image.get("OwnerId", "?")
         add(backend, "AMI (-c)", "ok", f"{backend}_ami={ami} available in {region} (owner {owner})")
+        return
+    if image is None:
+        # Only its owner can share it, and this account cannot see who that is.
+        fix = (f"ask the account that shared {ami} (your workshop organizer) to run python -m harness.images share "
+               f"--account {account or '<this account>'} --ami {ami} --region {region}, or drop -c {backend}_ami")
+        add(backend, "AMI (-c)", "BLOCK", f"{backend}_ami={ami} is not visible to this account in {region}; fix: {fix}")
     else:
-        why = "is not visible to this account" if state is None else f"is {state}"
-        add(backend, "AMI (-c)", "BLOCK", f"{backend}_ami={ami} {why} in {region}; fix: {fix}")
+        owner = image.get("OwnerId", "?")
+        add(backend, "AMI (-c)", "BLOCK", f"{backend}_ami={ami} is {state} in {region} (owner {owner}); fix: ask "
+            f"{owner} for an available image, or drop -c {backend}_ami")
+
+
+def check_shared_image(add: Add, region: str, backend: str, ami: str, image: Any, account: str,
+                       hourly: list[tuple[str, float | None]], volume_gib: int) -> None:
+    """What an attendee's deploy of ``backend`` bills when it boots an AMI another account owns
+    (DescribeImages OwnerId != this account): its instances' on-demand price (the price lines'
+    figures, ``hourly``: (instance type, $/h or None) per stack) and each instance's gp3 root
+    volume; the image itself bills its owner, whose account holds its snapshots (EC2 User Guide,
+    "Share an AMI with specific AWS accounts": the snapshots are not shared, "the system provides
+    the instance access to the referenced EBS snapshots"; EC2 Developer Guide, "Sharing AMIs":
+    "You are not billed when your AMI is launched by other users. Users launching the AMI are
+    billed."), and who to ask when a launch is refused on its snapshots or key."""
+    from harness.cost.storage_prices import HOURS_PER_MONTH, monthly
+
+    if not isinstance(image, dict) or image.get("State") != "available" or image.get("OwnerId") in (None, account):
+        return
+    owner = image["OwnerId"]
+    volume = monthly("ebs_gp3", volume_gib) / HOURS_PER_MONTH
+    parts = [f"{it} ${rate:g}/h" if rate is not None else f"{it} (price unknown)" for it, rate in hourly]
+    known = [rate for _, rate in hourly if rate is not None]
+    total = sum(known) + volume * len(hourly)
+    bills = (f"${total:.4f}/h" + (" or more" if len(known) < len(hourly) else "") +
+             f" while it runs ({', '.join(parts)} on demand, and {volume_gib} GiB gp3 root volume ${volume:.4f}/h"
+             + (" each" if len(hourly) > 1 else "") + ")")
+    add(backend, "shared image", "ok", f"{ami} belongs to account {owner}: the image costs you nothing (its owner pays "
+        f"its snapshots); your deploy bills {bills}; if a launch is refused on its snapshots or key, ask {owner} to run "
+        f"python -m harness.images share --account {account} --ami {ami} --region {region}")
 
 
 def check_images(add: Add, region: str, ssm: Any, ec2: Any, quota: QuotaFn,
