@@ -35,9 +35,11 @@ moment ago is not reported from a stale index):
   (``DescribeImages`` filter ``block-device-mapping.snapshot-id``) is orphaned: it bills, and its
   removal is ``delete-snapshot``. The sharing copies ``python -m harness.images share`` makes carry
   the kit's tag and ``kit-share`` (harness/touched.py share_tags) and are listed as such;
-- the kit's KMS keys: tagged ``project=aws-inference-kit`` (the tagging API) or named by an alias
-  under ``alias/inference-kit/`` (``ListAliases``), each read with ``DescribeKey``; a key pending
-  deletion is listed, free, with its deletion date.
+- the kit's KMS keys (each image stack's own, retained with the AMIs it encrypts when the stack
+  goes: kit/image_facts.py): tagged ``project=aws-inference-kit`` (the tagging API) or named by an
+  alias under ``alias/inference-kit/`` (``ListAliases``, KEY_ALIAS_PREFIX), each read with
+  ``DescribeKey``; a key pending deletion is listed, free, with its deletion date. Its removal
+  waits the longest window (KEY_PENDING_WINDOW_DAYS: a wait costs nothing).
 
 Regions: the configuration's, plus every region ``harness.touched`` recorded (where a share copied
 an image), so a copy is not forgotten when the configuration no longer names its region.
@@ -74,10 +76,11 @@ TTL_TARGETS = ("aws-sdk:sagemaker:deleteEndpoint", "aws-sdk:ec2:stopInstances")
 IB_CREATED_BY = ("CreatedBy", "EC2 Image Builder")
 IB_ARN_TAG = "Ec2ImageBuilderArn"
 SHARE_TAG = "kit-share"  # harness/touched.py SHARE_TAG_KEY: "<source AMI> <source region>"
-KMS_ALIAS_PREFIX = "alias/inference-kit/"
-# CreateImage's snapshot description, "Created by CreateImage(i-...) for ami-... [from vol-...]":
-# only to name the AMI a snapshot was made for; whether it still exists is asked of DescribeImages.
-FOR_AMI = re.compile(r"\bfor (ami-[0-9a-f]+)")
+# The AMI a snapshot was made for, named in its description by CreateImage ("Created by
+# CreateImage(i-...) for ami-... [from vol-...]") and CopyImage ("Copied for DestinationAmi ami-...
+# from SourceAmi ami-... for SourceSnapshot snap-..."; as seen in public AMI cost scripts, e.g. gist
+# mvisonneau/80d378f8): only to name it; whether it still exists is asked of DescribeImages.
+FOR_AMI = re.compile(r"\bfor (?:DestinationAmi )?(ami-[0-9a-f]+)")
 # Image Builder image states of a build still under way (botocore's ImageStatus enum).
 RUNNING_BUILD = {"PENDING", "CREATING", "BUILDING", "TESTING", "DISTRIBUTING", "INTEGRATING"}
 
@@ -241,10 +244,12 @@ class Finder:
 
     # -- KMS -----------------------------------------------------------------------------------
     def kms_keys(self, tagged_arns: Iterable[str]) -> list[Leftover]:
+        from kit.image_facts import KEY_ALIAS_PREFIX, KEY_PENDING_WINDOW_DAYS
+
         kms = self.c("kms", self.region)
         keys = {a.split(":key/", 1)[1]: "" for a in tagged_arns if ":kms:" in a and ":key/" in a}
         for al in _pages(kms.list_aliases, "Aliases", "Marker", "NextMarker"):
-            if al.get("AliasName", "").startswith(KMS_ALIAS_PREFIX) and al.get("TargetKeyId"):
+            if al.get("AliasName", "").startswith(KEY_ALIAS_PREFIX) and al.get("TargetKeyId"):
                 keys[al["TargetKeyId"]] = al["AliasName"]
         out = []
         for key_id, alias in sorted(keys.items()):
@@ -268,7 +273,7 @@ class Finder:
                 continue
             out.append(Leftover("kms key", name, f"{state or '?'}; each rotation of its material adds to the price",
                                 monthly("kms_key", 1), True,
-                                f"aws kms schedule-key-deletion --key-id {key_id} --pending-window-in-days 7 "
+                                f"aws kms schedule-key-deletion --key-id {key_id} --pending-window-in-days {KEY_PENDING_WINDOW_DAYS} "
                                 f"{self.r()} (once the AMIs and snapshots it encrypts are gone: what it "
                                 "encrypts cannot be read after)"))
         return out

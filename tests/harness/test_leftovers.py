@@ -351,12 +351,13 @@ def test_a_build_still_running_bills_and_a_tagged_log_group_is_found_by_its_name
 
 EU = "eu-west-1"
 ORPHAN, COPY_SNAP, COPY = "snap-0123456789abcdef0", "snap-0fedcba9876543210", "ami-0c0c0c0c0c0c0c0c0"
+ORPHAN_COPY = "snap-00c0ffee00c0ffee0"
 KEY_LIVE, KEY_GOING = "1234abcd-12ab-34cd-56ef-1234567890ab", "0987dcba-09fe-87dc-65ba-ab0987654321"
 
 
 def shared_region_account():
     """A region only a share touched: the copy it made (the kit's tag and kit-share, harness/touched.py
-    share_tags) and its snapshot, a snapshot a bare deregister-image of a kit build left (Image
+    share_tags) and its snapshot, the snapshot of an earlier copy deregistered alone, a snapshot a bare deregister-image of a kit build left (Image
     Builder's tags), another team's Image Builder snapshot, and two kit keys: one found by its
     alias, one by its tag and pending deletion."""
     handlers = empty_account()
@@ -364,7 +365,7 @@ def shared_region_account():
     def ec2(op, p):
         if op == "describe_images":
             if p["Filters"][0]["Name"] == "block-device-mapping.snapshot-id":
-                assert p["Filters"][0]["Values"] == [ORPHAN] and p["Owners"] == ["self"]
+                assert p["Filters"][0]["Values"] == [ORPHAN_COPY, ORPHAN] and p["Owners"] == ["self"]
                 return {"Images": []}  # the AMI that mapped it is gone
             return {"Images": [{"ImageId": COPY, "State": "available", "OwnerId": ACCOUNT, "Name": "inference-kit-copy",
                                 "CreationDate": "2026-12-02T08:00:00.000Z",
@@ -376,8 +377,13 @@ def shared_region_account():
                 assert p["SnapshotIds"] == [COPY_SNAP]
                 return {"Snapshots": [{"SnapshotId": COPY_SNAP, "VolumeSize": 150, "State": "completed",
                                        "FullSnapshotSizeInBytes": 32 * 1024 ** 3}]}
-            if p["Filters"][0]["Name"] == "tag:project":
-                return {"Snapshots": []}
+            if p["Filters"][0]["Name"] == "tag:project":  # a share's copies tag their snapshots too
+                return {"Snapshots": [{"SnapshotId": ORPHAN_COPY, "VolumeSize": 150, "State": "completed",
+                                       "FullSnapshotSizeInBytes": 10 * 1024 ** 3,
+                                       "Description": "Copied for DestinationAmi ami-0c1c1c1c1c1c1c1c1 from SourceAmi "
+                                                      "ami-0abcdef1234567890 for SourceSnapshot snap-0aaaaaaaaaaaaaaaa. "
+                                                      "Task created on 1,764,583,200,000.",
+                                       "Tags": KIT + [{"Key": "kit-share", "Value": f"ami-0abcdef1234567890 {R}"}]}]}
             assert p["Filters"] == [{"Name": "tag:CreatedBy", "Values": ["EC2 Image Builder"]}]
             ib = [{"Key": "CreatedBy", "Value": "EC2 Image Builder"}]
             return {"Snapshots": [
@@ -393,8 +399,8 @@ def shared_region_account():
     def kms(op, p):
         if op == "list_aliases":
             return {"Aliases": [
-                {"AliasName": "alias/inference-kit/images", "TargetKeyId": KEY_LIVE,
-                 "AliasArn": f"arn:aws:kms:{EU}:{ACCOUNT}:alias/inference-kit/images"},
+                {"AliasName": "alias/inference-kit/vllm-cuda", "TargetKeyId": KEY_LIVE,
+                 "AliasArn": f"arn:aws:kms:{EU}:{ACCOUNT}:alias/inference-kit/vllm-cuda"},
                 {"AliasName": "alias/aws/ebs", "TargetKeyId": "0b0b0b0b-1111-2222-3333-444444444444",
                  "AliasArn": f"arn:aws:kms:{EU}:{ACCOUNT}:alias/aws/ebs"}], "Truncated": False}
         assert op == "describe_key" and p["KeyId"] in (KEY_LIVE, KEY_GOING), p
@@ -424,12 +430,15 @@ def test_a_region_a_share_touched_is_searched_and_its_orphaned_snapshot_copy_and
     text = out.getvalue()
     assert rc == 1, text
     assert f"also {EU}: recorded by harness.images share (harness/touched.py)" in text
-    assert text.splitlines()[1:3] == ["us-east-1: 0 left", f"{EU}: 5 left"]
+    assert text.splitlines()[1:3] == ["us-east-1: 0 left", f"{EU}: 6 left"]
     row, rm = entry(text, "orphaned snapshot", ORPHAN)
     assert row.lstrip().startswith("BILLS") and "20.0 GB written; ami-0dead0000beef0000 no longer exists" in row
     assert "$1.00/month" in row  # 20 GB x $0.05
     assert rm == f"remove: aws ec2 delete-snapshot --snapshot-id {ORPHAN} --region {EU}"
     assert "snap-0aaaabbbbccccdddd" not in text  # another team's Image Builder snapshot
+    row, rm = entry(text, "orphaned snapshot", ORPHAN_COPY)  # a share's copy deregistered alone
+    assert "10.0 GB written; ami-0c1c1c1c1c1c1c1c1 no longer exists" in row and "$0.50/month" in row
+    assert rm == f"remove: aws ec2 delete-snapshot --snapshot-id {ORPHAN_COPY} --region {EU}"
     row, rm = entry(text, "ami", COPY)
     assert f"vllm-cuda (copy of ami-0abcdef1234567890 {R} made for a share)" in row and "$0.00/month" in row
     assert rm.startswith(f"remove: aws ec2 deregister-image --image-id {COPY} --region {EU}, then its snapshots: "
@@ -437,12 +446,12 @@ def test_a_region_a_share_touched_is_searched_and_its_orphaned_snapshot_copy_and
     row, _ = entry(text, "ebs snapshot", COPY_SNAP)
     assert f"of {COPY}" in row and "$1.60/month" in row
     row, rm = entry(text, "kms key", KEY_LIVE)
-    assert "(alias/inference-kit/images)" in row and row.lstrip().startswith("BILLS") and "$1.00/month" in row
-    assert rm.startswith(f"remove: aws kms schedule-key-deletion --key-id {KEY_LIVE} --pending-window-in-days 7 "
+    assert "(alias/inference-kit/vllm-cuda)" in row and row.lstrip().startswith("BILLS") and "$1.00/month" in row
+    assert rm.startswith(f"remove: aws kms schedule-key-deletion --key-id {KEY_LIVE} --pending-window-in-days 30 "
                          f"--region {EU}")
     row, rm = entry(text, "kms key", KEY_GOING)
     assert row.lstrip().startswith("free") and "pending deletion, deleted on 2026-12-08" in row
     assert rm.startswith("remove: nothing: KMS deletes it on 2026-12-08")
     assert "0b0b0b0b" not in text  # the AWS managed key behind alias/aws/ebs is not looked at
     assert "tagged resource" not in text  # the tagged key is listed as a key, not as an unknown resource
-    assert text.splitlines()[-1] == "3 still bill: $3.60/month; remove them with the commands above"
+    assert text.splitlines()[-1] == "4 still bill: $4.10/month; remove them with the commands above"
