@@ -357,9 +357,9 @@ KEY_LIVE, KEY_GOING = "1234abcd-12ab-34cd-56ef-1234567890ab", "0987dcba-09fe-87d
 
 def shared_region_account():
     """A region only a share touched: the copy it made (the kit's tag and kit-share, harness/touched.py
-    share_tags) and its snapshot, the snapshot of an earlier copy deregistered alone, a snapshot a bare deregister-image of a kit build left (Image
-    Builder's tags), another team's Image Builder snapshot, and two kit keys: one found by its
-    alias, one by its tag and pending deletion."""
+    share_tags) and its snapshot, the snapshot of an earlier copy deregistered alone, a snapshot a
+    bare deregister-image of a kit build left (Image Builder's tags), another team's Image Builder
+    snapshot, and two kit keys: one found by its alias, one by its tag and pending deletion."""
     handlers = empty_account()
 
     def ec2(op, p):
