@@ -1,9 +1,10 @@
-"""The kit's machine images as a command (issue 24 point 2):
+"""The kit's machine images as a command:
 
     python -m harness.images build IMAGE [--region R] [--no-deploy]   start the pipelines, follow to the end
     python -m harness.images status [--region R]                      builds running now
     python -m harness.images list [--region R]                        the kit's AMIs, snapshots, $/month
-    python -m harness.images share --account ID [--image IMAGE | --ami AMI] [--region R]
+    python -m harness.images share --account ID[,ID...] [--image IMAGE | --ami AMI] [--region R]
+                                   [--source-region R] [--write-context cdk.context.json]
 
 IMAGE is one of the kit's images (kit image facts: vllm-cuda, vllm-sm75, neuron, ...). Context
 comes from cdk.json plus ``-c KEY=VALUE`` as for ``cdk deploy``; the region is the kit's
@@ -38,13 +39,14 @@ stacks/images.py) with ``DescribeImages`` and their snapshots with ``DescribeSna
 snapshot's monthly cost is its ``FullSnapshotSizeInBytes`` (all written blocks: an upper bound of
 the incremental size billed) at the EBS snapshot price (harness/cost/storage_prices.py).
 
-``share`` grants another account launch permission on an AMI (``ModifyImageAttribute``,
-``LaunchPermission.Add``) and volume creation from each of its snapshots
-(``ModifySnapshotAttribute``, ``createVolumePermission``, ``add``). An AMI whose snapshots are
-encrypted with the AWS managed key cannot be shared ("You can't share AMIs that are backed by
-snapshots that are encrypted with the default AWS managed key", EC2 User Guide, "Share an AMI with
-specific AWS accounts"): ``share`` checks the key with KMS ``DescribeKey`` (``KeyManager`` AWS or
-CUSTOMER) first and refuses in one line. The attendee then deploys with ``-c <id>_ami=ami-...``.
+``share`` (harness/image_share.py says how, with its sources) makes the kit's images launchable
+by other accounts, a workshop's attendees: every kit image the configuration boots, in the
+region of each backend that boots it (copied there under the kit's key when it was built
+elsewhere), or ``--image``'s, or one ``--ami``: launch permission, snapshot permission and a KMS
+grant per account on the snapshots' customer managed key, all checked first (an AMI under the
+AWS managed ``aws/ebs`` key is refused with the ``copy-image`` command that fixes it). It prints
+the context the attendees deploy with and ``--write-context`` writes it where ``cdk deploy``
+reads it (docs/workshop.md).
 
 Ctrl-C while ``build`` follows a build stops the following, not the build: it prints the
 build's ARN, that its instance bills until it ends, and the ``cancel-image-creation`` command
@@ -442,57 +444,6 @@ def _current_amis(ssm: Any, names: list[str]) -> dict[str, str]:
     return out
 
 
-ACCOUNT = re.compile(r"^[0-9]{12}$")
-# What another account needs on the key of a shared encrypted snapshot (EBS User Guide, "Share the
-# KMS key used to encrypt a shared Amazon EBS snapshot"), as CreateGrant operation names.
-SHARE_KEY_OPERATIONS = ("Decrypt", "DescribeKey", "CreateGrant", "GenerateDataKey", "GenerateDataKeyWithoutPlaintext",
-                        "ReEncryptFrom", "ReEncryptTo")
-
-
-def share(aws: Aws, region: str, account: str, amis: list[tuple[str, str]], out: TextIO) -> int:
-    """``amis``: (AMI id, what it is). Checks every AMI's snapshots before changing anything."""
-    ec2 = aws.client("ec2", region)
-    kms = aws.client("kms", region)
-    plan: list[tuple[str, str, list[str]]] = []
-    keys: dict[str, str] = {}  # customer managed key ARN -> the AMI that needs it
-    for ami, what in amis:
-        found = ec2.describe_images(ImageIds=[ami]).get("Images", [])
-        if not found:
-            raise ImagesError(f"{ami} ({what}) does not exist in {region}")
-        sids = snapshot_ids(found[0])
-        for sid, s in _snapshots(ec2, sids).items():
-            if s.get("Encrypted") and s.get("KmsKeyId"):
-                meta = kms.describe_key(KeyId=s["KmsKeyId"])["KeyMetadata"]
-                manager = meta.get("KeyManager")
-                keys.setdefault(meta.get("Arn", s["KmsKeyId"]), ami)
-                if manager == "AWS":
-                    raise ImagesError(
-                        f"{ami} ({what}): snapshot {sid} is encrypted with the AWS managed key, which cannot "
-                        "be shared (EC2 User Guide, 'Share an AMI with specific AWS accounts'); nothing was "
-                        "shared. Copy it under a customer managed key first (aws ec2 copy-image --source-image-id "
-                        f"{ami} --source-region {region} --name <name> --encrypted --kms-key-id <key arn> "
-                        "--copy-image-tags) and share "
-                        "the copy with --ami, or the other account builds its own: python -m harness.images build <image>")
-        plan.append((ami, what, sids))
-    for ami, what, sids in plan:
-        ec2.modify_image_attribute(ImageId=ami, LaunchPermission={"Add": [{"UserId": account}]})
-        for sid in sids:
-            ec2.modify_snapshot_attribute(SnapshotId=sid, Attribute="createVolumePermission",
-                                          OperationType="add", UserIds=[account])
-        print(f"shared {ami} ({what}) and {len(sids)} snapshot{'s' if len(sids) != 1 else ''} with {account} "
-              f"in {region}", file=out)
-    for key_arn, ami in keys.items():
-        # "you must also share the customer managed key used to encrypt the snapshot": DescribeKey,
-        # CreateGrant, GenerateDataKey, GenerateDataKeyWithoutPlaintext, ReEncrypt, Decrypt (EBS User
-        # Guide, share-kms-key.html); a grant's grantee may be an account (KMS API, CreateGrant).
-        partition = key_arn.split(":")[1] if key_arn.startswith("arn:") else "aws"
-        kms.create_grant(KeyId=key_arn, GranteePrincipal=f"arn:{partition}:iam::{account}:root",
-                         Operations=list(SHARE_KEY_OPERATIONS), Name=f"inference-kit-share-{account}")
-        print(f"granted {account} the use of {key_arn} (the snapshots' key): {', '.join(SHARE_KEY_OPERATIONS)}",
-              file=out)
-    return 0
-
-
 def backends_booting(image: str) -> list[str]:
     """Backend ids whose boot image is ``image`` (for the attendee's -c <id>_ami line)."""
     from kit.catalog import BACKENDS
@@ -585,6 +536,101 @@ def _price_book() -> PriceFor:
     return lambda itype, region: book.instance(itype, region).usd_per_hour
 
 
+@dataclass
+class ShareInput:
+    accounts: list[str]
+    config: Any  # kit.config.KitConfig
+    targets: list[Any]  # harness.image_share.Target
+    overrides: dict[str, str]  # the organizer's -c values an attendee's deploy keeps
+
+
+def _share_input(a: argparse.Namespace, ctx: dict[str, Any], kit: Any, images: list[str]) -> ShareInput:
+    """Everything ``share`` needs from its arguments, checked before any AWS call (ValueError: exit 2)."""
+    from harness.image_share import ACCOUNT, AMI_ID, Target
+    from kit.config import KNOWN_KEYS, ConfigError, parse
+    from kit.image_needs import image_needs
+    from kit.regions import RegionError, check_region
+
+    accounts = list(dict.fromkeys(x.strip() for x in (a.account or "").split(",")))
+    bad = [x for x in accounts if not ACCOUNT.match(x)]
+    if bad or not accounts:
+        raise ValueError(f"harness.images share: --account {bad[0] if bad else a.account!r} is not a 12-digit AWS "
+                         "account id (several: --account 111122223333,444455556666)")
+    if a.ami and not AMI_ID.match(a.ami):
+        raise ValueError(f"harness.images share: --ami {a.ami!r} is not an AMI id (ami- and 8 or 17 hex digits, "
+                         "e.g. ami-0123456789abcdef0)")
+    if a.image and a.image not in images:
+        raise ValueError(f"harness.images share: image {a.image!r} is not a kit image; valid: {', '.join(images)}")
+    if a.ami and a.image:
+        raise ValueError("harness.images share: --ami and --image name the same thing twice; give one")
+    try:
+        for r in a.source_region:
+            check_region("--source-region", r)
+    except RegionError as e:
+        raise ValueError(f"harness.images share: {e}") from None
+    try:
+        config = parse({**ctx, "region": kit.region})
+    except ConfigError as e:
+        raise ValueError(f"config error: {e}") from None
+    overrides = {}
+    for o in a.context:
+        key, _, value = o.partition("=")
+        if key in KNOWN_KEYS and key not in ("region", "backends") and not key.endswith(("_region", "_ami")):
+            overrides[key] = value
+    if config.neuron_sdk != _default_line():
+        overrides["neuron_sdk"] = config.neuron_sdk
+    if a.ami:
+        return ShareInput(accounts, config, [Target("", kit.region, (), ami=a.ami, how="--ami")], overrides)
+    # The kit's images by their parameter, and AMIs the context already names (-c <id>_ami, or an
+    # earlier share's cdk.context.json in this project): shared again as they are.
+    needs = image_needs(config)
+    selected = ",".join(config.backend_ids)
+    if a.image:
+        needs = [n for n in needs if n.image == a.image
+                 or (n.ami and set(n.backend_ids) & set(backends_booting(a.image)))]
+        if not needs:
+            boots = ",".join(b for b in backends_booting(a.image)) or "none"
+            raise ValueError(f"harness.images share: no selected backend boots {a.image} (backends={selected}); "
+                             f"select one of {boots}, e.g. -c backends={boots.split(',')[0]}")
+    if not needs:
+        raise ValueError(f"harness.images share: the configuration boots none of the kit's images (backends={selected}); "
+                         "select an EC2 backend (-c backends=inf2), or give --ami")
+    for bid in {b for n in needs for b in n.backend_ids}:
+        if ctx.get(f"{bid}_image"):
+            overrides[f"{bid}_image"] = str(ctx[f"{bid}_image"])
+    return ShareInput(accounts, config, [Target(n.image, n.region, n.backend_ids) if n.parameter else
+                                         Target("", n.region, n.backend_ids, ami=n.ami, how=f"-c {n.image}")
+                                         for n in needs], overrides)
+
+
+def _share(aws: Aws, a: argparse.Namespace, kit: Any, s: ShareInput, out: TextIO) -> int:
+    from harness import image_share as sh
+
+    f = image_facts()
+    try:
+        sh.plan(aws, s.targets, [*kit.regions, *a.source_region], s.config.image_kms_key, f.IMAGE_PARAMETERS)
+        for t in s.targets:
+            if t.how == "--ami" and t.image:  # the AMI's kit-image tag says which backends boot it
+                t.backend_ids = tuple(b.id for b in s.config.backends
+                                      if b.id in backends_booting(t.image) and b.region == t.region)
+        sh.share_all(aws, s.accounts, s.targets, out)
+    except sh.ShareError as e:
+        raise ImagesError(str(e)) from None
+    ctx = sh.attendee_context(s.targets, kit.region, s.overrides)
+    if not ctx["backends"]:
+        t = s.targets[0]
+        print(f"{t.ami} has no kit-image tag (or no selected backend in {t.region} boots its image): the attendee "
+              f"sets -c <backend id>_ami={t.ami} -c region={t.region} for the EC2 backend that boots it", file=out)
+        return 0
+    sh.print_context(s.accounts, ctx, s.targets, out)
+    if a.write_context:
+        try:
+            sh.write_context(a.write_context, ctx, out)
+        except sh.ShareError as e:
+            raise ImagesError(str(e)) from None
+    return 0
+
+
 def main(argv: list[str] | None = None, *, aws: Aws | None = None, out: TextIO = sys.stdout,
          deploy: Callable[[str], int] | None = None) -> int:
     f = image_facts()
@@ -592,10 +638,14 @@ def main(argv: list[str] | None = None, *, aws: Aws | None = None, out: TextIO =
     p = _Parser(prog="python -m harness.images", description=__doc__.split("\n\n")[0])
     p.add_argument("command", choices=["build", "status", "list", "share"])
     p.add_argument("image", nargs="?", help=f"build: one of {', '.join(images)}")
-    p.add_argument("--image", dest="image_option", help="share: only this image (default: every published one)")
+    p.add_argument("--image", dest="image_option", help="share: only this image (default: every kit image the configuration boots)")
     p.add_argument("--region", help="default: context region (cdk.json), not the shell's")
-    p.add_argument("--account", help="share: the 12-digit account to grant")
-    p.add_argument("--ami", help="share: this AMI id instead of the image's current one")
+    p.add_argument("--account", help="share: the 12-digit accounts to grant, comma-separated")
+    p.add_argument("--ami", help="share: this AMI id (in --region) instead of the kit's published images")
+    p.add_argument("--source-region", action="append", default=[], metavar="R",
+                   help="share: also look here for an image the configured regions lack (copied from there)")
+    p.add_argument("--write-context", type=Path, default=None, metavar="PATH",
+                   help="share: write the attendees' context there (the project's cdk.context.json)")
     p.add_argument("--no-deploy", action="store_true", help="build: refuse instead of deploying a missing image stack")
     p.add_argument("--poll", type=float, default=30.0, help="build: seconds between polls (default 30)")
     p.add_argument("--cdk-json", type=Path, default=None, help="default ./cdk.json")
@@ -616,12 +666,7 @@ def main(argv: list[str] | None = None, *, aws: Aws | None = None, out: TextIO =
         if a.command == "build":
             _stack_context(ctx, a.image, region)  # a stack the app would not build: say so now (exit 2)
         if a.command == "share":
-            if not a.account or not ACCOUNT.match(a.account):
-                raise ValueError(f"harness.images share: --account {a.account!r} is not a 12-digit AWS account id")
-            if a.ami and not re.fullmatch(r"ami-[0-9a-f]{8,17}", a.ami):
-                raise ValueError(f"harness.images share: --ami {a.ami!r} is not an AMI id (ami-0123456789abcdef0)")
-            if a.image and a.image not in images:
-                raise ValueError(f"harness.images share: image {a.image!r} is not a kit image; valid: {', '.join(images)}")
+            shares = _share_input(a, ctx, kit, images)
         if a.poll <= 0:
             raise ValueError(f"harness.images: --poll {a.poll} must be > 0 seconds")
     except ValueError as e:
@@ -641,31 +686,12 @@ def main(argv: list[str] | None = None, *, aws: Aws | None = None, out: TextIO =
             return status(aws, region, out)
         if a.command == "list":
             return list_images(aws, [region] if a.region else kit.regions, out)
-        # share
-        if a.ami:
-            amis = [(a.ami, "--ami")]
-        else:
-            wanted = [a.image] if a.image else images
-            params = _current_amis(aws.client("ssm", region), [f.IMAGE_PARAMETERS[i] for i in wanted])
-            amis = [(ami, name) for ami, name in params.items()]
-            if not amis:
-                raise ImagesError(f"no kit image is published in {region} ({', '.join(wanted)}): build one first: "
-                                  f"python -m harness.images build {wanted[0]} --region {region}")
-        rc = share(aws, region, a.account, amis, out)
-        from kit.catalog import BACKENDS
-
-        for ami, what in amis:
-            image = next((i for i, prm in f.IMAGE_PARAMETERS.items() if prm == what), None)
-            for bid in backends_booting(image) if image else []:
-                # harness.deploy narrows -c backends to the stack it deploys: a bare cdk deploy in the
-                # attendee's account would check every configured image (stacks/image_guard.py), and
-                # the attendee has none of the kit's own.
-                print(f"attendee (account {a.account}): python -m harness deploy {BACKENDS[bid].stack_name} "
-                      f"-c region={region} -c {bid}_ami={ami}", file=out)
-        return rc
+        return _share(aws, a, kit, shares, out)
     except ImagesError as e:
         print(e, file=out)
         return 1
+    except KeyboardInterrupt:  # share, waiting for a copy: image_share said what goes on
+        return 130
     except Exception as e:  # botocore's ClientError / NoCredentialsError ...: one line, not a traceback
         from botocore.exceptions import BotoCoreError, ClientError
 
