@@ -5,7 +5,7 @@ exist where the backend is offered and are not listed.
 
 Read by Custom::ImagesReady (stacks/image_guard.py: the deploy-time check in every backend
 stack), ``python -m harness.deploy`` (the same check before ``cdk deploy`` is called) and
-preflight. Plain Python: no aws-cdk-lib, no boto3.
+preflight. The rule they follow is stated in docs/stacks.md, "Which images a deploy checks". Plain Python: no aws-cdk-lib, no boto3.
 """
 from __future__ import annotations
 

@@ -1,27 +1,17 @@
-"""Nothing billable before every configured machine image exists (issue 24 point 1).
+"""Custom::ImagesReady, in every backend stack: nothing billable before the machine images exist.
 
-In a fresh account the kit's images (``/imagebuilder/inference-kit/ami/*``) do not exist until a
-pipeline has run. ``cdk deploy --all`` deploys stack after stack (aws-cdk 2.1148.1, toolkit-lib
-work-graph: one stack at a time by default, in dependency order, ties by stack name; the first
-failure skips the rest), so without this a deploy could bring up SageMakerStack (billed from
-creation) and G6Stack before G5gStack's turn came and CloudFormation refused its missing
-parameter.
+Which images it checks (every configured deployment's, not only the stack's own, and why) is
+stated once, in docs/stacks.md, "Which images a deploy checks"; what ``cdk deploy --all`` meets
+without it is in "Nothing billable before the images exist" there. kit/image_needs.py computes
+the list; this construct writes it into the template with the handler
+(stacks/lambdas/images_ready/index.py) and the handler's role, and every billable resource of the
+stack depends on ``resource``. The instance also takes its AMI id from it (``boot_ami``), so the
+kit's images are not SSM-typed stack parameters that CloudFormation would refuse with its own
+message first.
 
-So every backend stack (EC2 and SageMaker; Bedrock bills per token only) holds a
-``Custom::ImagesReady`` resource (stacks/lambdas/images_ready/index.py) that checks *every*
-image the configuration boots (kit/image_needs.py), in every region it uses, and every
-billable resource of the stack depends on it: the instance (whose AMI id it also provides, so
-the kit's images are no longer SSM-typed stack parameters that CloudFormation would refuse with
-its own message first) and the SageMaker model, endpoint config and endpoint. Whichever backend
-stack deploys first refuses the whole selection, one line per missing image with the command
-that builds it, and what it creates before that (the check's role, function and log group) bills
-nothing at rest. A selection narrower than the configuration (``cdk deploy G6Stack`` while g5g is
-configured) is refused too, since the app cannot see which stacks the CLI was given: pass the
-narrower ``-c backends=`` the refusal names, or use ``python -m harness.deploy``, which does.
-
-The check re-runs on every deploy (``CheckedAt`` changes with each synth) and hands back the
-AMI id the parameter holds then: a new image behind the parameter replaces the instance, as the
-SSM-typed parameter did.
+``CheckedAt`` changes with each synth, so every deploy checks again and hands back the AMI the
+parameter holds then: a new image behind the parameter replaces the instance, as the SSM-typed
+parameter did.
 """
 from __future__ import annotations
 
