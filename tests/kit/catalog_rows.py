@@ -24,11 +24,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from kit import subnets
+
 ROOT = Path(__file__).resolve().parents[2]
 
-# A G6e backend (L40S, 48 GB): the g6 row on another instance type, with its own subnet blocks.
+# A G6e backend (L40S, 48 GB): the g6 row on another instance type, with its own subnet blocks: the
+# first four that no catalog row declares (kit/subnets.py free_blocks), so a row added to the
+# catalog never collides with this one.
 G6E: dict[str, Any] = {"like": "g6", "id": "g6e", "stack_name": "G6eStack", "label": "vLLM on EC2 g6e (L40S)",
-                       "instance_type": "g6e.xlarge", "color": "#17becf", "subnet_blocks": [96, 16, 24, 32]}
+                       "instance_type": "g6e.xlarge", "color": "#17becf",
+                       "subnet_blocks": subnets.free_blocks()[:4]}
 
 _CHILD = r"""
 import json, sys

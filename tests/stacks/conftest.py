@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from kit.catalog import BACKENDS
+
 ROOT = Path(__file__).resolve().parents[2]
 CDK_CONTEXT: dict[str, Any] = json.loads((ROOT / "cdk.json").read_text())["context"]
 FIXED_NOW = datetime(2026, 3, 1, 12, 0, 30, tzinfo=timezone.utc)
@@ -23,7 +25,10 @@ FIXED_NOW = datetime(2026, 3, 1, 12, 0, 30, tzinfo=timezone.utc)
 # with no login profile and no HOME. Tests run instance scripts under it, a stand-in directory
 # first only for tools the test replaces (each of which lives in one of these directories).
 SYSTEMD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-EC2_STACKS = {"g6": "G6Stack", "g5g": "G5gStack", "inf2": "Inf2Stack", "trn1": "Trn1Stack"}
+# EC2 backend id -> stack name, read from the catalog when this module is imported: every test
+# parametrized over it collects a row added to kit/catalog.py (tests/stacks/test_new_row_collects.py
+# shows it), never a list typed here.
+EC2_STACKS = {b.id: b.stack_name for b in BACKENDS.values() if b.service == "ec2"}
 
 
 def boot_parameter(template: dict) -> str:

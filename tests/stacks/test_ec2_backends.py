@@ -166,25 +166,25 @@ def test_g6_kit_env_carries_the_catalogs_engine_settings_and_the_pins(kit):
     assert env["KIT_VLLM_VERSION"] == pins.VLLM_VERSION
 
 
-# What each backend's rendered user data starts, run for real (kit-boot serve): the model
-# server's command line as the instance would exec it. Expected values are the documented facts:
-# Gemma 4's vLLM tool-call parser (the seed's g6 run), Turing's Triton attention in fp16 (g5g),
-# and the Neuron runtime's degrees up to 2 NeuronCores (inf2.xlarge, trn1.2xlarge).
+# What a backend of each image family (catalog ``Backend.image``) starts from its rendered user data,
+# run for real (kit-boot serve): the model server's command line as the instance would exec it, on
+# the backend's default instance type. Expected values are the documented facts: Gemma 4's vLLM
+# tool-call parser (the seed's g6 run), Turing's Triton attention in fp16 (gpu-arm64: g5g), and the
+# Neuron runtime's degrees up to 2 NeuronCores (inf2.xlarge, trn1.2xlarge) on the row's platform.
 SERVED = {
     # unpinned: the commit the first download resolved (tests/stacks/hf_stand_in.py NEWEST), kept
-    "g6": "{opt}/vllm/bin/vllm serve {model} --served-model-name {model} --host 127.0.0.1 --port 8000 "
+    "gpu-x86": "{opt}/vllm/bin/vllm serve {model} --served-model-name {model} --host 127.0.0.1 --port 8000 "
           "--max-model-len 4096 --revision {rev} --tokenizer-revision {rev} "
           "--enable-auto-tool-choice --tool-call-parser gemma4",
-    "g5g": "{opt}/vllm/bin/vllm serve {model} --served-model-name {model} --host 127.0.0.1 --port 8000 "
+    "gpu-arm64": "{opt}/vllm/bin/vllm serve {model} --served-model-name {model} --host 127.0.0.1 --port 8000 "
            "--max-model-len 4096 --revision {rev} --tokenizer-revision {rev} --attention-backend TRITON_ATTN "
            "--dtype float16 --enable-auto-tool-choice --tool-call-parser gemma4",
-    "inf2": "{opt}/neuron/bin/kit-neuron-serve --model {opt}/models/{model} --served-model-name {model} "
-            "--host 127.0.0.1 --port 8000 --tp-degrees 1,2 --platform inf2 --tp-degree 2 --batch-size 4 "
-            "--max-total-tokens 4096 --prompt-buckets 128,512,2048",  # kit/plan.py neuron_compile
-    "trn1": "{opt}/neuron/bin/kit-neuron-serve --model {opt}/models/{model} --served-model-name {model} "
-            "--host 127.0.0.1 --port 8000 --tp-degrees 1,2 --platform trn1 --tp-degree 2 --batch-size 4 "
-            "--max-total-tokens 4096 --prompt-buckets 128,512,2048",  # kit/plan.py neuron_compile
+    "neuron": "{opt}/neuron/bin/kit-neuron-serve --model {opt}/models/{model} --served-model-name {model} "
+              "--host 127.0.0.1 --port 8000 --tp-degrees 1,2 --platform {platform} --tp-degree 2 --batch-size 4 "
+              "--max-total-tokens 4096 --prompt-buckets 128,512,2048",  # kit/plan.py neuron_compile
 }
+# The Neuron platform each Neuron instance family compiles for (the runtime's names: inf2, trn1).
+PLATFORM = {"inf2": "inf2", "trn1": "trn1", "trn1n": "trn1"}
 
 
 @pytest.mark.parametrize("backend,stack", STACKS)
@@ -220,8 +220,10 @@ def test_rendered_user_data_serves_the_model_with_the_catalogs_settings(kit, bac
     env = {"PATH": f"{tmp_path}/bin:{SYSTEMD_PATH}"}  # systemd's PATH, no HOME (cloud-init's final stage)
     r = run_bash(["bash", str(tmp_path / "user-data.sh")], env=env)
     assert r.returncode == 0, r.stderr
-    model = BACKENDS[backend].model_id
-    assert record.read_text().splitlines() == [SERVED[backend].format(opt=opt, model=model, rev=NEWEST), "token=set"]
+    row = BACKENDS[backend]
+    want = SERVED[row.image].format(opt=opt, model=row.model_id, rev=NEWEST,
+                                    platform=PLATFORM.get(row.instance_type.split(".")[0]))
+    assert record.read_text().splitlines() == [want, "token=set"]
     assert "hf_TEST" not in r.stdout + r.stderr
 
 

@@ -12,12 +12,18 @@ import copy
 
 import pytest
 
+from kit.catalog import BACKEND_IDS, BACKENDS
 from tests.stacks.conftest import config_error, synth
 from tests.stacks.test_readiness_gate import depends_on
 
 BILLABLE = {"AWS::EC2::Instance", "AWS::SageMaker::Endpoint", "AWS::SageMaker::EndpointConfig",
             "AWS::SageMaker::Model"}
-BACKEND_STACKS = ("SageMakerStack", "G6Stack", "G5gStack", "Inf2Stack", "Trn1Stack")
+# Every backend that runs an instance or an endpoint (Bedrock bills per token and has none), from
+# the catalog, so a new row is checked too.
+BACKEND_STACKS = tuple(b.stack_name for b in BACKENDS.values() if b.instance_type)
+# Image families that boot only the kit's own image, and that image (kit/image_families.py: g5g and
+# Neuron boot only the pipelines' AMIs; the gpu-x86 family boots the public DLAMI by default).
+KIT_IMAGE = {"gpu-arm64": "vllm-sm75", "neuron": "neuron"}
 
 
 def check_of(template: dict) -> tuple[str, dict]:
@@ -58,12 +64,13 @@ def test_the_check_lists_every_configured_image_with_its_build_command(kit, stac
     assert set(images) == {"vllm-sm75", "neuron"}  # g6 boots the public DLAMI by default
     assert images["vllm-sm75"]["Parameter"] == "/imagebuilder/inference-kit/ami/vllm-sm75"
     assert images["vllm-sm75"]["Build"] == "build it: python -m harness.images build vllm-sm75 --region us-east-1"
-    assert images["neuron"]["Stacks"] == "Inf2Stack, Trn1Stack"
-    assert check["Properties"]["Backends"] == "bedrock,sagemaker,g6,g5g,inf2,trn1"
+    assert images["neuron"]["Stacks"] == ", ".join(b.stack_name for b in BACKENDS.values() if b.image == "neuron")
+    assert check["Properties"]["Backends"] == ",".join(BACKEND_IDS)  # the default: every catalog row
     assert check["Properties"]["CheckedAt"] == "2026-03-01T12:00:30+00:00"  # the synth's clock: re-run per deploy
 
 
-@pytest.mark.parametrize("stack,image", [("G5gStack", "vllm-sm75"), ("Inf2Stack", "neuron"), ("Trn1Stack", "neuron")])
+@pytest.mark.parametrize("stack,image", [(b.stack_name, KIT_IMAGE[b.image]) for b in BACKENDS.values()
+                                         if b.image in KIT_IMAGE])
 def test_kit_images_boot_from_the_check_not_from_a_stack_parameter(kit, stack, image):
     t = kit.templates[stack]
     check, props = check_of(t)

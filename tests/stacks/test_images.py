@@ -19,7 +19,7 @@ from ami import pins
 from kit.catalog import BACKENDS, instance_arch
 from kit.image_facts import lifecycle_tags, pipeline_name
 from stacks import images
-from tests.stacks.conftest import ROOT, config_error, synth, boot_parameter
+from tests.stacks.conftest import EC2_STACKS, ROOT, config_error, synth, boot_parameter
 
 IMAGE_STACKS = {"vllm-cuda": "VllmCudaImageStack", "vllm-sm75": "VllmSm75ImageStack", "neuron": "NeuronImageStack"}
 COMPONENT_NAMES = {f.name: yaml.safe_load(f.read_text())["name"] for f in images.COMPONENTS_DIR.glob("*.yaml")}
@@ -226,20 +226,26 @@ def test_pipelines_publish_to_ssm_and_never_run_on_a_schedule(kit, image):
         assert "Schedule" not in p["Properties"] and p["Properties"]["Status"] == "ENABLED"
 
 
-@pytest.mark.parametrize("backend, stack, parameter", [
-    ("g5g", "G5gStack", "/imagebuilder/inference-kit/ami/vllm-sm75"),
-    ("inf2", "Inf2Stack", "/imagebuilder/inference-kit/ami/neuron-sdk228"),
-    ("trn1", "Trn1Stack", "/imagebuilder/inference-kit/ami/neuron-sdk228"),
-    ("g6", "G6Stack", "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id"),
-])
-def test_backend_stacks_read_the_image_parameter(kit, backend, stack, parameter):
+# What a backend of each image family (catalog ``Backend.image``) boots by default, and that image's
+# architecture: the public GPU DLAMI (x86_64), the kit's sm_75 image (arm64: g5g's Graviton), the
+# kit's Neuron image of the default SDK line.
+FAMILY_BOOTS = {
+    "gpu-x86": ("/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id",
+                "x86_64"),
+    "gpu-arm64": ("/imagebuilder/inference-kit/ami/vllm-sm75", "arm64"),
+    "neuron": ("/imagebuilder/inference-kit/ami/neuron-sdk228", "x86_64"),
+}
+
+
+@pytest.mark.parametrize("backend, stack", sorted(EC2_STACKS.items()))
+def test_backend_stacks_read_the_image_parameter(kit, backend, stack):
+    parameter, arch = FAMILY_BOOTS[BACKENDS[backend].image]
     assert boot_parameter(kit.templates[stack]) == parameter
     # The instance boots an image of its own architecture (arm64 for g5g).
     _, instance = kit.one(stack, "AWS::EC2::Instance")
     image = images.FAMILY_IMAGE[BACKENDS[backend].image]
     spec = images.image_specs(kit.config)[image]
-    assert instance_arch(instance["Properties"]["InstanceType"]) == spec.arch
-    assert spec.arch == ("arm64" if backend == "g5g" else "x86_64")
+    assert instance_arch(instance["Properties"]["InstanceType"]) == spec.arch == arch
 
 
 def test_backend_user_data_for_custom_silicon(kit):

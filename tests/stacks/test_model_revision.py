@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from kit.catalog import GEMMA_E2B, GEMMA_E2B_INT4
+from kit.catalog import BACKENDS, GEMMA_E2B, GEMMA_E2B_INT4
 from kit.schemes import QAT_SOURCE
 from tests.stacks.conftest import ROOT, SYSTEMD_PATH, config_error, synth
 from tests.stacks.hf_stand_in import fake_hf
@@ -29,6 +29,10 @@ from tests.stacks.test_images import _by_name, _recipe_components
 
 BF16_SHA, INT4_SHA, QAT_SHA = "1" * 40, "2" * 40, "3" * 40
 PINS = f"{GEMMA_E2B}={BF16_SHA},{GEMMA_E2B_INT4}={INT4_SHA},{QAT_SOURCE}={QAT_SHA}"
+SHA = {GEMMA_E2B: BF16_SHA, GEMMA_E2B_INT4: INT4_SHA}  # the commit PINS gives each default model
+# The EC2 backends per engine, from the catalog: each row boots with its default model pinned.
+VLLM_EC2 = [b for b in BACKENDS.values() if b.service == "ec2" and b.engine_kind == "vllm"]
+NEURON_EC2 = [b for b in BACKENDS.values() if b.service == "ec2" and b.engine_kind == "neuron"]
 PARAM_REF = re.compile(r"\{\{\s*([A-Za-z0-9_.:-]+)\s*\}\}")
 
 
@@ -73,7 +77,7 @@ def _boot(kit, stack: str, tmp_path: Path) -> tuple[list[str], list[str], dict]:
             json.loads((tmp_path / "served.json").read_text()))
 
 
-@pytest.mark.parametrize("stack,model,sha", [("G6Stack", GEMMA_E2B_INT4, INT4_SHA), ("G5gStack", GEMMA_E2B, BF16_SHA)])
+@pytest.mark.parametrize("stack,model,sha", [(b.stack_name, b.model_id, SHA[b.model_id]) for b in VLLM_EC2])
 def test_vllm_on_ec2_downloads_and_serves_the_pinned_commit(pinned, tmp_path, stack, model, sha):
     env = kit_env(user_data(_instance(pinned, stack)))
     assert env["KIT_MODEL_REVISION"].strip("'") == sha
@@ -85,14 +89,15 @@ def test_vllm_on_ec2_downloads_and_serves_the_pinned_commit(pinned, tmp_path, st
     assert record["digest"] and record["files"] == ["config.json", "tokenizer.json"]
 
 
-@pytest.mark.parametrize("stack", ["Inf2Stack", "Trn1Stack"])
-def test_the_neuron_engine_gets_a_checkpoint_of_the_pinned_commit(pinned, tmp_path, stack):
+@pytest.mark.parametrize("stack,model,sha", [(b.stack_name, b.model_id, SHA[b.model_id]) for b in NEURON_EC2],
+                         ids=[b.stack_name for b in NEURON_EC2])
+def test_the_neuron_engine_gets_a_checkpoint_of_the_pinned_commit(pinned, tmp_path, stack, model, sha):
     hf, args, record = _boot(pinned, stack, tmp_path)
-    ckpt = tmp_path / "opt/models" / GEMMA_E2B
-    assert hf == [f"hf download {GEMMA_E2B} --revision {BF16_SHA} --local-dir {ckpt}"]
+    ckpt = tmp_path / "opt/models" / model
+    assert hf == [f"hf download {model} --revision {sha} --local-dir {ckpt}"]
     assert args[args.index("--model") + 1] == str(ckpt)
-    assert (ckpt / ".kit-revision").read_text().strip() == BF16_SHA
-    assert (record["revision"], record["how"]) == (BF16_SHA, "pinned")
+    assert (ckpt / ".kit-revision").read_text().strip() == sha
+    assert (record["revision"], record["how"]) == (sha, "pinned")
 
 
 def test_outputs_name_the_pin(pinned):
