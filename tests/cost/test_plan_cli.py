@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from kit.catalog import BACKENDS
+
 from harness.cost.plan import offline_plan, seed_reference
 from harness.cost.prices import load_snapshot
 
@@ -30,8 +32,8 @@ def test_plan_without_credentials_prints_every_backend_from_the_snapshot(tmp_pat
     assert p.returncode == 0, p.stderr
     as_of = load_snapshot()["as_of"]
     assert f"no AWS credentials: prices from the snapshot dated {as_of}" in p.stdout
-    for bid, inst in [("g6", "g6.xlarge"), ("sagemaker", "ml.g6.xlarge"), ("g5g", "g5g.2xlarge"),
-                      ("inf2", "inf2.xlarge"), ("trn1", "trn1.2xlarge"), ("bedrock", "nova-micro")]:
+    for b in BACKENDS.values():  # every catalog row, on its default instance type (Bedrock: its model)
+        bid, inst = b.id, b.instance_type or b.model_id
         line = next(ln for ln in p.stdout.splitlines() if ln.startswith(bid + " "))
         assert inst in line and f"snapshot {as_of}" in line
     g6 = next(ln for ln in p.stdout.splitlines() if ln.startswith("g6 "))
@@ -43,7 +45,7 @@ def test_json_interface(tmp_path):
     p = run("--offline", "--json", "--input-per-output", "5", tmp_path=tmp_path)
     assert p.returncode == 0, p.stderr
     plan = json.loads(p.stdout)
-    assert set(plan) == {"bedrock", "sagemaker", "g6", "g5g", "inf2", "trn1"}
+    assert set(plan) == set(BACKENDS)
     for bid, row in plan.items():
         for key in ("service", "instance_type", "model_id", "usd_per_month_24x7", "price", "measured"):
             assert key in row
