@@ -30,7 +30,8 @@ def test_default_shapes_are_the_documented_ones():
     assert DEFAULT_SHAPES.batch_size == 4 and DEFAULT_SHAPES.max_prompt_tokens == 2048
 
 
-@pytest.mark.parametrize("backend", ["inf2", "trn1"])
+# Every Neuron row of the catalog, each on its default instance type (2 NeuronCores for inf2 and trn1).
+@pytest.mark.parametrize("backend", [b.id for b in BACKENDS.values() if b.engine_kind == "neuron"])
 def test_kit_backends_compile_tp2_bf16_with_the_per_layer_table_split_in_two(backend):
     itype = BACKENDS[backend].instance_type
     cfg = plan(E2B, neuron_cores=neuron_cores(backend), tp_degrees=neuron_tp_degrees(itype),
