@@ -5,15 +5,14 @@
 Each row is a dict: ``like`` (an existing row to copy), ``before`` (optional: insert the row ahead
 of that id, as if typed above it in kit/catalog.py; default: last) and any ``Backend`` fields to
 change (``id`` at least; lists become tuples). It runs in a fresh Python process in which the rows
-are put into ``kit.catalog.BACKENDS`` (and ``BACKEND_IDS``) before any other module of the kit is
-imported, so everything derived from the catalog at import time (kit.config's known keys and
+are put into ``kit.catalog.BACKENDS`` (and ``BACKEND_IDS``; tests/kit/extra_rows.py ``put``) before
+any other module of the kit is imported, so everything derived from the catalog at import time (kit.config's known keys and
 default backend list, kit.variants, the regions) sees them, exactly as for a row in the file; then
 ``tests.stacks.conftest.synth`` builds the app as app.py does (cdk.json context plus ``context``,
 the fixed clock), cdk-nag included. Returns stack name -> template. About the time of one synthesis
 (~5 s on 2 cores). A config error comes back as ``RowSynthError`` with the kit's one line.
 
-Used by the subnet-plan tests (issue 24 point 6); written for any "a backend is one catalog row"
-test.
+Used by the subnet-plan and backend-row tests; written for any "a backend is one catalog row" test.
 """
 from __future__ import annotations
 
@@ -37,28 +36,13 @@ G6E: dict[str, Any] = {"like": "g6", "id": "g6e", "stack_name": "G6eStack", "lab
 
 _CHILD = r"""
 import json, sys
-from dataclasses import replace
 from pathlib import Path
 
 spec = json.loads(Path(sys.argv[1]).read_text())
 
-def tuples(v):
-    return tuple(tuples(x) for x in v) if isinstance(v, list) else v
+from tests.kit.extra_rows import put
 
-import kit.catalog as catalog  # first: nothing else of the kit has read the catalog yet
-
-rows = dict(catalog.BACKENDS)
-for row in spec["rows"]:
-    row = dict(row)
-    like, before = row.pop("like"), row.pop("before", None)
-    new = replace(catalog.BACKENDS[like], **{k: tuples(v) for k, v in row.items()})
-    order = list(rows)
-    order.insert(order.index(before) if before else len(order), new.id)
-    rows[new.id] = new
-    rows = {k: rows[k] for k in order}
-catalog.BACKENDS.clear()
-catalog.BACKENDS.update(rows)
-catalog.BACKEND_IDS = tuple(rows)
+put({"backends": spec["rows"]})  # first: nothing else of the kit has read the catalog yet
 
 from kit.config import ConfigError
 from tests.stacks.conftest import synth

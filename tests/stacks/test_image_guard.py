@@ -1,4 +1,4 @@
-"""Issue 24 point 1: no deploy of any selection starts billing and then fails on a missing image.
+"""No deploy of any selection starts billing and then fails on a missing image.
 
 What the templates must show (the deploy-time half is tests/stacks/test_images_ready.py): every
 billable resource of every backend stack (EC2 instance; SageMaker model, endpoint config,

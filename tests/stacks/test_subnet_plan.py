@@ -1,4 +1,4 @@
-"""Issue 24 point 6: each EC2 stack's subnets come from an address block declared in its catalog
+"""Each EC2 stack's subnets come from an address block declared in its catalog
 row (kit/catalog.py ``subnet_blocks``, kit/subnets.py), not from the row's position. Before, the
 block was 64 + 8 x the row's index among the EC2 backends: a row inserted ahead of g6 renumbered
 every later backend's subnet, which replaces the subnet and its instance on the next deploy, and a
