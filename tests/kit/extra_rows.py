@@ -3,9 +3,9 @@ them, as typing them into kit/catalog.py and harness/cost/price_snapshot.json wo
 
 Three kinds of row, the three a new backend takes (docs/adding-a-backend.md), given as JSON:
 
-    {"backends":  [{"like": "g6", "id": "g4dn", "stack_name": "G4dnStack", ..., "before": "g6"}],
-     "instances": [{"like": "g6.xlarge", "name": "g4dn.xlarge", "chip": {"like": "NVIDIA T4G", ...}}],
-     "prices":    [{"service": "ec2", "instance_type": "g4dn.xlarge", "region": ..., "usd_per_hour": ...}]}
+    {"backends":  [{"like": "g6", "id": "p3", "stack_name": "P3Stack", ..., "before": "g6"}],
+     "instances": [{"like": "g6.xlarge", "name": "p3.2xlarge", "chip": {"like": "NVIDIA T4G", ...}}],
+     "prices":    [{"service": "ec2", "instance_type": "p3.2xlarge", "region": ..., "usd_per_hour": ...}]}
 
 A backend or instance row copies ``like`` and changes the fields given (lists become tuples);
 ``before`` inserts a backend row ahead of that id (default: last); an instance row's ``chip`` is a

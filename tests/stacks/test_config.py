@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from kit.catalog import BACKEND_IDS
+from kit.catalog import BACKEND_IDS, BACKENDS
 from kit.config import parse
 from tests.stacks.conftest import config_error
 
@@ -99,8 +99,10 @@ def test_unknown_neuron_size_is_refused_at_parse_in_one_line():
 def test_model_applies_to_open_weights_backends_only():
     c = parse({"model": "org/m-7b", "inf2_model": "org/other", "bedrock_model": "amazon.nova-lite-v1:0"})
     models = {b.id: b.model_id for b in c.backends}
-    assert models == {"bedrock": "amazon.nova-lite-v1:0", "sagemaker": "org/m-7b", "g6": "org/m-7b",
-                      "g5g": "org/m-7b", "inf2": "org/other", "trn1": "org/m-7b"}
+    # every catalog row: -c model for the open-weights ones, inf2's own key for inf2, Bedrock's for it
+    assert models == {b.id: "org/other" if b.id == "inf2" else "org/m-7b" if b.open_weights
+                      else "amazon.nova-lite-v1:0" for b in BACKENDS.values()}
+    assert models["bedrock"] == "amazon.nova-lite-v1:0" and models["g6"] == "org/m-7b"
     assert parse({"model": "org/m-7b"}).backend("bedrock").model_id == "us.amazon.nova-micro-v1:0"
 
 

@@ -20,14 +20,15 @@ from kit.catalog import BACKENDS
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# A g4dn backend (one NVIDIA T4): test data, in none of the kit's files.
-NEW_ID, NEW_STACK, NEW_TYPE = "g4dn", "G4dnStack", "g4dn.xlarge"
+# A p3 backend (one NVIDIA V100): test data, in none of the kit's files, on a type no other test
+# uses (tests/stacks/test_sizing.py takes g4dn.xlarge as "a type the catalog lacks").
+NEW_ID, NEW_STACK, NEW_TYPE = "p3", "P3Stack", "p3.2xlarge"
 ROWS = {
-    "backends": [{"like": "g6", "id": NEW_ID, "stack_name": NEW_STACK, "label": "vLLM on EC2 g4dn (T4)",
+    "backends": [{"like": "g6", "id": NEW_ID, "stack_name": NEW_STACK, "label": "vLLM on EC2 p3 (V100)",
                   "instance_type": NEW_TYPE, "color": "#bcbd22", "subnet_blocks": subnets.free_blocks()[:4]}],
-    "instances": [{"like": "g6.xlarge", "name": NEW_TYPE, "vcpus": 4, "accelerators": 1, "accel_memory_gib": 16,
-                   "bandwidth_gb_s": 320, "source": "test row",
-                   "chip": {"like": "NVIDIA T4G", "name": "NVIDIA T4", "source": "test row"}}],
+    "instances": [{"like": "g6.xlarge", "name": NEW_TYPE, "vcpus": 8, "accelerators": 1, "accel_memory_gib": 16,
+                   "bandwidth_gb_s": 900, "source": "test row",
+                   "chip": {"like": "NVIDIA T4G", "name": "NVIDIA V100", "source": "test row"}}],
     "prices": [{"service": "ec2", "instance_type": NEW_TYPE, "region": "us-east-1", "usd_per_hour": 0.5,
                 "source": "test row, not a quoted price"}],
 }
