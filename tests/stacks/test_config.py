@@ -74,7 +74,7 @@ def test_azs_and_per_backend_az():
 
 
 def test_a_mistyped_key_is_refused_not_ignored():
-    # `-c backend=g6` would otherwise synthesize all six backends; `ttl_hour` would keep 8 h.
+    # `-c backend=g6` would otherwise synthesize every backend; `ttl_hour` would keep 8 h.
     assert config_error(backend="g6") == "unknown context key 'backend'; did you mean 'backends'?"
     assert "'ttl_hours'" in config_error(ttl_hour="1")
     # CDK's own keys (feature flags, lookups, CLI settings) are not the kit's business.
