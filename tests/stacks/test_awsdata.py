@@ -1,4 +1,4 @@
-"""Config that only looks valid (issue 12 point 8): region, instance type, AZ and model id are
+"""Config that only looks valid: region, instance type, AZ and model id are
 checked against the real lists the kit carries (kit/awsdata.py), each list tested against its
 source: botocore's data, cfn-lint's AZ table, huggingface_hub's repo-id rules."""
 from __future__ import annotations
@@ -42,18 +42,47 @@ def test_values_that_only_look_valid_are_refused_in_one_line(context, want):
     assert want in config_error(**context)
 
 
-@pytest.mark.parametrize("context", [
-    {"region": "eu-west-1", "azs": "eu-west-1a,eu-west-1c"},
-    {"region": "me-west-1"},  # in botocore 1.44.8's partitions.json; not in the AZ table: pattern only
-    {"region": "me-west-1", "azs": "me-west-1a,me-west-1b"},
-    {"g6_instance_type": "g6.2xlarge", "inf2_instance_type": "inf2.8xlarge"},
-    {"sagemaker_instance_types": "ml.g6.xlarge,ml.g5.xlarge"},
-    {"model": "Qwen/Qwen3-8B", "inf2_model": "gpt2"},
-    {"g6_model": "package:emb4"},
-    {"bedrock_model": "amazon.nova-micro-v1:0"},
+def _seen(cfg) -> dict:
+    """What parse kept of the values under test: the region, the AZs, and per backend its region,
+    instance type(s) and model."""
+    out = {"region": cfg.region, "azs": cfg.azs}
+    for b in cfg.backends:
+        out[f"{b.id}.region"] = b.region
+        out[f"{b.id}.instance_type"] = b.instance_type
+        out[f"{b.id}.instance_types"] = b.instance_types
+        out[f"{b.id}.model"] = b.model_id
+    return out
+
+
+# Each real value passes and is what the config holds afterwards; the same context with one value
+# made wrong (the last two columns) is refused, so the check these values pass is one that bites.
+@pytest.mark.parametrize("context, holds, wrong, refusal", [
+    ({"region": "eu-west-1", "azs": "eu-west-1a,eu-west-1c"},
+     {"region": "eu-west-1", "azs": ("eu-west-1a", "eu-west-1c"), "g6.region": "eu-west-1"},
+     {"azs": "eu-west-1a,eu-west-1d"}, "azs: 'eu-west-1d' is not an Availability Zone of eu-west-1"),
+    # in botocore 1.44.8's partitions.json; not in the AZ table: AZs by pattern only
+    ({"region": "me-west-1"}, {"region": "me-west-1", "inf2.region": "me-west-1", "azs": ()},
+     {"region": "me-west-2"}, "region='me-west-2' is not a region botocore"),
+    ({"region": "me-west-1", "azs": "me-west-1a,me-west-1b"}, {"azs": ("me-west-1a", "me-west-1b")},
+     {"azs": "me-west-1a,us-east-1b"}, "'us-east-1b' is not an Availability Zone of me-west-1"),
+    ({"g6_instance_type": "g6.2xlarge", "inf2_instance_type": "inf2.8xlarge"},
+     {"g6.instance_type": "g6.2xlarge", "inf2.instance_type": "inf2.8xlarge"},
+     {"g6_instance_type": "g6.3xlarge"}, "g6_instance_type='g6.3xlarge' is not an EC2 instance type"),
+    ({"sagemaker_instance_types": "ml.g6.xlarge,ml.g5.xlarge"},
+     {"sagemaker.instance_types": ("ml.g6.xlarge", "ml.g5.xlarge"), "sagemaker.instance_type": "ml.g6.xlarge"},
+     {"sagemaker_instance_types": "ml.g6.xlarge,ml.g5.3xlarge"}, "'ml.g5.3xlarge': has no GPU count in the catalog"),
+    ({"model": "Qwen/Qwen3-8B", "inf2_model": "gpt2"},
+     {"g6.model": "Qwen/Qwen3-8B", "trn1.model": "Qwen/Qwen3-8B", "inf2.model": "gpt2"},
+     {"inf2_model": "gpt2.git"}, "inf2_model='gpt2.git' is not a Hugging Face model id"),
+    ({"g6_model": "package:emb4"}, {"g6.model": "package:emb4"},
+     {"g6_model": "package:emb 4"}, "g6_model='package:emb 4'"),
+    ({"bedrock_model": "amazon.nova-micro-v1:0"}, {"bedrock.model": "amazon.nova-micro-v1:0"},
+     {"bedrock_model": "amazon.nova micro-v1:0"}, "is not a Bedrock model or inference profile id"),
 ])
-def test_real_values_pass(context):
-    parse(context)
+def test_real_values_pass(context, holds, wrong, refusal):
+    seen = _seen(parse(context))
+    assert {k: seen[k] for k in holds} == holds
+    assert refusal in config_error(**{**context, **wrong})
 
 
 def test_sagemaker_types_are_botocores():
