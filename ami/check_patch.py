@@ -3,7 +3,7 @@
     python -m ami.check_patch            # prints one line, exit 0 when the patch applies
 
 Fetches vllm-<VLLM_VERSION>.tar.gz (the sdist, never a wheel) from PyPI through its JSON API,
-checks its sha256 against ami/pins.py, caches it under .cache/sdists/ (gitignored), unpacks
+checks its sha256 against kit/pins.py, caches it under .cache/sdists/ (gitignored), unpacks
 only the files the patch touches plus the files whose pins we check, and applies the patch
 with `patch -p1` (a dry run first). The image build does the same on the build host.
 """
@@ -21,7 +21,7 @@ import urllib.request
 from pathlib import Path
 from urllib.parse import urljoin
 
-from ami import pins
+from kit import pins
 
 ROOT = Path(__file__).resolve().parent.parent
 PATCH = Path(__file__).resolve().parent / "patches" / pins.SM75_PATCH

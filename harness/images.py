@@ -514,7 +514,7 @@ def _stack_context(ctx: dict[str, Any], image: str, region: str | None = None) -
 
 
 def _default_line() -> str:
-    from ami import pins
+    from kit import pins
 
     return pins.NEURON_DEFAULT_LINE
 

@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping
 
-from ami import pins
+from kit import pins
 from kit import awsdata, dlc, subnets
 from kit import weights as kit_weights
 from kit import regions as kit_regions
@@ -94,7 +94,7 @@ class KitConfig:
     # an ami-... id to build the Neuron image on instead of the Neuron DLAMI parameter.
     image_az: str | None = None
     neuron_parent_image: str | None = None
-    # The Neuron SDK line the inf2/trn1 image is built on (ami/pins.py NEURON_LINES; context
+    # The Neuron SDK line the inf2/trn1 image is built on (kit/pins.py NEURON_LINES; context
     # ``neuron_sdk``): each line has its own image stack and SSM parameter (kit/image_facts.py).
     neuron_sdk: str = pins.NEURON_DEFAULT_LINE
     # SageMaker: how long cdk deploy waits for InService before failing the stack (it is billed

@@ -5,7 +5,7 @@ stacks/images.py builds the pipelines from these; kit/image_families.py and harn
 """
 from __future__ import annotations
 
-from ami import pins
+from kit import pins
 
 # Under /imagebuilder/: the pipelines have no execution role, so Image Builder distributes (writes
 # the AMI id with ssm:PutParameter) and resolves an "ssm:" parent image (ssm:GetParameter) as its
@@ -18,7 +18,7 @@ PARAMETER_PREFIX = "/imagebuilder/inference-kit/ami"
 
 
 def neuron_image(line: str | None = None) -> str:
-    """The image name of a Neuron SDK line (ami/pins.py): "neuron" for the default line, its own
+    """The image name of a Neuron SDK line (kit/pins.py): "neuron" for the default line, its own
     name for every other, so the lines' pipelines, stacks and parameters exist side by side."""
     return pins.neuron_line(line).image
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Mapping
 
-from ami import pins
+from kit import pins
 from kit.image_facts import GPU_DLAMI, IMAGE_PARAMETERS, neuron_image
 
 
@@ -38,7 +38,7 @@ class ImageFamily:
 
 # vLLM on g6: the seed ran vLLM 0.30 on the L4; gemma4 tool-call parser and Gemma 4 support
 # are in that line. uv provides a standalone CPython so the DLAMI's Python does not matter.
-# The same pins as the vllm-cuda image (ami/pins.py): a g6 booted from the plain DLAMI installs
+# The same pins as the vllm-cuda image (kit/pins.py): a g6 booted from the plain DLAMI installs
 # exactly what the prebuilt image carries.
 VLLM_GPU_ENV = {"KIT_VLLM_VERSION": pins.VLLM_VERSION, "KIT_UV_VERSION": pins.UV_VERSION,
                 "KIT_PYTHON_VERSION": pins.PYTHON_VERSION}
@@ -70,7 +70,7 @@ def image_family(name: str) -> ImageFamily:
 def boot_family(name: str, choice: str | None = None, neuron_sdk: str | None = None) -> ImageFamily:
     """The family a backend boots: ``name`` as it is, or with the pipeline's AMI when the boot-image
     choice is "prebuilt" (CloudFormation cannot test whether a parameter exists, so this is a
-    choice, not a fallback). The neuron family boots the image of ``neuron_sdk``'s line (ami/pins.py;
+    choice, not a fallback). The neuron family boots the image of ``neuron_sdk``'s line (kit/pins.py;
     None = the default line)."""
     family = image_family(name)
     if name == "neuron":

@@ -7,7 +7,7 @@
   ``gpu-test`` boots the candidate on a g5g, serves one completion in its test phase and only
   then publishes the image the g5g backend reads.
 - ``NeuronImageStack`` (x86_64, for inf2 and trn1): the SDK 2.28 Neuron DLAMI + that release's Neuron
-  pins (ami/pins.py) + the kit's Neuron engine (ami/neuron) with its launcher, built and tested on an
+  pins (kit/pins.py) + the kit's Neuron engine (ami/neuron) with its launcher, built and tested on an
   inf2.8xlarge (an inf2.xlarge's chip with the host memory the compile needs) for inf2.xlarge.
   ``-c neuron_sdk=2.31`` builds ``NeuronSdk231ImageStack`` instead (its own pipeline and SSM
   parameter; both can exist side by side): not supported upstream on inf2/trn1, for trying.
@@ -29,7 +29,7 @@ snapshots are under the AWS managed ``aws/ebs`` key cannot be shared with anothe
 under a customer managed key can, with the key (docs/images.md).
 
 Component documents are the YAML files in ami/components/, uploaded as they are; values are
-injected as Image Builder component parameters (versions from ami/pins.py, S3 URIs of assets).
+injected as Image Builder component parameters (versions from kit/pins.py, S3 URIs of assets).
 Image Builder components and recipes are immutable per version, so each version is derived from
 a digest of its content: change a document or a pin and the next deploy creates a new version.
 """
@@ -53,7 +53,7 @@ from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
-from ami import pins
+from kit import pins
 from stacks import nag
 from stacks.az_choice import OfferedSubnet
 from kit import subnets
@@ -226,7 +226,7 @@ def vllm_sm75_spec(config: KitConfig) -> ImageSpec:
 # enforces structured output (response_format, forced tool choices) with llguidance (one abi3 wheel,
 # no dependencies: ami/neuron/structured.py).
 # transformers and huggingface_hub (which gives the instance `hf download` for the checkpoint
-# directory) and tokenizers are the Neuron line's (ami/pins.py NeuronLine.engine_pip: NxD Inference's
+# directory) and tokenizers are the Neuron line's (kit/pins.py NeuronLine.engine_pip: NxD Inference's
 # transformers==4.57.*), not the dev environment's transformers 5.
 ENGINE_EXTRA = ("aiohttp", "Jinja2", "llguidance")
 
@@ -269,7 +269,7 @@ def neuron_precompile(config: KitConfig) -> dict[str, str]:
 
 
 def neuron_spec(config: KitConfig, parent_ami: str | None = None) -> ImageSpec:
-    """The Neuron image of the configured SDK line (``-c neuron_sdk``, default ami/pins.py
+    """The Neuron image of the configured SDK line (``-c neuron_sdk``, default kit/pins.py
     NEURON_DEFAULT_LINE): each line has its own image name, stack, pipeline and SSM parameter."""
     line = pins.neuron_line(config.neuron_sdk)
     image = neuron_image(line.line)

@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# Engine for inf2 and trn1: the kit's Neuron engine (ami/neuron) with the Neuron SDK pinned in ami/pins.py, baked
+# Engine for inf2 and trn1: the kit's Neuron engine (ami/neuron) with the Neuron SDK pinned in kit/pins.py, baked
 # into the neuron image by the image pipeline (stacks/images.py, docs/images.md). Contract: see
 # engine-vllm-gpu.sh. Safe to run again after a reboot or a stop/start: the checkpoint is
 # downloaded once and compiled graphs are reused from the persistent cache on EBS.
@@ -20,7 +20,7 @@
 KIT_NEURON_VENV=${KIT_NEURON_VENV:-/opt/inference-kit/neuron}
 KIT_NEURON_SERVE=$KIT_NEURON_VENV/bin/kit-neuron-serve
 # neuron-ls lives here, not on the PATH systemd gives the unit (aws-neuron/aws-neuron-sdk#447;
-# ami/pins.py NEURON_TOOLS_BIN): called by path.
+# kit/pins.py NEURON_TOOLS_BIN): called by path.
 KIT_NEURON_TOOLS=${KIT_NEURON_TOOLS:-/opt/aws/neuron/bin}
 KIT_MODEL_DIR=/opt/inference-kit/models/$KIT_MODEL
 

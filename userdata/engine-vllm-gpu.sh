@@ -9,7 +9,7 @@
 # tool-call flags for the model (Backend.engine_settings: vllm_tool_flags), passed through as is;
 # KIT_MODEL / KIT_PORT (the model served, Backend.port); KIT_MODEL_REVISION (set when a commit is
 # pinned, kit/weights.py). The pins (KIT_VLLM_VERSION...) come from
-# ami/pins.py through kit/image_families.py. KIT_TENSOR_PARALLEL (set only above 1) spreads the
+# kit/pins.py through kit/image_families.py. KIT_TENSOR_PARALLEL (set only above 1) spreads the
 # model over that many GPUs: the degree the planner chose (stacks/sizing.py, kit/plan.py).
 
 KIT_VENV=/opt/inference-kit/vllm

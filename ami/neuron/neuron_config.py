@@ -245,7 +245,7 @@ class NeuronEngineConfig:
             "output_logits": True,
             "save_sharded_checkpoint": True,  # sharded weights live in the cache: fast restarts
             # The settings of the one Gemma 4 run upstream validated on inf2 (SDK 2.28, the 31B
-            # port; ami/neuron_facts.py INF2_SETTINGS): NxDI's attention kernel off (head dims
+            # port; kit/neuron_facts.py INF2_SETTINGS): NxDI's attention kernel off (head dims
             # 256/512 exceed its 128; the decomposed attention path), no fused QKV (Q/K/V shapes
             # differ per layer type), and below, one physical NeuronCore per logical core.
             "attn_kernel_enabled": False,

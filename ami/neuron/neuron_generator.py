@@ -1,4 +1,4 @@
-"""Neuron generator: a thin layer over NxD Inference (the Neuron SDK line ami/pins.py pins) and the Gemma 4
+"""Neuron generator: a thin layer over NxD Inference (the Neuron SDK line kit/pins.py pins) and the Gemma 4
 text model class from NxD Inference's contrib tree (``contrib/models/gemma-4-E2B/src``).
 
 What it does, in order: build NxDI's ``NeuronConfig`` from ``neuron_config.plan`` (shapes,

@@ -1,7 +1,7 @@
 """What the engine needs to run Gemma 4 on NxD Inference 0.8 under transformers 4.57.
 
 The Neuron image pins transformers 4.57.6, NxD Inference's own ``transformers==4.57.*``
-(ami/neuron_facts.py TRANSFORMERS_CHOICE says why). That transformers has every name NxD
+(kit/neuron_facts.py TRANSFORMERS_CHOICE says why). That transformers has every name NxD
 Inference imports (``SampleDecoderOnlyOutput``, ``transformers.utils.fx``) but not Gemma 4:
 
 - ``AutoConfig`` does not know ``model_type`` "gemma4", so NxD Inference's

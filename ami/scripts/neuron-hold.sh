@@ -3,7 +3,7 @@
 # unpacked assets, after installing the pinned driver and runtime): hold them, and the kernel the
 # driver was built for.
 #   NEURON_APT="aws-neuronx-dkms=2.26.10.0* ..." KERNEL_HOLD="linux-*aws*" neuron-hold.sh [--check]
-# NEURON_APT: ami/pins.py neuron_apt_specs; KERNEL_HOLD: dpkg-query patterns, ami/pins.py KERNEL_HOLD.
+# NEURON_APT: kit/pins.py neuron_apt_specs; KERNEL_HOLD: dpkg-query patterns, kit/pins.py KERNEL_HOLD.
 # --check (the validate step, CheckPins): fail in one line unless every package is installed at
 # its pinned version (a glob: 2.30.51.0*) and held, and the running kernel is held.
 #

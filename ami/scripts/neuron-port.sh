@@ -13,12 +13,12 @@ rm -rf "$src"
 install -d -m 0755 "$src" "$root"/opt/ami/nxdi-gemma4
 git -C "$src" init -q
 # GitHub serves a commit by its id while some ref reaches it; the pinned one is on a
-# pull request's head only (ami/pins.py), which a force-push can drop.
+# pull request's head only (kit/pins.py), which a force-push can drop.
 if ! git -C "$src" fetch -q --depth 1 "$NXDI_REPO" "$NXDI_COMMIT"; then
   echo "The Gemma 4 E2B port's commit $NXDI_COMMIT cannot be fetched from $NXDI_REPO:" \
     "it was reachable only from $NXDI_REF, which has since moved past it (force-push) or" \
     "is gone. Find the port's commit now (git ls-remote $NXDI_REPO $NXDI_REF, or the" \
-    "merged commit on main), check it, set NXDI_COMMIT (and NXDI_REF) in ami/pins.py and" \
+    "merged commit on main), check it, set NXDI_COMMIT (and NXDI_REF) in kit/pins.py and" \
     "deploy NeuronImageStack again." >&2
   exit 1
 fi

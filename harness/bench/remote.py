@@ -5,7 +5,7 @@ against the model server's loopback, so what it reports has no tunnel or interne
    kit.zip``): every ``harness`` and ``kit`` module ``harness.bench.cli`` imports (found from the source with
    ``ast``, so it follows refactors) plus a ``__main__.py``. Only pure Python of the kit; third-party
    packages come from the instance: Python >= 3.11 (the bench uses ``asyncio.timeout``; the
-   engine venvs are ``ami/pins.py`` PYTHON_VERSION, 3.12) and ``aiohttp`` are required (the vLLM
+   engine venvs are ``kit/pins.py`` PYTHON_VERSION, 3.12) and ``aiohttp`` are required (the vLLM
    and Neuron engine venvs have it: vLLM depends on it, the Neuron engine serves with
    aiohttp.web); ``uvloop``,
    ``orjson``, ``rich`` and ``tokenizers`` are optional in the bench and used when present.

@@ -76,9 +76,9 @@ BOOT_VARS: tuple[BootVar, ...] = (
     _stack("KIT_NEURON_BATCH_SIZE", "sequences the Neuron engine decodes together (its compiled batch)", (NEURON,)),
     _stack("KIT_NEURON_PROMPT_BUCKETS", "prompt lengths the Neuron engine compiles; the largest is its prompt limit",
            (NEURON,)),
-    _stack("KIT_VLLM_VERSION", "the vLLM pin installed on the plain DLAMI (ami/pins.py)", (VLLM_GPU,)),
-    _stack("KIT_UV_VERSION", "the uv pin that installs it (ami/pins.py)", (VLLM_GPU,)),
-    _stack("KIT_PYTHON_VERSION", "the CPython uv installs for it (ami/pins.py)", (VLLM_GPU,)),
+    _stack("KIT_VLLM_VERSION", "the vLLM pin installed on the plain DLAMI (kit/pins.py)", (VLLM_GPU,)),
+    _stack("KIT_UV_VERSION", "the uv pin that installs it (kit/pins.py)", (VLLM_GPU,)),
+    _stack("KIT_PYTHON_VERSION", "the CPython uv installs for it (kit/pins.py)", (VLLM_GPU,)),
     # what the EC2 construct adds (stacks/inference_instance.py)
     _stack("KIT_REGION", "the stack's region (Secrets Manager, SSM, CloudFormation calls)"),
     _stack("KIT_STACK", "the stack's name (the creation-policy signal)"),

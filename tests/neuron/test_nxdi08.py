@@ -1,7 +1,7 @@
 """The engine's NxD Inference imports and the Gemma 4 port, against NxD Inference 0.8's real
 source (tests/neuron/nxdi08, PROVENANCE.md there), under the transformers the Neuron image pins.
 
-The image pins transformers 4.57.6 (ami/pins.py ENGINE_TRANSFORMERS); this repository's own
+The image pins transformers 4.57.6 (kit/pins.py ENGINE_TRANSFORMERS); this repository's own
 environment has transformers 5 (requirements-engine.txt, the CPU backend). A throwaway venv under
 the test's tmp dir gets the image's transformers, tokenizers and huggingface_hub from uv (about a
 second with uv's cache; PyPI or the machine's package cache otherwise) and sees everything else
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from ami import pins
+from kit import pins
 
 # The throwaway venv's three wheels come from uv's cache, else PyPI: the one network tests may use.
 pytestmark = [pytest.mark.network, pytest.mark.slow]
@@ -103,7 +103,7 @@ def test_the_engine_config_and_the_port_construct_on_nxd_inference_08(on_image):
     assert out["is_neuron_config"] and out["neuron_config_cls"] == "modeling_gemma4_e2b.Gemma4E2BNeuronConfig"
     nc = out["neuron_config"]
     # The kit's NeuronConfig kwargs (ami/neuron/neuron_config.py) as 0.8's NeuronConfig keeps them,
-    # with the validated inf2 settings (ami/neuron_facts.py INF2_SETTINGS).
+    # with the validated inf2 settings (kit/neuron_facts.py INF2_SETTINGS).
     assert (nc["tp_degree"], nc["batch_size"], nc["seq_len"], nc["max_context_length"]) == (2, 2, 256, 128)
     assert nc["attn_kernel_enabled"] is False and nc["fused_qkv"] is False and nc["logical_nc_config"] == 1
     assert nc["context_encoding_buckets"] == [128] and nc["padding_side"] == "right"
@@ -128,7 +128,7 @@ def test_without_the_kits_compat_loaders_gemma4_does_not_load_under_the_pinned_t
 
 
 def test_transformers_imports_the_installed_torchvision_on_nxd_inferences_import_path(image_python, tmp_path):
-    """Why the image installs torchvision's CPU build (ami/pins.py): transformers 4.57.6 imports
+    """Why the image installs torchvision's CPU build (kit/pins.py): transformers 4.57.6 imports
     torchvision whenever it is installed (and Pillow, which NxD Inference requires), on the way to
     every PreTrainedModel (modeling_utils -> loss_for_object_detection -> image_transforms ->
     image_utils), so a torchvision that cannot load takes hf_adapter down with it. The stand-in

@@ -161,7 +161,7 @@ def test_g6_kit_env_carries_the_catalogs_engine_settings_and_the_pins(kit):
     assert env["KIT_PORT"] == "8000" and env["KIT_MODEL"] == BACKENDS["g6"].model_id
     assert env["KIT_VLLM_VERSION"] == "0.30.0"
     # Installing at boot gives the same stack as the vllm-cuda image (one set of pins).
-    from ami import pins
+    from kit import pins
     assert (env["KIT_UV_VERSION"], env["KIT_PYTHON_VERSION"]) == (pins.UV_VERSION, pins.PYTHON_VERSION)
     assert env["KIT_VLLM_VERSION"] == pins.VLLM_VERSION
 

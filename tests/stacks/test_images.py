@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ami import pins
+from kit import pins
 from kit.catalog import BACKENDS, instance_arch
 from kit.image_facts import lifecycle_tags, pipeline_name
 from stacks import images

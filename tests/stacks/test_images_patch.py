@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from ami import check_patch, pins
+from ami import check_patch
+from kit import pins
 from tests.conftest import require_binary
 
 pytestmark = pytest.mark.network

@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from ami import pins
+from kit import pins
 from tests.stacks.test_neuron_install import agent_env, render, stack_parameters, step_script
 
 KERNEL = "6.14.0-1015-aws"

@@ -8,7 +8,7 @@ given the parameters the stack gives it (stacks/images.py neuron_spec) with the 
 indexes pointed at the local ones, and run with the pinned uv under the environment the Image
 Builder agent gives it: systemd's default PATH, no HOME, no login profile (env -i). The root it
 installs into is a temp directory standing for /. The engine pins NxD Inference's own
-transformers (4.57.6, ami/pins.py); the negative case is the transformers 5 the image installed
+transformers (4.57.6, kit/pins.py); the negative case is the transformers 5 the image installed
 before, which no resolver can put next to NxD Inference's transformers==4.57.*.
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ami import pins
+from kit import pins
 from stacks import images
 from tests.stacks.neuron_index import DATA, ORIGINS, build_indexes, load_packages, normalize
 
@@ -154,7 +154,7 @@ def test_every_recorded_package_names_its_source_and_index():
 def test_the_record_covers_every_pinned_package():
     recorded = {(normalize(p["name"]), p["version"]) for p in load_packages()}
     for name, version in pins.NEURON_PIP.items():
-        assert (normalize(name), version) in recorded, f"{name}=={version} (ami/pins.py) is not in {DATA.name}"
+        assert (normalize(name), version) in recorded, f"{name}=={version} (kit/pins.py) is not in {DATA.name}"
     for spec in images.engine_pip_specs().split():
         name, version = spec.split("==")
         assert (normalize(name), version) in recorded, f"{spec} (engine pins) is not in {DATA.name}"
@@ -193,7 +193,7 @@ def test_the_component_installs_neuron_with_its_pins_then_the_transformers_overr
         assert have.get(normalize(name)) == version, (spec, have.get(normalize(name)))
     assert have["torch"] == f"{pins.NEURON_TORCH_VERSION}+cpu"  # from the CPU index, kept
     # torchvision (NxD Inference requires it) is the CPU build too: PyPI's CUDA build cannot be
-    # imported next to the CPU torch, and transformers imports it (ami/pins.py).
+    # imported next to the CPU torch, and transformers imports it (kit/pins.py).
     assert have["torchvision"] == f"{pins.NEURON_TORCHVISION_VERSION}+cpu"
     # No conflict at all: every declared requirement holds (the step runs uv pip check itself too).
     check = subprocess.run([uv_binary(), "pip", "check", "--python", str(venv / "bin/python")],

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from ami import pins
+from kit import pins
 from tests.stacks.test_neuron_install import SYSTEMD_PATH, agent_env, render, stack_parameters, step_script
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,10 +1,10 @@
-"""The Neuron SDK lines the kit builds (ami/pins.py) against what upstream says of them (ami/neuron_facts.py)."""
+"""The Neuron SDK lines the kit builds (kit/pins.py) against what upstream says of them (kit/neuron_facts.py)."""
 from __future__ import annotations
 
 import pytest
 
-from ami import neuron_facts as facts
-from ami import pins
+from kit import neuron_facts as facts
+from kit import pins
 
 
 def test_every_fact_names_its_source():

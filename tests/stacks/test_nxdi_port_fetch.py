@@ -1,6 +1,6 @@
 """The Neuron image's Gemma 4 E2B port is fetched by commit id from NxD Inference (review R5).
 
-Fact recorded in ami/pins.py: the pinned commit is reachable only from a pull request's head
+Fact recorded in kit/pins.py: the pinned commit is reachable only from a pull request's head
 (refs/pull/115/head in a snapshot of aws-neuron/neuronx-distributed-inference; main does not
 contain it). A git server hands out a commit by id only while a ref reaches it (and GitHub may
 prune it afterwards), so a force-push of the pull request breaks the build months later. The
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ami import pins
+from kit import pins
 from tests.stacks.test_neuron_install import agent_env, render, step_script
 
 PORT = "contrib/models/gemma-4-E2B/src"
@@ -101,7 +101,7 @@ def test_a_force_pushed_pull_request_stops_the_build_saying_how_to_re_pin(upstre
     r = run_step(tmp_path / "root", f"file://{bare}", commit)
     assert r.returncode == 1
     (line,) = [x for x in r.stderr.splitlines() if "Gemma 4 E2B port" in x]
-    assert commit in line and pins.NXDI_REF in line and "ami/pins.py" in line and "NeuronImageStack" in line
+    assert commit in line and pins.NXDI_REF in line and "kit/pins.py" in line and "NeuronImageStack" in line
 
 
 def test_the_pin_names_the_ref_it_hangs_on():

@@ -3,7 +3,7 @@
 Why: the Neuron image of SDK 2.28 starts from the DLAMI released with that SDK, and no SSM
 parameter names it ("Currently, SSM parameters support finding the latest DLAMI ID for each DLAMI
 type", aws-neuron/aws-neuron-sdk deploy/environments/dlami.rst): only its name stays the same in
-every region (ami/pins.py NeuronLine.parent_ami_name). CloudFormation cannot look an AMI up by
+every region (kit/pins.py NeuronLine.parent_ami_name). CloudFormation cannot look an AMI up by
 name, so this function asks ``DescribeImages`` with ``Owners=[amazon]``, an exact ``name`` filter
 and ``IncludeDeprecated`` (an old DLAMI is deprecated after a while and left out of results
 otherwise; EC2 API reference, DescribeImages) at deploy time, in the deploying account, and

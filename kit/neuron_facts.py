@@ -1,6 +1,6 @@
 """What upstream says about each Neuron SDK line, as recorded facts with their sources.
 
-Plain data (no aws-cdk-lib, no Neuron SDK): ami/pins.py pins the lines the kit builds, and
+Plain data (no aws-cdk-lib, no Neuron SDK): kit/pins.py pins the lines the kit builds, and
 tests/stacks/test_neuron_lines.py checks the pins against these rows and refuses a default line whose NxD
 Inference does not support inf2 and trn1 (``check_default_line``). Every row names its source:
 repository, path, tag or ref (with the commit it was read at), and a short quote. Nothing here was
@@ -12,7 +12,7 @@ Repositories read (git snapshots):
 - aws-neuron/neuronx-distributed-inference: release commits cd3abf3 ("Neuron SDK Release 2.28.0",
   _version.py 0.8.0) and c63afe0 ("Release 2.29", 0.9.0); it has no tag after v0.7.14366 and no
   0.10 source (main 4bcdc54 is still 0.9.0). Gemma 4 ports: refs/pull/106/head = 7593d9c (31B),
-  refs/pull/115/head = 699e33a (E2B; the kit pins its parent 6aa6121, ami/pins.py NXDI_COMMIT).
+  refs/pull/115/head = 699e33a (E2B; the kit pins its parent 6aa6121, kit/pins.py NXDI_COMMIT).
 """
 from __future__ import annotations
 
@@ -166,7 +166,7 @@ def nxdi_supports(line: str, platform: str) -> bool:
 def check_default_line(line: str, platforms: tuple[str, ...] = ("inf2", "trn1")) -> None:
     """Refuse, in one line, a default whose NxD Inference upstream does not support on inf2 and trn1."""
     if line not in SDK_LINES:
-        raise ValueError(f"Neuron SDK line {line!r} has no recorded facts (ami/neuron_facts.py); "
+        raise ValueError(f"Neuron SDK line {line!r} has no recorded facts (kit/neuron_facts.py); "
                          f"recorded: {', '.join(SDK_LINES)}")
     missing = [p for p in platforms if not nxdi_supports(line, p)]
     if missing:

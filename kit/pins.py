@@ -29,7 +29,7 @@ UV_VERSION = "0.13.9"
 
 # Neuron SDK lines the kit can build (one image and one SSM parameter each, side by side):
 # NEURON_DEFAULT_LINE unless `-c neuron_sdk=<line>`. Why 2.28 is the default, and what upstream says
-# about every line: ami/neuron_facts.py (the recorded facts, each with its source; a test fails
+# about every line: kit/neuron_facts.py (the recorded facts, each with its source; a test fails
 # if the default is a line whose NxD Inference does not support inf2 and trn1).
 # Versions: the release content, src/helperscripts/n2-manifest.json of aws-neuron/aws-neuron-sdk
 # (inf2 packages; tag v2.31.1, commit c19b2e69, lists every release from 2.28.0 to 2.31.1).
@@ -49,7 +49,7 @@ class NeuronLine:
     # transformers and the huggingface_hub/tokenizers that go with it: NxD Inference's own
     # transformers==4.57.* (its setup.py at 0.8 and 0.9; 2.31 release content) on every line, so
     # one resolver call installs the Neuron packages and the engine with no override
-    # (ami/neuron_facts.py TRANSFORMERS_CHOICE says why 4.57.6 and not 5.x).
+    # (kit/neuron_facts.py TRANSFORMERS_CHOICE says why 4.57.6 and not 5.x).
     engine_pip: tuple[str, ...]
     # Where the build starts: the DLAMI released with this SDK. Either an AMI name (resolved in the
     # deploying account at deploy time, stacks/images.py) or a public SSM parameter.
