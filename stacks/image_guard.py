@@ -19,14 +19,11 @@ from typing import Sequence
 
 import aws_cdk as cdk
 from aws_cdk import aws_iam as iam
-from aws_cdk import aws_lambda as lambda_
-from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from stacks import nag
 from kit.config import KitConfig
 from kit.image_needs import ImageNeed, image_needs
-from stacks.lambda_code import handler_code, handler_name
+from stacks.custom_resource import HandlerFunction
 
 BOOT_KEY = "BootAmi"
 
@@ -54,35 +51,23 @@ class ImagesReady(Construct):
         needs = image_needs(config)
         if own is not None and own.key not in {n.key for n in needs}:
             needs.append(own)
-        log_group = logs.LogGroup(self, "Logs", retention=logs.RetentionDays.ONE_WEEK,
-                                  removal_policy=cdk.RemovalPolicy.DESTROY)
-        role = iam.Role(self, "Role", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
-                        description="Custom::ImagesReady: read the kit's image parameters")
+        statements = []
         parameters = sorted({(n.region, n.parameter) for n in needs if n.parameter})
         if parameters:
-            role.add_to_policy(iam.PolicyStatement(
+            statements.append(iam.PolicyStatement(
                 sid="ReadImageParameters", actions=["ssm:GetParameters"],
                 resources=[f"arn:{stack.partition}:ssm:{r}:{stack.account}:parameter{p}" for r, p in parameters]))
         if needs:  # the AMI each parameter names, and -c <id>_ami: visible and available
-            role.add_to_policy(iam.PolicyStatement(sid="SeeAmis", actions=["ec2:DescribeImages"], resources=["*"]))
-            nag.acknowledge(role, "AwsSolutions-IAM5[Resource::*]",
-                            "ec2:DescribeImages supports no resource-level permissions (Service Authorization "
-                            "Reference, Amazon EC2); it only reads whether the AMIs to boot are available")
-        role.add_to_policy(iam.PolicyStatement(
-            sid="OwnLogs", actions=["logs:CreateLogStream", "logs:PutLogEvents"],
-            resources=[log_group.log_group_arn, f"{log_group.log_group_arn}:*"]))
-        logs_id = stack.resolve(stack.get_logical_id(log_group.node.default_child))
-        nag.acknowledge(role, f"AwsSolutions-IAM5[Resource::<{logs_id}.Arn>:*]",
-                        "log streams inside the function's own log group, whose stream names Lambda chooses")
-        fn = lambda_.Function(
-            self, "Function", runtime=lambda_.Runtime.PYTHON_3_14, handler=handler_name("images_ready"),
-            code=handler_code("images_ready"), role=role, log_group=log_group, timeout=cdk.Duration.minutes(1),
-            memory_size=128, description="Custom::ImagesReady: every configured machine image exists "
-                                         "(stacks/image_guard.py)")
-        fn.node.default_child.add_deletion_override("DependsOn")  # as Custom::AzChoice: cfn-lint W3005
-        self.resource = cdk.CustomResource(
-            self, "Check", service_token=fn.function_arn, resource_type="Custom::ImagesReady",
-            service_timeout=cdk.Duration.minutes(2),
-            properties=properties(needs, own, config.backend_ids, checked_at))
-        self.resource.node.add_dependency(role)  # invoked once the role carries its policy
+            statements.append(iam.PolicyStatement(sid="SeeAmis", actions=["ec2:DescribeImages"], resources=["*"]))
+        check = HandlerFunction(
+            self, handler="images_ready", ids=("Logs", "Role", "Function"),
+            role_description="Custom::ImagesReady: read the kit's image parameters",
+            description="Custom::ImagesReady: every configured machine image exists (stacks/image_guard.py)",
+            statements=statements,
+            any_resource_reason="ec2:DescribeImages supports no resource-level permissions (Service "
+                                "Authorization Reference, Amazon EC2); it only reads whether the AMIs to "
+                                "boot are available")
+        self.resource = check.resource(self, "Check", resource_type="Custom::ImagesReady",
+                                       properties=properties(needs, own, config.backend_ids, checked_at),
+                                       service_timeout=cdk.Duration.minutes(2))
         self.boot_ami = self.resource.get_att_string(BOOT_KEY) if own is not None else None

@@ -46,7 +46,6 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_imagebuilder as imagebuilder
 from aws_cdk import aws_kms as kms
-from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3_assets as s3_assets
 from aws_cdk import aws_secretsmanager as secretsmanager
@@ -66,7 +65,7 @@ from kit.image_facts import (BUILD_HOSTS, FAMILY_IMAGE, GPU_DLAMI, IMAGE_PARAMET
                              PARAMETER_PREFIX, key_alias, key_tags,
                              NEURON_IMAGES, PARENT_AMI_NAMES, SM75_CANDIDATE_PARAMETER, lifecycle_tags, neuron_image,
                              pipeline_name)
-from stacks.lambda_code import handler_code, handler_name
+from stacks.custom_resource import HandlerFunction
 from kit.weights import UNPINNED
 
 AMI_DIR = Path(__file__).resolve().parent.parent / "ami"
@@ -441,30 +440,16 @@ class ImagePipelineStack(cdk.Stack):
     def _ami_by_name(self, key: str, ami_name: str) -> str:
         """The id of the Amazon-owned AMI named ``ami_name`` in this region, found at deploy time
         (stacks/lambdas/ami_by_name): a token for the recipe's parent image."""
-        log_group = logs.LogGroup(self, f"{key}ParentLookupLogs", retention=logs.RetentionDays.ONE_WEEK,
-                                  removal_policy=cdk.RemovalPolicy.DESTROY)
-        role = iam.Role(self, f"{key}ParentLookupRole", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
-                        description="Custom::AmiByName: find the parent DLAMI by its name")
-        role.add_to_policy(iam.PolicyStatement(sid="DescribeImages", actions=["ec2:DescribeImages"], resources=["*"]))
-        role.add_to_policy(iam.PolicyStatement(
-            sid="OwnLogs", actions=["logs:CreateLogStream", "logs:PutLogEvents"],
-            resources=[log_group.log_group_arn, f"{log_group.log_group_arn}:*"]))
-        nag.acknowledge(role, "AwsSolutions-IAM5[Resource::*]",
-                        "ec2:DescribeImages supports no resource-level permissions (Service Authorization "
-                        "Reference, Amazon EC2)")
-        logs_id = self.resolve(self.get_logical_id(log_group.node.default_child))
-        nag.acknowledge(role, f"AwsSolutions-IAM5[Resource::<{logs_id}.Arn>:*]",
-                        "log streams inside the function's own log group, whose stream names Lambda chooses")
-        fn = lambda_.Function(
-            self, f"{key}ParentLookup", runtime=lambda_.Runtime.PYTHON_3_14, handler=handler_name("ami_by_name"),
-            code=handler_code("ami_by_name"), role=role, log_group=log_group,
-            timeout=cdk.Duration.minutes(1), memory_size=128,
-            description="Custom::AmiByName: the parent DLAMI's id by its name (stacks/images.py)")
-        fn.node.default_child.add_deletion_override("DependsOn")  # as Custom::AzChoice: cfn-lint W3005
-        found = cdk.CustomResource(self, f"{key}Parent", service_token=fn.function_arn,
-                                   resource_type="Custom::AmiByName", service_timeout=cdk.Duration.minutes(2),
-                                   properties={"Name": ami_name})
-        found.node.add_dependency(role)
+        lookup = HandlerFunction(
+            self, handler="ami_by_name",
+            ids=(f"{key}ParentLookupLogs", f"{key}ParentLookupRole", f"{key}ParentLookup"),
+            role_description="Custom::AmiByName: find the parent DLAMI by its name",
+            description="Custom::AmiByName: the parent DLAMI's id by its name (stacks/images.py)",
+            statements=[iam.PolicyStatement(sid="DescribeImages", actions=["ec2:DescribeImages"], resources=["*"])],
+            any_resource_reason="ec2:DescribeImages supports no resource-level permissions (Service "
+                                "Authorization Reference, Amazon EC2)")
+        found = lookup.resource(self, f"{key}Parent", resource_type="Custom::AmiByName",
+                                properties={"Name": ami_name}, service_timeout=cdk.Duration.minutes(2))
         return found.get_att_string("ImageId")
 
     def _pipeline(self, name: str, p: PipelineSpec, profile: iam.CfnInstanceProfile) -> None:

@@ -50,20 +50,24 @@ def respond(event: Mapping[str, Any], status: str, physical_id: str, data: Mappi
 
 
 def answer(event: Mapping[str, Any], work: Callable[[], tuple[str, Mapping[str, str]]], *,
-           known: tuple[type[BaseException], ...] = (), physical: str = "pending", send=respond) -> None:
+           known: tuple[type[BaseException], ...] = (), physical: str = "pending", unexpected: str = "",
+           send=respond) -> None:
     """The response protocol every handler here follows for a resource that creates nothing:
     Delete succeeds at once; Create/Update run ``work()`` -> (physical id, data) and succeed with
     it; an error in ``known`` fails with its own one-line message, any other with its type and
-    message. Whatever happens CloudFormation gets an answer, never a stack left waiting for the
-    service timeout."""
+    message after ``unexpected`` (what could not be done). Whatever happens CloudFormation gets an
+    answer, never a stack left waiting for the service timeout."""
     physical = event.get("PhysicalResourceId") or physical
     if event["RequestType"] == "Delete":
         return send(event, "SUCCESS", physical, {})
     try:
         physical, data = work()
     except known as e:
-        return send(event, "FAILED", physical, {}, str(e))
+        reason = str(e)
     except Exception as e:  # noqa: BLE001 - any other error still answers CloudFormation, with its reason
-        return send(event, "FAILED", physical, {}, f"{type(e).__name__}: {e}")
-    print(json.dumps({"physical": physical, "data": dict(data)}))
-    return send(event, "SUCCESS", physical, data)
+        reason = f"{unexpected}{type(e).__name__}: {e}"
+    else:
+        print(json.dumps({"physical": physical, "data": dict(data)}))
+        return send(event, "SUCCESS", physical, data)
+    print(json.dumps({"failed": reason}))
+    return send(event, "FAILED", physical, {}, reason)

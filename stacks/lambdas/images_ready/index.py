@@ -35,7 +35,7 @@ import json
 import re
 from typing import Any, Callable, Mapping
 
-from ..cfn_response import respond
+from ..cfn_response import answer, respond
 
 ClientFor = Callable[[str, str], Any]  # (service, region) -> boto3 client
 
@@ -176,26 +176,24 @@ def is_rollback(event: Mapping[str, Any]) -> bool:
 
 
 def handler(event: Mapping[str, Any], context: Any, client: ClientFor | None = None, send=respond) -> None:
-    physical = event.get("PhysicalResourceId") or PHYSICAL
-    if event["RequestType"] == "Delete":
-        return send(event, "SUCCESS", physical, {})
-    props = event["ResourceProperties"]
-    if is_rollback(event):
+    props = event.get("ResourceProperties", {})
+    if event["RequestType"] != "Delete" and is_rollback(event):
         # A rollback restores; it does not decide again. Never fail it (that would leave the stack
         # UPDATE_ROLLBACK_FAILED), and hand back the AMI this resource gave out before, kept in its
         # physical id, not what the parameter names now: a build published since the failed update
         # began would otherwise hand the restored template an AMI its running instance was not
         # launched from, and CloudFormation would replace that instance in the middle of the rollback.
+        physical = event.get("PhysicalResourceId") or PHYSICAL
         previous = physical.partition("/")[2]
         keys = [i["Key"] for i in props.get("Images", []) if i.get("Key")]
         print(json.dumps({"rollback": physical}))
         return send(event, "SUCCESS", physical, {k: previous for k in keys if previous})
-    try:
+
+    def work() -> tuple[str, dict[str, str]]:
         data = check(list(props.get("Images", [])), [b for b in str(props.get("Backends", "")).split(",") if b],
                      client or _boto_client)
-    except Exception as e:  # noqa: BLE001 - NotReady, or cannot check (e.g. access denied)
-        reason = str(e) if isinstance(e, NotReady) else f"could not check the machine images: {type(e).__name__}: {e}"
-        print(json.dumps({"missing": reason}))
-        return send(event, "FAILED", physical, {}, reason)
-    print(json.dumps({"found": data}))
-    return send(event, "SUCCESS", physical_id(data), data)
+        return physical_id(data), data
+
+    # NotReady is the refusal itself; anything else (e.g. access denied) means it could not check.
+    return answer(event, work, known=(NotReady,), physical=PHYSICAL,
+                  unexpected="could not check the machine images: ", send=send)
