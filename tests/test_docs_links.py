@@ -1,9 +1,19 @@
 """The docs point at what exists: every relative link in README.md, docs/**/*.md and the other
 tracked Markdown files resolves (the file, and the heading when the link names one), and every
 repository path quoted in backticks (`stacks/nag.py`, `harness/report/`) is a tracked file or
-folder. A path in another repository is written `owner/repo:path` (its first part is then no
-top-level entry of this one, so it is not checked). Runs in `make check` and `make test`;
-`make docs-check` runs it alone.
+folder. Runs in `make check` and `make test`; `make docs-check` runs it alone.
+
+A backticked token with a '/' is one of four kinds (``classify``), and only the first is allowed
+to be missing nowhere:
+
+* a path of this repository: its first part is a top-level entry (`kit/catalog.py`, `.ci/run`).
+  It must be tracked; a glob (`userdata/engine-*.sh`) must match a tracked path; a placeholder
+  (`userdata/engine-<name>.sh`) must sit in a tracked folder.
+* a run-time output: a path .gitignore covers (`results/<run-id>/report.html`, `cdk.out/`,
+  `.venv/bin/python`): written by a run, so it cannot exist in the clone.
+* a path in another repository, written `owner/repo:path`.
+* anything else (an upstream file, a model id, an instance path, an AWS name), unless its first
+  part is one typo away from a top-level entry (`hanress/run.py`): that is a broken path too.
 
 A heading's anchor is GitHub's: the heading text without its Markdown (code spans keep their
 text, links keep their label), lower-cased, every character that is not a letter, digit, space,
@@ -13,6 +23,9 @@ PUNCTUATION_REGEXP = /[^\\p{Word}\\- ]/u, then tr(' ', '-') and a uniqueness suf
 """
 from __future__ import annotations
 
+import difflib
+import fnmatch
+import itertools
 import re
 import subprocess
 from pathlib import Path
@@ -28,8 +41,6 @@ LINK = re.compile(r"!?\[(?:[^\]\[]|\[[^\]]*\])*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"
 CODE_SPAN = re.compile(r"(`+)(.+?)\1")
 HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 EXTERNAL = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:")  # http:, https:, mailto:, ...
-# A token that is a placeholder or a pattern, not a path: <run-id>, *, $VAR, {a,b}, ...
-NOT_LITERAL = re.compile(r"[<>*?$%{}\[\]|=]|\.\.\.")
 
 
 def tracked(root: Path = ROOT) -> set[str]:
@@ -112,30 +123,79 @@ def broken_links(path: Path, root: Path = ROOT) -> list[str]:
     return problems
 
 
+# A placeholder or an elision in a path: <run-id>, {a,b}, $VAR, [x], ..., the unicode ellipsis.
+PLACEHOLDER = re.compile(r"[<>{}\[\]|$%=]|\.\.\.|\u2026")
+OTHER_REPO = re.compile(r"^[\w.-]+/[\w.-]+:")  # owner/repo:path
+
+
 def path_tokens(line: str):
-    """Tokens of the line's code spans that look like repository paths: they contain a '/' and
-    are no placeholder or pattern. A trailing ':12' or '#anchor', and punctuation, are dropped."""
+    """Tokens of the line's code spans that may be paths: they contain a '/' and are not URLs,
+    absolute, home or option paths (an option's value, `--ignore=tests/x.py`, is kept). A trailing
+    ':12' or '#anchor', and punctuation around the token, are dropped (a leading '.' is kept:
+    `.ci/run` is a path)."""
     for m in CODE_SPAN.finditer(line):
         for token in m.group(2).split():
-            token = token.strip("()\"',;.").rstrip(":")
+            token = token.strip("()\"',;").rstrip(".:")
+            option = re.match(r"^--?[\w-]+=(.+)$", token)
+            if option:
+                token = option.group(1)
             token = re.sub(r"(:\d+(-\d+)?|#.*)$", "", token)
-            if "/" in token and not NOT_LITERAL.search(token) and not EXTERNAL.match(token) \
-                    and not token.startswith(("/", "~", "-")):
+            if "/" in token and not EXTERNAL.match(token) and not token.startswith(("/", "~", "-")):
                 yield token
 
 
-def missing_paths(path: Path, known: set[str], root: Path = ROOT) -> list[str]:
-    """Backticked paths whose first part is a top-level entry of the repository (stacks/, kit/,
-    harness/, docs/, ...) but which are not tracked. Other first parts (results/, cdk.out/,
-    /etc, google/gemma-4-E2B-it) are outputs, instance paths or model ids: not checked."""
+def ignored(tokens: list[str], root: Path = ROOT) -> set[str]:
+    """The tokens .gitignore covers (git check-ignore decides, as for any path)."""
+    if not tokens:
+        return set()
+    out = subprocess.run(["git", "check-ignore", "--no-index", "--stdin"], cwd=root, input="\n".join(tokens),
+                         capture_output=True, text=True)
+    assert out.returncode in (0, 1), out.stderr  # 1: none ignored
+    return set(out.stdout.splitlines())
+
+
+def classify(token: str, known: set[str], outputs: set[str]) -> tuple[str, str | None]:
+    """(kind, problem or None) for one token: kind is "repo", "output", "other-repo" or "outside"."""
     top = {p for p in known if "/" not in p}
-    problems = []
-    for n, line in prose_lines(path.read_text()):
-        for token in path_tokens(line):
-            rel = token.removeprefix("./").rstrip("/")
-            if rel.split("/")[0] in top and rel not in known:
-                problems.append(f"{path.relative_to(root)}:{n}: `{token}` is not a file or folder of the repository")
-    return problems
+    rel = token.removeprefix("./").rstrip("/")
+    first = rel.split("/")[0]
+    if OTHER_REPO.match(rel):
+        return "other-repo", None
+    if first not in top:
+        if token in outputs:
+            return "output", None
+        folders = {p.split("/")[0] for p in known if "/" in p}
+        near = difflib.get_close_matches(first, folders, n=1, cutoff=0.8)
+        return "outside", (f"looks like `{near[0]}/` but `{first}` is no top-level entry" if near else None)
+    if PLACEHOLDER.search(rel):
+        parts = rel.split("/")
+        literal = "/".join(itertools.takewhile(lambda part: not PLACEHOLDER.search(part) and not
+                                               any(c in part for c in "*?"), parts))
+        if literal in known:
+            return "repo", None
+        return "repo", f"the folder `{literal}` is not in the repository"
+    if any(c in rel for c in "*?"):
+        if any(fnmatch.fnmatchcase(p, rel) for p in known):
+            return "repo", None
+        return "repo", "matches no file or folder of the repository"
+    if rel in known:
+        return "repo", None
+    if token in outputs:  # e.g. a run-time file under a tracked folder, if .gitignore names it
+        return "output", None
+    return "repo", "is not a file or folder of the repository"
+
+
+def path_kinds(path: Path, known: set[str], root: Path = ROOT) -> list[tuple[str, str, str, str | None]]:
+    """(where, token, kind, problem) for every path token of one Markdown file."""
+    found = [(f"{path.relative_to(root)}:{n}", token) for n, line in prose_lines(path.read_text())
+             for token in path_tokens(line)]
+    outputs = ignored(sorted({t for _, t in found}), root)
+    return [(where, token, *classify(token, known, outputs)) for where, token in found]
+
+
+def missing_paths(path: Path, known: set[str], root: Path = ROOT) -> list[str]:
+    return [f"{where}: `{token}` {problem}" for where, token, _, problem in path_kinds(path, known, root)
+            if problem]
 
 
 def test_relative_links_resolve():
@@ -149,6 +209,16 @@ def test_backticked_repository_paths_exist():
     assert not problems, "\n".join(problems)
 
 
+def test_the_path_check_checks_the_docs_paths():
+    """Not vacuous: most path tokens in the docs are this repository's and are checked, and the
+    run-time outputs the docs name (the run's results folder) are told apart, not skipped blindly."""
+    known = tracked()
+    kinds = [(token, kind) for md in markdown_files() for _, token, kind, _ in path_kinds(md, known)]
+    repo = [t for t, k in kinds if k == "repo"]
+    assert len(repo) > 200 and len(repo) > len(kinds) / 2, (len(repo), len(kinds))
+    assert any(t.startswith("results/") for t, k in kinds if k == "output")
+
+
 def test_the_check_finds_a_broken_link_a_missing_heading_and_a_missing_path(tmp_path):
     """The oracle: a hand-made repository with one of each fault, and the right ones passing."""
     subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
@@ -157,18 +227,35 @@ def test_the_check_finds_a_broken_link_a_missing_heading_and_a_missing_path(tmp_
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "a.md").write_text(
         "# Title\n\n## Same weights everywhere: the `pinned` commit\n\n## Title\n")
+    (tmp_path / "userdata").mkdir()
+    (tmp_path / "userdata" / "engine-vllm.sh").write_text("")
+    (tmp_path / "harness").mkdir()
+    (tmp_path / "harness" / "run.py").write_text("")
+    (tmp_path / ".ci").mkdir()
+    (tmp_path / ".ci" / "run").write_text("")
+    (tmp_path / ".gitignore").write_text("results/\n.venv\n")
     (tmp_path / "README.md").write_text(
         "[ok](docs/a.md#same-weights-everywhere-the-pinned-commit) [dup](docs/a.md#title-1)\n"
         "[gone](docs/b.md) [no heading](docs/a.md#nowhere) [web](https://example.com/x)\n"
         "`kit/catalog.py` `kit/catalog.py:12` `kit/` `kit/nope.py` `results/<run-id>/` `google/gemma`\n"
-        "`xbill9/sagemaker-gemma:docs/runs/card.md` `./kit/catalog.py`\n"
+        "`xbill9/sagemaker-gemma:docs/runs/card.md` `./kit/catalog.py` `.ci/run` `.ci/gone`\n"
+        "`userdata/engine-*.sh` `userdata/engine-<name>.sh` `userdata/kernel-*.sh` `docs/src/<v>.yml`\n"
+        "`.venv/bin/python` `results/x/report.html` `hanress/run.py` `--ignore=kit/gone.py`.\n"
         "```\n[in a fence](docs/none.md) `kit/fenced.py`\n```\n")
     readme = tmp_path / "README.md"
     assert broken_links(readme, tmp_path) == [
         "README.md:2: (docs/b.md) docs/b.md does not exist",
         "README.md:2: (docs/a.md#nowhere) docs/a.md has no heading #nowhere"]
     assert missing_paths(readme, tracked(tmp_path), tmp_path) == [
-        "README.md:3: `kit/nope.py` is not a file or folder of the repository"]
+        "README.md:3: `kit/nope.py` is not a file or folder of the repository",
+        "README.md:4: `.ci/gone` is not a file or folder of the repository",
+        "README.md:5: `userdata/kernel-*.sh` matches no file or folder of the repository",
+        "README.md:5: `docs/src/<v>.yml` the folder `docs/src` is not in the repository",
+        "README.md:6: `hanress/run.py` looks like `harness/` but `hanress` is no top-level entry",
+        "README.md:6: `kit/gone.py` is not a file or folder of the repository"]
+    kinds = {token: kind for _, token, kind, _ in path_kinds(readme, tracked(tmp_path), tmp_path)}
+    assert kinds["results/<run-id>/"] == kinds[".venv/bin/python"] == kinds["results/x/report.html"] == "output"
+    assert kinds["google/gemma"] == "outside" and kinds["xbill9/sagemaker-gemma:docs/runs/card.md"] == "other-repo"
 
 
 @pytest.mark.parametrize("heading, want", [
