@@ -77,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--os-user", default=None, help="OS user for EC2 Instance Connect (default: stack output, else ubuntu)")
     p.add_argument("--forwarder", choices=("auto", "openssh", "paramiko"), default="auto",
                    help="what carries an EC2 backend's tunnel: OpenSSH's ssh (auto: where installed) "
-                        "or the kit's paramiko process (harness/access.py)")
+                        "or the kit's paramiko process (harness/access/tunnel.py)")
     b = p.add_argument_group("load benchmark (stage bench; docs/bench.md)")
     # --profile and --requests are harness.bench's names for the same things (one name per concept
     # across the kit's commands); --bench-profile and --bench-requests still work.
@@ -106,7 +106,7 @@ STAGE_OPTIONS: dict[str, tuple[str, ...]] = {
     "scoreboard": ("scoreboard_model",),
     "agent": ("runs",),
 }
-EC2_ONLY = ("os_user", "forwarder")  # what reaches an EC2 instance (harness/access.py); also --bench-from instance
+EC2_ONLY = ("os_user", "forwarder")  # what reaches an EC2 instance (harness/access/tunnel.py); also --bench-from instance
 
 
 def given_options(argv: list[str] | None) -> dict[str, str]:

@@ -148,7 +148,7 @@ def run_stages(ctx: RunContext, names: list[str]) -> None:
 # --------------------------------------------------------------------------- the bench stage
 def bench(endpoints: list[Endpoint], run_dir: Path, args: argparse.Namespace,
                  echo: Callable[[str], None], meta: dict[str, Any]) -> str:
-    from harness.access import forwarder_for
+    from harness.access.tunnel import forwarder_for
     from harness.bench.api import run_bench
     from harness.bench.remote import run_remote_bench
 
@@ -198,7 +198,7 @@ def open_access(endpoints: list[Endpoint], stack: contextlib.ExitStack, session:
     """EC2 backends get a tunnel (closed by ``stack``); one that cannot be reached (or an
     ``--endpoint`` server in ``unreachable``) is recorded in meta.json ``access`` (and, when the
     agent trial runs, as a failed run in agent_runs.jsonl) and left out of every stage."""
-    from harness.access import DEFAULT_OS_USER, HostKeyPins, eic_tunnel, forwarder_kind
+    from harness.access.tunnel import DEFAULT_OS_USER, HostKeyPins, eic_tunnel, forwarder_kind
 
     pins = HostKeyPins()
     live: list[Endpoint] = []

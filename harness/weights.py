@@ -74,7 +74,7 @@ def from_record(raw: Any, source: str) -> dict[str, Any]:
 
 def _remote(ep: Endpoint) -> dict[str, Any] | None:
     """The instance's record over the tunnel's SSH connection (None: no tunnel carries this endpoint)."""
-    from harness.access import forwarder_for
+    from harness.access.tunnel import forwarder_for
 
     fwd = forwarder_for(ep.base_url)
     if fwd is None or not hasattr(fwd, "run_remote"):

@@ -1,8 +1,8 @@
 """What the port-less tunnel costs a measurement: the load benchmark against the paced reference
 server, directly and through a real OpenSSH server on loopback, with the forwarders harness.run
 can use (``--forwarder``): ``openssh`` (OpenSSH's ssh -L, what harness.run uses where ssh is
-installed: ``harness.tunnel_openssh``), ``process`` (paramiko in its own process, the fallback:
-``harness.tunnel_proc``), ``inprocess`` (paramiko in the load generator's threads, the path before
+installed: ``harness.access.openssh``), ``process`` (paramiko in its own process, the fallback:
+``harness.access.process``), ``inprocess`` (paramiko in the load generator's threads, the path before
 issue 15), ``all`` (the three in one run, for a before/after table).
 
     python -m harness.calibration.tunnel [--levels 1,16,64] [--requests 64] [--forwarder all]
@@ -27,15 +27,15 @@ import sys
 import tempfile
 from pathlib import Path
 
-from harness import access
+from harness.access import tunnel as access
 from harness.bench.api import run_bench
 from harness.calibration.args import Parser, positive, positive_ints
 from harness.calibration.loopback_sshd import sshd
 from harness.calibration.refserver import RefServerProcess
 from harness.calibration.relay import nginx_relays, stream_module
 from harness.endpoint import Endpoint
-from harness.tunnel_openssh import OpenSshForward
-from harness.tunnel_proc import ProcessForward
+from harness.access.openssh import OpenSshForward
+from harness.access.process import ProcessForward
 from kit.contracts.results import TUNNEL_CALIBRATION
 
 PROG = "python -m harness.calibration.tunnel"

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness import access
+from harness.access import tunnel as access
 from tests.conftest import require_binary
 from tests.harness.servers import sshd
 

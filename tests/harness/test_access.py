@@ -12,7 +12,7 @@ from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 from botocore.stub import Stubber
 
-from harness import access
+from harness.access import tunnel as access
 from harness.endpoint import Endpoint
 from tests.harness.servers import fake_eic, get_json, http_server
 

@@ -10,12 +10,12 @@ import sys
 
 import pytest
 
-from harness import access
+from harness.access import tunnel as access
 from harness.bench import remote
 from harness.bench.api import run_bench
 from harness.calibration.refserver import RefServerProcess
 from harness.endpoint import Endpoint
-from harness.tunnel_proc import ProcessForward
+from harness.access.process import ProcessForward
 from tests.bench.conftest import REPO
 from tests.conftest import require_binary, saved_levels
 from tests.harness.servers import sshd

@@ -1,4 +1,4 @@
-"""The OpenSSH data path (harness.tunnel_openssh, harness.eic_proxy) against a real sshd on
+"""The OpenSSH data path (harness.access.openssh, harness.access.eic_proxy) against a real sshd on
 loopback, and through a websocket standing in for the EIC endpoint."""
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ import botocore.session
 import pytest
 from botocore.stub import Stubber
 
-from harness import access
+from harness.access import tunnel as access
 from harness.endpoint import Endpoint
-from harness.tunnel_openssh import OpenSshForward
+from harness.access.openssh import OpenSshForward
 from tests.conftest import require_binary
 from tests.harness.servers import fake_eic, get_json, http_server
 
@@ -97,7 +97,7 @@ def test_ssh_exiting_is_redialled_with_a_new_ticket_on_the_same_port(ssh_server,
 
 
 def test_eic_proxy_reads_and_deletes_its_ticket_and_relays(ssh_server, key, tmp_path):
-    """ssh with harness.eic_proxy as ProxyCommand through a websocket bridged to the sshd: the
+    """ssh with harness.access.eic_proxy as ProxyCommand through a websocket bridged to the sshd: the
     ticket file is gone after use, the URL never in the proxy's argv."""
     with fake_eic(ssh_server["port"]) as eice, http_server() as http_port:
         url = f"ws://127.0.0.1:{eice['port']}/openTunnel?X-Amz-Signature=abc&instanceConnectEndpointId=e"
@@ -112,12 +112,12 @@ def test_eic_proxy_reads_and_deletes_its_ticket_and_relays(ssh_server, key, tmp_
 def test_eic_proxy_bad_ticket_is_one_line_and_exit_1(tmp_path):
     ticket = tmp_path / "t"
     ticket.write_text("https://not-a-websocket.example/\n")
-    r = subprocess.run([sys.executable, "-m", "harness.eic_proxy", str(ticket)], cwd=REPO,
+    r = subprocess.run([sys.executable, "-m", "harness.access.eic_proxy", str(ticket)], cwd=REPO,
                        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
     assert r.returncode == 1
     assert r.stderr.strip().count("\n") == 0 and "does not hold a websocket URL" in r.stderr
     assert not ticket.exists()
-    r = subprocess.run([sys.executable, "-m", "harness.eic_proxy"], cwd=REPO, capture_output=True,
+    r = subprocess.run([sys.executable, "-m", "harness.access.eic_proxy"], cwd=REPO, capture_output=True,
                        text=True, timeout=60)
     assert r.returncode == 2 and r.stderr.startswith("usage:")
 
@@ -150,9 +150,9 @@ def _session():
 def test_eic_tunnel_carries_bytes_with_openssh_and_falls_back_without_it(
         ssh_server, key, monkeypatch, caplog, ssh_present):
     """The whole chain: the paramiko process dials first (control: pin, remote commands), then
-    OpenSSH's client through harness.eic_proxy carries the forwarded bytes; each dial pushes its
+    OpenSSH's client through harness.access.eic_proxy carries the forwarded bytes; each dial pushes its
     own key. Without ssh on PATH the paramiko process carries them (one dial, one key)."""
-    import harness.tunnel_openssh as topenssh
+    import harness.access.openssh as topenssh
 
     s = _session()
     monkeypatch.setattr(access, "new_ephemeral_key", lambda: key)
@@ -176,7 +176,7 @@ def test_eic_tunnel_carries_bytes_with_openssh_and_falls_back_without_it(
 def test_openssh_that_will_not_start_falls_back_with_one_warning(ssh_server, key, monkeypatch, caplog):
     """ssh present but failing (here: it cannot run at all) -> the paramiko process carries the
     tunnel, and one WARNING line names why."""
-    import harness.tunnel_openssh as topenssh
+    import harness.access.openssh as topenssh
 
     s = _session()
     monkeypatch.setattr(access, "new_ephemeral_key", lambda: key)
@@ -186,7 +186,7 @@ def test_openssh_that_will_not_start_falls_back_with_one_warning(ssh_server, key
         ep = Endpoint("g6", "openai", "m", instance_id="i-0123456789abcdef0", port=http_port)
         rewrite = lambda url: url.replace(  # noqa: E731
             "wss://eice-0abc.ec2-instance-connect-endpoint.us-east-1.amazonaws.com", f"ws://127.0.0.1:{eice['port']}")
-        with caplog.at_level("WARNING", logger="harness.access"), \
+        with caplog.at_level("WARNING", logger="harness.access.tunnel"), \
                 access.eic_tunnel(ep, botocore_session=s, region="us-east-1", pins=access.HostKeyPins(),
                                   os_user=ssh_server["user"], ec2=ec2, eic=eic, rewrite_url=rewrite) as live:
             assert get_json(live.base_url + "/models") == {"path": "/v1/models"}
@@ -217,8 +217,8 @@ def test_no_aws_variable_reaches_ssh(ssh_server, key, monkeypatch):
 _HOLDER = """
 import sys, time
 import paramiko
-from harness.hostkeys import HostKeyPins
-from harness.tunnel_openssh import OpenSshForward
+from harness.access.hostkeys import HostKeyPins
+from harness.access.openssh import OpenSshForward
 key = paramiko.Ed25519Key(filename=sys.argv[1])
 fwd = OpenSshForward(lambda: {"key": key, "tcp": ("127.0.0.1", int(sys.argv[2]))}, username=sys.argv[3],
                      remote_port=int(sys.argv[4]), host_id="i-0abc", pins=HostKeyPins())
@@ -243,7 +243,7 @@ def test_ssh_ends_when_the_process_holding_the_tunnel_is_killed(ssh_server, key,
     time limit: ssh's stdin reaches EOF, and without a pty that ends the session."""
     import signal
 
-    from harness.tunnel_proc import key_to_pem
+    from harness.access.process import key_to_pem
 
     key_file = tmp_path / "k"
     key_file.write_text(key_to_pem(key))
@@ -285,7 +285,7 @@ def test_proxy_command_runs_under_sh_whatever_the_users_shell(ssh_server, key, m
 
 
 def test_the_session_turns_nagle_off_at_sshd_without_a_pty(key, tmp_path):
-    """The fact the session exists for (harness.tunnel_openssh docstring): sshd sets TCP_NODELAY
+    """The fact the session exists for (harness.access.openssh docstring): sshd sets TCP_NODELAY
     for a session's command with no pty (session.c do_exec_no_pty -> ssh_packet_set_interactive
     -> misc.c set_nodelay, whose debug2 line is 'fd N setting TCP_NODELAY'). Read before any
     forwarded connection, for which sshd sets it on its socket to the target as well."""
@@ -365,7 +365,7 @@ def test_eic_proxy_frames_are_no_larger_than_the_aws_clis(tmp_path):
 
     from websockets.sync.server import serve
 
-    from harness.eic_proxy import relay
+    from harness.access.eic_proxy import relay
 
     sizes: list[int] = []
     got = bytearray()
@@ -401,7 +401,7 @@ def test_eic_proxy_never_prints_the_presigned_url(tmp_path):
     (and meta.json records the access error): the signature and key id must not be there."""
     ticket = tmp_path / "t"
     ticket.write_text("ws:///openTunnel?X-Amz-Credential=AKIDEXAMPLE&X-Amz-Signature=s3cr3t\n")
-    r = subprocess.run([sys.executable, "-m", "harness.eic_proxy", str(ticket)], cwd=REPO,
+    r = subprocess.run([sys.executable, "-m", "harness.access.eic_proxy", str(ticket)], cwd=REPO,
                        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
     assert r.returncode == 1 and "InvalidURI" in r.stderr
     assert "s3cr3t" not in r.stderr and "AKIDEXAMPLE" not in r.stderr

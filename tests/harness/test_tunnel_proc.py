@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from harness import access
-from harness.tunnel_child import key_from_pem
-from harness.tunnel_proc import ProcessForward, child_env, key_to_pem
+from harness.access import tunnel as access
+from harness.access.child import key_from_pem
+from harness.access.process import ProcessForward, child_env, key_to_pem
 from tests.conftest import require_binary
 from tests.harness.servers import get_json, http_server, sshd
 
@@ -203,16 +203,16 @@ def test_ctrl_c_closes_the_forwarder_process(ssh_server, key, tmp_path):
     import subprocess
     import sys
 
-    from harness.tunnel_proc import key_to_pem
+    from harness.access.process import key_to_pem
 
     pem = tmp_path / "key"
     pem.write_text(key_to_pem(key))
     script = tmp_path / "run.py"
     script.write_text(f"""
 import sys, time
-from harness import access
-from harness.tunnel_child import key_from_pem
-from harness.tunnel_proc import ProcessForward
+from harness.access import tunnel as access
+from harness.access.child import key_from_pem
+from harness.access.process import ProcessForward
 key = key_from_pem(open({str(pem)!r}).read())
 with ProcessForward(lambda: {{"key": key, "tcp": ("127.0.0.1", {ssh_server["port"]})}}, username={ssh_server["user"]!r},
                     remote_port=1, host_id="i-test", pins=access.HostKeyPins()) as fwd:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from harness import weights
-from harness.access import registered
+from harness.access.tunnel import registered
 from harness.endpoint import Endpoint
 from kit.weights import DIGEST_FILES, SERVED_RECORD, file_digest
 

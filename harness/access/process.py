@@ -3,8 +3,8 @@
 In the load generator's process, paramiko's transport thread (packet framing, AES, MAC), the
 relay thread and the websocket bridge threads all take the GIL that the benchmark's event loop
 needs to timestamp chunks; at 64 streams this cost ~15 % of output tok/s and coalesced chunks
-(issue 15). ``ProcessForward`` runs the same ``harness.access.SshForward`` in a
-child (``python -m harness.tunnel_child``), which has its own GIL and core.
+(issue 15). ``ProcessForward`` runs the same ``harness.access.tunnel.SshForward`` in a
+child (``python -m harness.access.child``), which has its own GIL and core.
 
 Parent and child speak JSON lines over the child's stdin/stdout:
 
@@ -54,12 +54,12 @@ from typing import Any, Callable
 
 import paramiko
 
-from harness.hostkeys import AccessError, HostKeyMismatch, HostKeyPins
-from harness.remote_exec import RemoteError
+from harness.access.hostkeys import AccessError, HostKeyMismatch, HostKeyPins
+from harness.access.remote_exec import RemoteError
 
 log = logging.getLogger(__name__)
 
-_ROOT = Path(__file__).resolve().parents[1]  # the directory holding the harness package
+_ROOT = Path(__file__).resolve().parents[2]  # the directory holding the harness package
 
 # What the parent hands the child at each (re)dial: {"key": PKey, "tcp": (host, port)} or
 # {"key": PKey, "ws": presigned wss URL}.
@@ -89,13 +89,13 @@ def child_env() -> dict[str, str]:
 
 # --------------------------------------------------------------------------- parent side
 class ProcessForward:
-    """``harness.access.SshForward`` in a child process (``harness.tunnel_child``), with the
+    """``harness.access.tunnel.SshForward`` in a child process (``harness.access.child``), with the
     attributes that matter to a caller:
     ``base_url``, ``local_port``, ``remote``, ``reconnects``, ``close()``, context manager.
 
     ``ticket()`` runs in this process at every dial of the child and returns the key and what
     to dial (see ``TicketFn``). ``switch_interval``, ``pty_session=False`` and ``fast=False``
-    (no AES-GCM preference, no direct write from the transport thread: ``harness.tunnel_child``)
+    (no AES-GCM preference, no direct write from the transport thread: ``harness.access.child``)
     are for the tunnel measurement (``harness.calibration.tunnel``) only. Errors opening the tunnel raise ``AccessError`` (or
     ``HostKeyMismatch``) here, as the in-process forwarder does.
     """
@@ -115,7 +115,7 @@ class ProcessForward:
         self._wlock = threading.Lock()
         self._ids = itertools.count(1)
         self._execs: dict[int, tuple[queue.SimpleQueue, Callable[[bytes], None] | None]] = {}
-        self.proc = subprocess.Popen([sys.executable, "-m", "harness.tunnel_child"],
+        self.proc = subprocess.Popen([sys.executable, "-m", "harness.access.child"],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      cwd=str(_ROOT), env=child_env())
         self._reader = threading.Thread(target=self._read, daemon=True, name="tunnel-proc-reader")
@@ -209,7 +209,7 @@ class ProcessForward:
     def run_remote(self, command: str, stdin: bytes = b"", *, on_stderr: Callable[[bytes], None] | None = None,
                    cancel: threading.Event | None = None, keep_stdin_open: bool = False) -> tuple[int, bytes]:
         """(exit status, stdout) of ``command`` on the far side, run by the child over its SSH
-        connection (``harness.remote_exec``). Ctrl-C or ``cancel`` closes the remote channel."""
+        connection (``harness.access.remote_exec``). Ctrl-C or ``cancel`` closes the remote channel."""
         n = next(self._ids)
         q: queue.SimpleQueue = queue.SimpleQueue()
         self._execs[n] = (q, on_stderr)

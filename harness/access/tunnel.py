@@ -16,11 +16,11 @@ Chain, all pure Python (no AWS CLI, no session-manager-plugin, no open port):
    one ``direct-tcpip`` channel per local connection to 127.0.0.1:<port> on the instance.
 5. A forwarder listening on 127.0.0.1:<ephemeral> exposes the server as ``http://127.0.0.1:N/v1``.
    If the tunnel drops (EIC's 3600 s cap), the next connection redials steps 2-4.
-   ``eic_tunnel`` runs steps 3-5 in a process of its own (``harness.tunnel_proc``: the SSH work
+   ``eic_tunnel`` runs steps 3-5 in a process of its own (``harness.access.process``: the SSH work
    must not take the load generator's GIL); steps 1-2 and the URL signing stay in this process,
    so AWS credentials never reach the child. Where OpenSSH's ``ssh`` is installed, a second
-   connection made by it carries the forwarded bytes (``harness.tunnel_openssh``, with
-   ``harness.eic_proxy`` as its ProxyCommand): the same work in C, about half the CPU per chunk;
+   connection made by it carries the forwarded bytes (``harness.access.openssh``, with
+   ``harness.access.eic_proxy`` as its ProxyCommand): the same work in C, about half the CPU per chunk;
    the paramiko process then pins the host key and runs remote commands.
 
 Host keys: EIC gives no known_hosts entry to check against, and the websocket itself is TLS to an
@@ -46,15 +46,15 @@ from urllib.parse import urlencode
 
 import paramiko
 
-from harness.eic_proxy import FRAME_BYTES, redact
+from harness.access.eic_proxy import FRAME_BYTES, redact
 from harness.endpoint import Endpoint
-from harness.hostkeys import AccessError, HostKeyMismatch, HostKeyPins
+from harness.access.hostkeys import AccessError, HostKeyMismatch, HostKeyPins
 
 log = logging.getLogger(__name__)
 
 DEFAULT_OS_USER = "ubuntu"  # the GPU and Neuron DLAMIs are Ubuntu
 MAX_TUNNEL_SECONDS = 3600  # EIC's upper bound for maxTunnelDuration
-_FRAME = FRAME_BYTES  # bytes per websocket frame at most, as the AWS CLI sends (harness.eic_proxy)
+_FRAME = FRAME_BYTES  # bytes per websocket frame at most, as the AWS CLI sends (harness.access.eic_proxy)
 _EICE_STATES = ["create-complete", "update-in-progress", "update-failed", "update-complete"]
 
 
@@ -380,8 +380,8 @@ class SshForward:
     def run_remote(self, command: str, stdin: bytes = b"", *, on_stderr: Callable[[bytes], None] | None = None,
                    cancel: threading.Event | None = None, keep_stdin_open: bool = False) -> tuple[int, bytes]:
         """(exit status, stdout) of ``command`` on the far side, over this tunnel's SSH connection
-        (``harness.remote_exec``; used by ``--bench-from instance``)."""
-        from harness.remote_exec import run_on_transport
+        (``harness.access.remote_exec``; used by ``--bench-from instance``)."""
+        from harness.access.remote_exec import run_on_transport
 
         return run_on_transport(self._live_transport(), command, stdin, on_stderr=on_stderr, cancel=cancel,
                                 keep_stdin_open=keep_stdin_open)
@@ -416,8 +416,8 @@ _OPEN: dict[str, Any] = {}
 
 _KIND: dict[str, str] = {}  # base_url -> which forwarder carries its bytes (FORWARDERS)
 
-# What carries a tunnel's bytes: "openssh" (OpenSSH's ssh -L, harness.tunnel_openssh, with the
-# paramiko process as control connection), "paramiko" (harness.tunnel_proc alone), "inprocess"
+# What carries a tunnel's bytes: "openssh" (OpenSSH's ssh -L, harness.access.openssh, with the
+# paramiko process as control connection), "paramiko" (harness.access.process alone), "inprocess"
 # (paramiko in the load generator's threads: the old path, for the tunnel measurement), "auto"
 # (openssh where ssh is installed, else paramiko).
 FORWARDERS = ("auto", "openssh", "paramiko", "inprocess")
@@ -455,8 +455,8 @@ def eic_tunnel(endpoint: Endpoint, *, botocore_session: Any, region: str, pins: 
     """Yield ``endpoint`` with ``base_url`` pointing at a local forward to its model server.
 
     The forwarder never runs in the load generator's process (``FORWARDERS``): by default
-    OpenSSH's client carries the bytes (``harness.tunnel_openssh``) beside the paramiko process
-    that pins the host key and runs remote commands (``harness.tunnel_proc``); without ``ssh``,
+    OpenSSH's client carries the bytes (``harness.access.openssh``) beside the paramiko process
+    that pins the host key and runs remote commands (``harness.access.process``); without ``ssh``,
     or if it will not start, the paramiko process carries them too (one WARNING line says why).
     ``ec2``/``eic`` clients and ``rewrite_url`` (wss URL -> what to dial) are seams for tests.
     """
@@ -485,7 +485,7 @@ def eic_tunnel(endpoint: Endpoint, *, botocore_session: Any, region: str, pins: 
         # A fresh key each time: a pushed key is valid for 60 s only. With the forwarder in its
         # own process this runs here, in the load generator's process, at each dial of the
         # child: the AWS calls use this process's botocore session (credentials it refreshes);
-        # the child gets only the presigned URL and the ephemeral key (harness/tunnel_proc.py).
+        # the child gets only the presigned URL and the ephemeral key (harness/access/process.py).
         key = new_ephemeral_key()
         try:
             eic.send_ssh_public_key(InstanceId=endpoint.instance_id, InstanceOSUser=os_user,
@@ -507,17 +507,17 @@ def eic_tunnel(endpoint: Endpoint, *, botocore_session: Any, region: str, pins: 
             yield endpoint.with_base_url(fwd.base_url)
         return
 
-    from harness.tunnel_proc import ProcessForward
+    from harness.access.process import ProcessForward
 
     # Two SSH connections per instance with the OpenSSH data path (this control one and ssh's):
     # 8 for four EC2 backends, within "Each EC2 Instance Connect Endpoint can support up to 20
     # concurrent connections" (EC2 User Guide, connect-using-eice.html, Limitations). Each ssh
-    # ends with this process (harness.tunnel_openssh), so an aborted run leaves none holding one.
+    # ends with this process (harness.access.openssh), so an aborted run leaves none holding one.
     with ProcessForward(ticket, username=os_user, remote_port=endpoint.port,
                         host_id=endpoint.instance_id, pins=pins) as pfwd, contextlib.ExitStack() as stack:
         url, kind = pfwd.base_url, "paramiko"
         if forwarder in ("auto", "openssh"):
-            from harness.tunnel_openssh import OpenSshForward, find_ssh
+            from harness.access.openssh import OpenSshForward, find_ssh
 
             if find_ssh() or forwarder == "openssh":
                 try:

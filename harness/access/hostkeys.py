@@ -1,5 +1,5 @@
 """The access path's errors and the run's host-key pins, shared by the in-process forwarder
-(``harness.access``) and the forwarder process (``harness.tunnel_proc``/``harness.tunnel_child``)."""
+(``harness.access.tunnel``) and the forwarder process (``harness.access.process``/``harness.access.child``)."""
 from __future__ import annotations
 
 import threading

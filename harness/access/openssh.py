@@ -3,7 +3,7 @@
 Why: every streamed chunk crosses the forwarder once. paramiko decrypts in Python (~20 us of
 CPU per chunk, measured by ``harness.calibration.tunnel``); OpenSSH's client does the same in C
 in about half that, in a process of its own, so the forwarder takes less of the machine the load
-generator runs on. ``harness.tunnel_proc.ProcessForward`` (paramiko) stays the control
+generator runs on. ``harness.access.process.ProcessForward`` (paramiko) stays the control
 connection (host-key pinning, remote commands for ``--bench-from instance``) and the fallback
 when ``ssh`` is missing or refuses to start.
 
@@ -27,7 +27,7 @@ One ``ssh`` process per tunnel, supervised:
   (``-N``) leaves Nagle on at sshd before 10.1, and small streamed chunks wait for the peer's
   delayed ACK (measured: ITL p99 40 ms instead of 4 ms at 16 streams). On ssh's own end: on a
   TCP connection ssh sets it itself (ssh.c ``ssh_session2_setup``; clientloop.c from 10.1); over
-  a ProxyCommand it talks to a pipe, and ``harness.eic_proxy`` sets it on the websocket's
+  a ProxyCommand it talks to a pipe, and ``harness.access.eic_proxy`` sets it on the websocket's
   socket. No pty, so ssh's stdin reaching EOF reaches ``cat`` as EOF: the session ends and ssh
   exits when this process dies in any way (SIGKILL included), instead of holding the port and
   one of the EIC endpoint's connections until the tunnel's time limit. The remote command prints
@@ -41,7 +41,7 @@ One ``ssh`` process per tunnel, supervised:
   below holds and no fish/zsh start-up file runs (or prints into the SSH stream).
 - Credentials: the ephemeral private key is a 0600 file in a 0700 directory made for this
   tunnel, deleted as soon as the session is up; over EIC the presigned URL is handed to
-  ``harness.eic_proxy`` in a 0600 file it deletes on reading. Nothing secret in argv or the
+  ``harness.access.eic_proxy`` in a 0600 file it deletes on reading. Nothing secret in argv or the
   environment (``AWS_*`` removed). ssh expands %-tokens, ${VAR} and splits on whitespace in
   the paths it is given (ssh_config(5) TOKENS, ENVIRONMENT VARIABLES, UserKnownHostsFile), so
   the directory is made where its path has none of these.
@@ -70,14 +70,14 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from harness.hostkeys import AccessError, HostKeyMismatch, HostKeyPins
+from harness.access.hostkeys import AccessError, HostKeyMismatch, HostKeyPins
 from harness.procs import free_port, stop
-from harness.tunnel_proc import child_env, key_to_pem
+from harness.access.process import child_env, key_to_pem
 
 log = logging.getLogger(__name__)
 
 READY = b"kit-tunnel-ready"
-_ROOT = Path(__file__).resolve().parents[1]  # the directory holding the harness package
+_ROOT = Path(__file__).resolve().parents[2]  # the directory holding the harness package
 TicketFn = Callable[[], dict]
 
 
@@ -126,7 +126,7 @@ class OpenSshForward:
     """``ssh -L`` on a local port, redialled with a fresh ticket whenever it exits.
 
     Attributes as the other forwarders: ``base_url``, ``local_port``, ``remote``, ``reconnects``,
-    ``error``, ``close()``, context manager. ``ticket()`` is ``harness.tunnel_proc.TicketFn``.
+    ``error``, ``close()``, context manager. ``ticket()`` is ``harness.access.process.TicketFn``.
     """
 
     RETRY_MAX_S = 15.0  # longest wait between two redials
@@ -181,7 +181,7 @@ class OpenSshForward:
         if "ws" in t:
             _write_secret(ticket_file, t["ws"])
             # ssh runs it with $SHELL (= /bin/sh, _start) after expanding %-tokens: quote, escape %.
-            proxy = " ".join(shlex.quote(a) for a in (self._python, "-m", "harness.eic_proxy", str(ticket_file)))
+            proxy = " ".join(shlex.quote(a) for a in (self._python, "-m", "harness.access.eic_proxy", str(ticket_file)))
             proxy = proxy.replace("%", "%%")
             cmd += ["-o", f"ProxyCommand={proxy}", f"{self._user}@{self._host_id}"]
         else:

@@ -1,9 +1,9 @@
 """OpenSSH ``ProxyCommand`` for the EC2 Instance Connect endpoint: the SSH bytes on this
 process's stdin/stdout travel as binary frames over the presigned ``openTunnel`` websocket.
 
-    ssh -o ProxyCommand="python -m harness.eic_proxy TICKET_FILE" ...
+    ssh -o ProxyCommand="python -m harness.access.eic_proxy TICKET_FILE" ...
 
-(``harness.tunnel_openssh`` writes that command.) TICKET_FILE holds the presigned URL; it is
+(``harness.access.openssh`` writes that command.) TICKET_FILE holds the presigned URL; it is
 read and deleted at once, so the URL (a credential for 60 s) is never in an argv, an environment
 or a log (error texts that quote it, as websockets' InvalidURI does, are redacted). The process
 only copies ciphertext: no key, no decryption. Any failure is one line on stderr (ssh prints it)
@@ -50,7 +50,7 @@ def _read_ticket(path: str) -> str:
 def relay(url: str, stdin_fd: int = 0, stdout_fd: int = 1) -> int:
     from websockets.sync.client import connect
 
-    # As harness.access.WebsocketBridge: no pings (SSH keepalives keep EIC busy), no compression
+    # As harness.access.tunnel.WebsocketBridge: no pings (SSH keepalives keep EIC busy), no compression
     # (the bytes are encrypted), no frame cap; Nagle off on the socket under the TLS.
     ws = connect(url, open_timeout=15, ping_interval=None, compression=None, max_size=None,
                  user_agent_header="inference-kit")
@@ -94,7 +94,7 @@ def relay(url: str, stdin_fd: int = 0, stdout_fd: int = 1) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        print("usage: python -m harness.eic_proxy TICKET_FILE", file=sys.stderr)
+        print("usage: python -m harness.access.eic_proxy TICKET_FILE", file=sys.stderr)
         return 2
     url = ""
     try:

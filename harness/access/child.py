@@ -1,10 +1,10 @@
-"""The forwarder process's side (``python -m harness.tunnel_child``, started by
-``harness.tunnel_proc.ProcessForward``; the protocol and the reasons are described there).
+"""The forwarder process's side (``python -m harness.access.child``, started by
+``harness.access.process.ProcessForward``; the protocol and the reasons are described there).
 
 Every TCP hop has Nagle off: the local connections and the SSH carrier here (``_nodelay`` in
-``harness.access``), the load generator's own sockets (asyncio sets TCP_NODELAY on every TCP
+``harness.access.tunnel``), the load generator's own sockets (asyncio sets TCP_NODELAY on every TCP
 transport: CPython Lib/asyncio/selector_events.py, ``_SelectorSocketTransport.__init__``), and
-sshd's side once the pty session runs (``access._mark_interactive``). Buffers: a channel's
+sshd's side once the pty session runs (``tunnel._mark_interactive``). Buffers: a channel's
 window is paramiko's 2 MiB with 32 KiB packets (paramiko/common.py DEFAULT_WINDOW_SIZE,
 DEFAULT_MAX_PACKET_SIZE), far above what a token stream has in flight, so no stream ever waits
 for a window adjust; streamed bytes are written to the local socket as each SSH packet arrives.
@@ -26,8 +26,8 @@ from typing import Any, Callable
 
 import paramiko
 
-from harness import access
-from harness.hostkeys import AccessError
+from harness.access import tunnel
+from harness.access.hostkeys import AccessError
 
 
 def key_from_pem(pem: str) -> paramiko.PKey:
@@ -37,7 +37,7 @@ def key_from_pem(pem: str) -> paramiko.PKey:
     raise AccessError("tunnel ticket: unreadable private key")
 
 
-class _Pins(access.HostKeyPins):
+class _Pins(tunnel.HostKeyPins):
     """The run's pin for this instance, and a report to the parent of every key seen."""
 
     def __init__(self, host: str, pin: list[str] | None, report: Callable[[dict], None]) -> None:
@@ -82,7 +82,7 @@ def _direct_feed(chan: paramiko.Channel, m: paramiko.Message) -> None:
         chan.kit_acks.put((chan, ack))
 
 
-class _ChildForward(access.SshForward):
+class _ChildForward(tunnel.SshForward):
     """SshForward that tells the parent about redials, aborts on a changed host key and, with
     ``fast=True``, prefers AES-GCM and writes streamed bytes from the transport thread."""
 
@@ -130,7 +130,7 @@ class _ChildForward(access.SshForward):
     def _live_transport(self) -> paramiko.Transport:
         try:
             t = super()._live_transport()
-        except access.HostKeyMismatch as exc:
+        except tunnel.HostKeyMismatch as exc:
             self._report({"op": "fatal", "type": "HostKeyMismatch", "error": str(exc)})
             self._abort()
             raise
@@ -163,7 +163,7 @@ def child_main() -> int:
         return 0
     start = json.loads(first)
     if start.get("pty_session") is False:  # the tunnel measurement's --no-pty-session
-        access._mark_interactive = lambda transport, host_id: None
+        tunnel._mark_interactive = lambda transport, host_id: None
     if start.get("switch_interval"):
         sys.setswitchinterval(float(start["switch_interval"]))
     closing = threading.Event()
@@ -218,12 +218,12 @@ def child_main() -> int:
         try:
             msg = q.get(timeout=3 * timeout + 30)
         except queue.Empty:
-            raise access.AccessError(f"{host_id}: no dial ticket from the parent") from None
+            raise tunnel.AccessError(f"{host_id}: no dial ticket from the parent") from None
         if "error" in msg:
-            raise access.AccessError(msg["error"])
+            raise tunnel.AccessError(msg["error"])
         key = key_from_pem(msg["key"])
         if "ws" in msg:
-            bridge = access.WebsocketBridge(msg["ws"])
+            bridge = tunnel.WebsocketBridge(msg["ws"])
             return bridge.sock, key, bridge.close
         sock = _tcp_carrier(msg["tcp"], timeout)
         return sock, key, sock.close
@@ -235,7 +235,7 @@ def child_main() -> int:
                             keepalive=int(start.get("keepalive") or 30), report=report,
                             fast=start.get("fast", True) is not False,
                             abort=closing.set)
-    except access.AccessError as exc:
+    except tunnel.AccessError as exc:
         report({"op": "fatal", "type": type(exc).__name__, "error": str(exc)})
         return 1
     live["fwd"] = fwd
