@@ -99,14 +99,14 @@ run: setup-run
 	$(PY) -m harness.run $(ARGS)
 
 # cdk deploy of the backends in ARGS (none: all), after checking their machine images exist
-# (harness/deploy.py): a missing image is one line with its build command, and nothing is created.
+# (harness/account/deploy.py): a missing image is one line with its build command, and nothing is created.
 deploy: setup-run
-	$(PY) -m harness.deploy $(ARGS)
+	$(PY) -m harness deploy $(ARGS)
 
 # After cdk destroy: what the kit made that still exists, per region, $$/month and removal command;
-# exit 1 while anything bills (harness/leftovers.py).
+# exit 1 while anything bills (harness/account/leftovers.py).
 leftovers: setup-run
-	$(PY) -m harness.leftovers $(ARGS)
+	$(PY) -m harness leftovers $(ARGS)
 
 # Apply ami/patches (Turing shared memory) to the pinned vLLM sdist from PyPI; also in pytest.
 patch-check: setup-run

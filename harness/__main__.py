@@ -12,16 +12,16 @@ import sys
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("harness.run:main", "agent trial + benchmark + accuracy + cost + report on what is deployed"),
-    "preflight": ("harness.preflight:main", "credentials, quotas, offerings, images, model access, before spending"),
+    "preflight": ("harness.account.preflight:main", "credentials, quotas, offerings, images, model access, before spending"),
     "plan": ("harness.plan:main", "where a Gemma 4 size fits, its ceiling and cost, per backend and instance"),
     "bench": ("harness.bench.cli:main", "the load benchmark against one endpoint"),
     "accuracy": ("harness.accuracy.cli:main", "paired accuracy between endpoints or packages"),
     "cost": ("harness.cost.__main__:main", "prices, $/M tokens, break-even against Bedrock"),
     "report": ("harness.report.__main__:main", "re-render a results directory's report offline"),
     "package": ("harness.package.__main__:main", "build, check, size and publish quantized packages"),
-    "images": ("harness.images:main", "build, follow, list and share the kit's machine images"),
-    "deploy": ("harness.deploy:main", "cdk deploy after checking the machine images of what it deploys"),
-    "leftovers": ("harness.leftovers:main", "after cdk destroy: what still exists, $/month, how to remove it"),
+    "images": ("harness.account.images:main", "build, follow, list and share the kit's machine images"),
+    "deploy": ("harness.account.deploy:main", "cdk deploy after checking the machine images of what it deploys"),
+    "leftovers": ("harness.account.leftovers:main", "after cdk destroy: what still exists, $/month, how to remove it"),
 }
 
 

@@ -315,7 +315,7 @@ def capacity_hint(backend_id: str, events: Iterable[Mapping[str, Any]]) -> str |
             return (f"EC2 had {what}{where}; deploy again with -c {backend_id}_az={instead[0]} "
                     f"(EC2 suggests {', '.join(instead)})")
         return (f"EC2 had {what}{where}; deploy again later, or with -c {backend_id}_az=<another AZ that "
-                f"offers it> (python -m harness.preflight lists them)")
+                f"offers it> (python -m harness preflight lists them)")
     return None
 
 

@@ -1,6 +1,6 @@
 """Which Availability Zone offers the instance types a backend or an image build needs, and the
 /24 its subnet gets there: the decision behind Custom::AzChoice (stacks/lambdas/az_choice), made
-the same way by preflight (harness/preflight*.py) before anything is deployed.
+the same way by preflight (harness/account/preflight*.py) before anything is deployed.
 
 Standard library only, no import from the rest of the kit: stacks/lambda_code.py ships this file
 (with kit/__init__.py) in the Lambda's asset, where only the Lambda Python runtime is present.

@@ -1,5 +1,5 @@
 """CodeBuild facts the package build shares: the project's build environment (stacks/package.py
-builds it), the Service Quotas code that bounds it (harness.preflight checks it) and what a
+builds it), the Service Quotas code that bounds it (harness.account.preflight checks it) and what a
 ``StartBuild`` refused for that quota means (harness.package start says it in one line).
 
 Plain Python, no aws-cdk-lib, no boto3.
@@ -15,7 +15,7 @@ COMPUTE_TYPE = "BUILD_GENERAL1_LARGE"
 # Service Quotas, service code codebuild: one concurrent-build quota per environment type and
 # compute size. Source: the AWS default quotas as listed by ``list-aws-default-service-quotas``
 # in gruntwork-io/terraform-aws-utilities docs/quotas.md (commit 04f58839, the list the EC2
-# codes in harness/preflight_account.py come from), e.g. "| AWS CodeBuild | codebuild |
+# codes in harness/account/preflight_fresh.py come from), e.g. "| AWS CodeBuild | codebuild |
 # Concurrently running builds for Linux/Large environment | L-4DDC4A99 | 1.0 |". The name's
 # "Linux/Large" is environment type LINUX_CONTAINER with compute type BUILD_GENERAL1_LARGE.
 CONCURRENT_BUILD_QUOTAS: dict[tuple[str, str], tuple[str, str]] = {

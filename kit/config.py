@@ -52,7 +52,7 @@ class BackendConfig:
     variant: str | None = None
     slot: int = 0
     # EC2 only: an AMI id to boot instead of the image parameter (``-c <id>_ami``): an image another
-    # account shared (harness.images share), or one of this account's. Checked at deploy time by
+    # account shared (harness.account.images share), or one of this account's. Checked at deploy time by
     # Custom::ImagesReady (visible, available) before the instance is created.
     ami: str | None = None
     # The commit of the weights' repository it serves (kit/weights.py: the model's, or a package's

@@ -1,5 +1,5 @@
 """Where the SageMaker vLLM container image lives, per region, and which tags AWS publishes (no
-aws-cdk-lib: harness.preflight checks the tag exists before a deploy, kit.config refuses a
+aws-cdk-lib: harness.account.preflight checks the tag exists before a deploy, kit.config refuses a
 SageMaker region without a registry, stacks/sagemaker.py builds the model from it).
 
 Both tables are recorded from aws/deep-learning-containers and tested against the recorded

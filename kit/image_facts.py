@@ -1,6 +1,6 @@
 """Facts about the kit's machine images that need no aws-cdk-lib: the SSM parameters they are
 built from and published to, the build hosts of each pipeline, the stacks that hold them.
-stacks/images.py builds the pipelines from these; kit/image_families.py and harness.preflight
+stacks/images.py builds the pipelines from these; kit/image_families.py and harness.account.preflight
 (which must not load jsii) read them too.
 """
 from __future__ import annotations
@@ -84,7 +84,7 @@ PARENT_AMI_NAMES: dict[str, str] = {
 
 def pipeline_name(image: str, key: str) -> str:
     """An Image Builder pipeline's name (and its recipe's, infrastructure's, distribution's and
-    lifecycle policy's): unique per account and region; harness.images finds pipelines by it."""
+    lifecycle policy's): unique per account and region; harness.account.images finds pipelines by it."""
     return f"inference-kit-{image}-{key}"
 
 
@@ -95,7 +95,7 @@ def pipeline_name(image: str, key: str) -> str:
 # you start manually use the tags from the StartImagePipelineExecution request instead"), and the
 # lifecycle policy's tagMap selects those image resources (shape LifecyclePolicyResourceSelection).
 # So the pipeline's imageTags, the lifecycle policy's tagMap (stacks/images.py) and the tags
-# harness.images passes to StartImagePipelineExecution all come from this one function; a manual
+# harness.account.images passes to StartImagePipelineExecution all come from this one function; a manual
 # build without them would be kept forever.
 LIFECYCLE_TAG = "kit-lifecycle"
 
@@ -114,7 +114,7 @@ IMAGE_STACKS: dict[str, str] = {
 
 # The kit's own KMS key, one per image stack (stacks/images.py ImagePipelineStack): the key the
 # build and test volumes, and so the AMI's snapshots, are encrypted under. Named here so
-# harness.images share, preflight and harness.leftovers find it without aws-cdk-lib. KMS keys and
+# harness.account.images share, preflight and harness.account.leftovers find it without aws-cdk-lib. KMS keys and
 # aliases are regional: each region's image stack has its own key under the same alias.
 # The AMI itself names its key (DescribeImages: BlockDeviceMappings[].Ebs.KmsKeyId); the alias
 # points at the key of the image stack deployed now, which is another one after a destroy and a

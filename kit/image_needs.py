@@ -4,7 +4,7 @@ pipeline run creates) and AMI ids given with ``-c <id>_ami``. Public DLAMI param
 exist where the backend is offered and are not listed.
 
 Read by Custom::ImagesReady (stacks/image_guard.py: the deploy-time check in every backend
-stack), ``python -m harness.deploy`` (the same check before ``cdk deploy`` is called) and
+stack), ``python -m harness deploy`` (the same check before ``cdk deploy`` is called) and
 preflight. The rule they follow is stated in docs/stacks.md, "Which images a deploy checks". Plain Python: no aws-cdk-lib, no boto3.
 """
 from __future__ import annotations
@@ -34,9 +34,9 @@ class ImageNeed:
     def fix(self) -> str:
         """The command that makes it exist (the refusal line's end)."""
         if self.ami:
-            return (f"share it with this account (its owner: python -m harness.images share --account "
+            return (f"share it with this account (its owner: python -m harness images share --account "
                     f"<this account> --ami {self.ami} --region {self.region}), or drop -c {self.image}")
-        return f"build it: python -m harness.images build {self.image} --region {self.region}"
+        return f"build it: python -m harness images build {self.image} --region {self.region}"
 
     def line(self, problem: str) -> str:
         """One line: which image, where, what is wrong, who boots it, the fix."""

@@ -2,7 +2,7 @@
 
 The kit's region is, in this order:
 1. an explicit value: ``cdk deploy -c region=…`` (app.py, through kit.config) or ``--region``
-   (harness.run, harness.preflight);
+   (harness.run, harness.account.preflight);
 2. context ``region`` as the CDK CLI reads it: cdk.json's, else cdk.context.json's (an
    organizer's handout, docs/workshop.md), else ~/.cdk.json's (``read_context``);
 3. ``DEFAULT_REGION``.

@@ -394,7 +394,7 @@ class ImagePipelineStack(cdk.Stack):
 
         Its policy is the default one, the account root statement only ("Allows access to the AWS
         account and enables IAM policies", KMS Developer Guide, "Default key policy"), which an
-        organizer extends (harness.images share grants another account the key's use). Nothing for
+        organizer extends (harness.account.images share grants another account the key's use). Nothing for
         Image Builder: the pipelines have no execution role, so Image Builder launches the build and
         test instances and creates the AMI as its service-linked role AWSServiceRoleForImageBuilder,
         whose own policy allows what EBS encryption asks of the launching principal, through EC2
@@ -416,7 +416,7 @@ class ImagePipelineStack(cdk.Stack):
         the stack (Image Builder made them, not CloudFormation: docs/images.md), and a key pending
         deletion "can't be used in any cryptographic operations" (KMS API Reference,
         ScheduleKeyDeletion), so deleting it with the stack would make every AMI built under it,
-        shared ones too, unlaunchable at once. harness.leftovers lists a key left so ($1/month; not
+        shared ones too, unlaunchable at once. harness.account.leftovers lists a key left so ($1/month; not
         billed while pending deletion), to be deleted after its AMIs (kit/image_facts.py
         KEY_PENDING_WINDOW_DAYS). Rotation on: AWS rotates the key material yearly, older material
         stays to decrypt what it encrypted, and AMIs keep working ("Rotating AWS KMS keys"); the
@@ -553,7 +553,7 @@ class ImagePipelineStack(cdk.Stack):
             image_recipe_arn=recipe.attr_arn, infrastructure_configuration_arn=infra.attr_arn,
             distribution_configuration_arn=distribution.attr_arn, status="ENABLED",
             enhanced_image_metadata_enabled=True,
-            image_tags=lifecycle_tags(self.spec.image, p.key),  # scheduled builds; manual: harness.images
+            image_tags=lifecycle_tags(self.spec.image, p.key),  # scheduled builds; manual: harness.account.images
             image_tests_configuration=imagebuilder.CfnImagePipeline.ImageTestsConfigurationProperty(
                 image_tests_enabled=p.tests_enabled, timeout_minutes=120),
         )

@@ -1,5 +1,5 @@
 """Monthly prices of what outlives a deploy (AMI snapshots, volumes, buckets, log groups, a
-secret, a public IPv4 address), for ``harness.images list`` and ``harness.leftovers``.
+secret, a public IPv4 address), for ``harness.account.images list`` and ``harness.account.leftovers``.
 
 Dated figures, each with its source; us-east-1 list prices (other regions differ by a few per
 cent, and every line that uses one says "us-east-1 price"). The Price List API has these too

@@ -72,7 +72,7 @@ def start(scheme: str, source: str | None = None, revision: str | None = None, *
 
 def start_refused(e: Exception, region: str | None) -> str:
     """One line for a refused StartBuild: what the error means and the command that fixes it."""
-    from harness.preflight_account import quota_fix
+    from harness.account.preflight_fresh import quota_fix
     from kit.codebuild import QUEUE_FACTOR, package_build_quota, queue_limit
 
     err = getattr(e, "response", {}).get("Error", {})

@@ -100,7 +100,7 @@ def ecr_images(tags: set[str] | None, registry: str | None = None) -> Replay:
     return Replay("ecr", handler)
 
 
-# A string shaped like a Hugging Face user access token (hf_ and 34 letters: harness/preflight_account.py
+# A string shaped like a Hugging Face user access token (hf_ and 34 letters: harness/account/preflight_fresh.py
 # HF_TOKEN_SHAPE); not a real token.
 FAKE_HF_TOKEN = "hf_" + "FakeTokenForTestsOnlyAbCdEfGhIjKlM"
 

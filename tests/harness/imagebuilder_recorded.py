@@ -1,4 +1,4 @@
-"""Image Builder, EC2, KMS and CloudWatch Logs answers for the harness.images tests, replayed
+"""Image Builder, EC2, KMS and CloudWatch Logs answers for the harness.account.images tests, replayed
 through botocore's Stubber (tests/harness/aws_replay.py validates every one against the service
 model).
 
@@ -140,7 +140,7 @@ class Build:
 
 
 class Account:
-    """The Image Builder/EC2/Logs side of one account during ``harness.images build``."""
+    """The Image Builder/EC2/Logs side of one account during ``harness.account.images build``."""
 
     def __init__(self, builds: dict[str, Build], pipelines: set[str] | None = None):
         self.builds = builds

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import deploy, images, leftovers, plan, preflight
+from harness import plan
+from harness.account import deploy, images, leftovers, preflight
 from kit import jsonfile, regions
 from kit.jsonfile import JsonFileError
 
@@ -22,10 +23,10 @@ def _no_aws(*a, **k):
 # command -> (how to call it with extra argv, its prefix on the error line)
 COMMANDS = {
     "deploy": (lambda argv: deploy.main(["G6Stack", "--dry-run", *argv], client=_no_aws, run=_no_aws,
-                                        out=io.StringIO()), "harness.deploy: "),
-    "images list": (lambda argv: images.main(["list", *argv], aws=_no_aws, out=io.StringIO()), "harness.images: "),
+                                        out=io.StringIO()), "harness deploy: "),
+    "images list": (lambda argv: images.main(["list", *argv], aws=_no_aws, out=io.StringIO()), "harness images: "),
     "leftovers": (lambda argv: leftovers.main(argv, client=_no_aws, price=_no_aws, account="1", out=io.StringIO()),
-                  "harness.leftovers: "),
+                  "harness leftovers: "),
     "preflight": (lambda argv: preflight.main(argv, session=object()), "preflight: "),
 }
 

@@ -1,4 +1,4 @@
-"""python -m harness.deploy (issue 24 point 1): the images of exactly what is deployed are checked
+"""python -m harness deploy (issue 24 point 1): the images of exactly what is deployed are checked
 before the CDK is called; a missing one is one line with its build command and nothing runs.
 SSM and EC2 answers replayed through botocore's Stubber (tests/harness/aws_replay.py)."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from harness import deploy
+from harness.account import deploy
 from tests.harness.aws_replay import Error, Replay, ssm_parameters
 
 SM75 = "/imagebuilder/inference-kit/ami/vllm-sm75"
@@ -42,11 +42,11 @@ def test_fresh_account_all_refuses_before_anything_runs_one_line_per_missing_ima
     assert rc == 1 and ran == []
     lines = out.splitlines()
     assert lines[0] == (f"image vllm-sm75 (us-east-1): {SM75} does not exist (G5gStack boots it); "
-                        "build it: python -m harness.images build vllm-sm75 --region us-east-1")
+                        "build it: python -m harness images build vllm-sm75 --region us-east-1")
     assert lines[1] == (f"image neuron (us-east-1): {NEURON} does not exist (Inf2Stack, Trn1Stack boot it); "
-                        "build it: python -m harness.images build neuron --region us-east-1")
+                        "build it: python -m harness images build neuron --region us-east-1")
     assert lines[2] == ("nothing was deployed: 2 machine images are missing; or deploy the rest: "
-                        "python -m harness.deploy --all --leave-out-missing")
+                        "python -m harness deploy --all --leave-out-missing")
     assert clients["ssm"].calls == [("get_parameters", {"Names": [NEURON, SM75]})]
 
 
@@ -73,7 +73,7 @@ def test_everything_built_deploys_all_and_passes_context_and_cdk_arguments():
 
 
 def test_a_parameter_that_outlived_its_ami_is_a_missing_image():
-    """The image parameter stays after its AMI is deregistered (harness.leftovers lists the AMI's
+    """The image parameter stays after its AMI is deregistered (harness.account.leftovers lists the AMI's
     snapshots as billing, the parameter as free); deploying on the parameter alone would fail at
     the instance, after the stacks before it were up."""
     rc, out, ran, clients = go(["--all"], {SM75: "ami-0123456789abcdef0", NEURON: "ami-0a1b2c3d4e5f60718"},
@@ -81,11 +81,11 @@ def test_a_parameter_that_outlived_its_ami_is_a_missing_image():
     assert rc == 1 and ran == []
     assert out.splitlines() == [
         f"image vllm-sm75 (us-east-1): {SM75} names ami-0123456789abcdef0, which is not visible to this account "
-        "(deregistered?) (G5gStack boots it); build it: python -m harness.images build vllm-sm75 --region us-east-1",
+        "(deregistered?) (G5gStack boots it); build it: python -m harness images build vllm-sm75 --region us-east-1",
         f"image neuron (us-east-1): {NEURON} names ami-0a1b2c3d4e5f60718, which is pending (Inf2Stack, Trn1Stack "
-        "boot it); build it: python -m harness.images build neuron --region us-east-1",
+        "boot it); build it: python -m harness images build neuron --region us-east-1",
         "nothing was deployed: 2 machine images are missing; or deploy the rest: "
-        "python -m harness.deploy --all --leave-out-missing"]
+        "python -m harness deploy --all --leave-out-missing"]
     assert [c[1] for c in clients["ec2"].calls] == [{"ImageIds": ["ami-0123456789abcdef0"]},
                                                    {"ImageIds": ["ami-0a1b2c3d4e5f60718"]}]
 
@@ -126,7 +126,7 @@ def test_a_check_that_cannot_run_creates_nothing():
     ran = []
     rc = deploy.main(["--all"], client=lambda s, r: clients[s], run=lambda c: ran.append(c) or 0, out=out)
     assert rc == 1 and ran == []
-    assert out.getvalue().startswith("harness.deploy: could not check the machine images: An error occurred "
+    assert out.getvalue().startswith("harness deploy: could not check the machine images: An error occurred "
                                      "(AccessDeniedException)")
 
 

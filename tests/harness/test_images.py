@@ -1,4 +1,4 @@
-"""harness.images against recorded Image Builder, EC2, SSM, KMS and Logs answers
+"""harness images against recorded Image Builder, EC2, SSM, KMS and Logs answers
 (tests/harness/imagebuilder_recorded.py), each validated by botocore's Stubber."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import images
+from harness.account import images
 from tests.harness.aws_replay import Error, Replay, ssm_parameters
 from tests.harness.imagebuilder_recorded import ACCOUNT, T0, Account, Build
 
@@ -183,7 +183,7 @@ def test_an_access_error_is_one_line(capsys):
     rc = images.main(["build", "vllm-cuda", "--cdk-json", EMPTY_CDK_JSON], out=out,
                      aws=aws_for({"imagebuilder": Replay("imagebuilder", ib)}))
     assert rc == 1
-    assert out.getvalue() == ("harness.images build: An error occurred (AccessDeniedException) when "
+    assert out.getvalue() == ("harness images build: An error occurred (AccessDeniedException) when "
                               "calling the ListImagePipelines operation: User is not authorized to perform: "
                               "imagebuilder:ListImagePipelines\n")
 
@@ -208,7 +208,7 @@ def test_build_of_an_image_no_selected_backend_boots_is_refused_up_front(capsys)
     rc = images.main(["build", "vllm-sm75", "-c", "backends=g6", "--cdk-json", EMPTY_CDK_JSON], aws=aws_for({}),
                      out=io.StringIO())
     err = capsys.readouterr().err.strip()
-    assert rc == 2 and err == ("harness.images build: no selected backend boots vllm-sm75 (backends=g6); select one "
+    assert rc == 2 and err == ("harness images build: no selected backend boots vllm-sm75 (backends=g6); select one "
                                "of g5g, e.g. -c backends=g5g")
 
 
@@ -228,7 +228,7 @@ def test_ctrl_c_while_following_says_the_build_goes_on_and_how_to_stop_it():
     arn = "arn:aws:imagebuilder:us-east-1:123456789012:image/inference-kit-vllm-sm75-build/1.0.4660/1"
     assert out.getvalue().splitlines()[-1] == (
         f"interrupted: the build {arn} goes on in us-east-1, its instance billed until it ends (and "
-        "inference-kit-vllm-sm75-gpu-test will not start); see it: python -m harness.images status --region "
+        "inference-kit-vllm-sm75-gpu-test will not start); see it: python -m harness images status --region "
         f"us-east-1; stop it: aws imagebuilder cancel-image-creation --image-build-version-arn {arn} --region us-east-1")
     assert acct.started == ["inference-kit-vllm-sm75-build"]
 
@@ -240,7 +240,7 @@ def test_build_in_a_region_where_no_backend_boots_the_image_is_refused_up_front(
     rc = images.main(["build", "vllm-sm75", "--region", "us-west-2", "--cdk-json", EMPTY_CDK_JSON], aws=aws_for({}),
                      out=io.StringIO())
     err = capsys.readouterr().err.strip()
-    assert rc == 2 and err == ("harness.images build: no selected backend that boots vllm-sm75 deploys to us-west-2 "
+    assert rc == 2 and err == ("harness images build: no selected backend that boots vllm-sm75 deploys to us-west-2 "
                                "(g5g deploys to us-east-1), so the app has no vllm-sm75 image stack there; build it "
                                "where it boots (--region us-east-1), or move it: -c g5g_region=us-west-2")
     # placed there, it is the region's own stack

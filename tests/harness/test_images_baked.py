@@ -1,11 +1,11 @@
-"""harness.images build tags an image built unpinned with the commit its build printed
+"""harness images build tags an image built unpinned with the commit its build printed
 (ami/components/vllm-cuda.yaml, ami/scripts/neuron-precompile.sh: "kit-model-revision MODEL SHA"),
-so preflight can compare it with a pin (harness/preflight_weights.py)."""
+so preflight can compare it with a pin (harness/account/preflight_weights.py)."""
 from __future__ import annotations
 
 import io
 
-from harness.images import tag_baked_revision
+from harness.account.images import tag_baked_revision
 
 SHA = "c" * 40
 IMAGE = {"name": "inference-kit-neuron-build", "version": "1.0.123/1"}

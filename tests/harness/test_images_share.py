@@ -1,4 +1,4 @@
-"""``python -m harness.images share`` (harness/image_share.py) against recorded EC2, SSM and KMS
+"""``python -m harness images share`` (harness/account/image_share.py) against recorded EC2, SSM and KMS
 answers in several regions, each request and answer validated by botocore's Stubber against the
 service model (tests/harness/aws_replay.py).
 
@@ -21,7 +21,7 @@ import pytest
 from botocore.session import get_session
 from botocore.waiter import create_waiter_with_client
 
-from harness import images, touched
+from harness.account import images, touched
 from kit import regions
 from kit.image_facts import IMAGE_PARAMETERS, key_alias
 from tests.harness.aws_replay import Error, Replay
@@ -263,7 +263,7 @@ def test_an_image_missing_where_its_backend_runs_is_copied_under_that_regions_ki
     assert copy_call[1] == {
         "SourceImageId": SOURCE_AMI, "SourceRegion": EAST,
         "Name": f"inference-kit-neuron-build-2026-12-01T09-00-00.000Z-from-{EAST}",
-        "Description": f"copy of {SOURCE_AMI} (neuron) from {EAST}, made by harness.images share",
+        "Description": f"copy of {SOURCE_AMI} (neuron) from {EAST}, made by harness images share",
         "Encrypted": True, "KmsKeyId": key_arn(WEST, 2), "CopyImageTags": True,
         "TagSpecifications": [{"ResourceType": "image", "Tags": share_tags[1:]},  # project comes with CopyImageTags
                               {"ResourceType": "snapshot", "Tags": share_tags}]}
@@ -313,7 +313,7 @@ def test_an_image_published_nowhere_names_the_build(tmp_path):
     w = World()
     cdk = project(tmp_path, region=EAST, backends="inf2")
     rc, out = run(w, ["--account", A1], cdk)
-    assert rc == 1 and "python -m harness.images build neuron --region us-east-1" in out and w.changes() == []
+    assert rc == 1 and "python -m harness images build neuron --region us-east-1" in out and w.changes() == []
 
 
 @pytest.mark.parametrize("argv, words", [

@@ -1,4 +1,4 @@
-"""python -m harness.leftovers (issue 24 point 3) against an account replayed through botocore's
+"""python -m harness leftovers (issue 24 point 3) against an account replayed through botocore's
 Stubber (tests/harness/aws_replay.py validates every request and response against the model).
 
 The "everything left" account holds one of each kind a failed or partial teardown leaves, with
@@ -16,7 +16,7 @@ import io
 import json
 import re
 
-from harness import leftovers
+from harness.account import leftovers
 from tests.harness.aws_replay import Error, Replay
 
 ACCOUNT = "123456789012"
@@ -356,7 +356,7 @@ KEY_LIVE, KEY_GOING = "1234abcd-12ab-34cd-56ef-1234567890ab", "0987dcba-09fe-87d
 
 
 def shared_region_account():
-    """A region only a share touched: the copy it made (the kit's tag and kit-share, harness/touched.py
+    """A region only a share touched: the copy it made (the kit's tag and kit-share, harness/account/touched.py
     share_tags) and its snapshot, the snapshot of an earlier copy deregistered alone, a snapshot a
     bare deregister-image of a kit build left (Image Builder's tags), another team's Image Builder
     snapshot, and two kit keys: one found by its alias, one by its tag and pending deletion."""
@@ -418,7 +418,7 @@ def shared_region_account():
 
 
 def test_a_region_a_share_touched_is_searched_and_its_orphaned_snapshot_copy_and_keys_listed(tmp_path, monkeypatch):
-    from harness import touched
+    from harness.account import touched
 
     monkeypatch.setenv("KIT_STATE_DIR", str(tmp_path))
     touched.record_region(EU, "image copy for a share", err=io.StringIO())
@@ -429,7 +429,7 @@ def test_a_region_a_share_touched_is_searched_and_its_orphaned_snapshot_copy_and
                         price=lambda t, r: PRICES.get(t), account=ACCOUNT, out=out)
     text = out.getvalue()
     assert rc == 1, text
-    assert f"also {EU}: recorded by harness.images share (harness/touched.py)" in text
+    assert f"also {EU}: recorded by harness images share (harness/account/touched.py)" in text
     assert text.splitlines()[1:3] == ["us-east-1: 0 left", f"{EU}: 6 left"]
     row, rm = entry(text, "orphaned snapshot", ORPHAN)
     assert row.lstrip().startswith("BILLS") and "20.0 GB written; ami-0dead0000beef0000 no longer exists" in row

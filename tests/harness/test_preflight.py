@@ -6,7 +6,7 @@ import json
 import boto3
 import pytest
 
-from harness import preflight
+from harness.account import preflight
 from kit.config import DEFAULTS
 from kit.image_facts import IMAGE_PARAMETERS, PARENT_PARAMETERS
 from tests.harness.aws_replay import FAKE_HF_TOKEN, ecr_images, secret_values, ssm_parameters

@@ -14,7 +14,7 @@ import re
 import boto3
 import pytest
 
-from harness import preflight, preflight_account as account
+from harness.account import preflight, preflight_fresh as account
 from kit.config import DEFAULTS
 from kit.dlc import DLC_ACCOUNT_BY_REGION
 from kit.image_facts import GPU_DLAMI, IMAGE_PARAMETERS, NEURON_DLAMI, PARENT_PARAMETERS
@@ -95,8 +95,8 @@ def test_fresh_account_every_block_names_its_fix(aws, cdk_json, capsys):
     assert "--quota-code L-DB2E81BA --desired-value 8 --region us-east-1" in out
     # the kit images are not built: the commands that build them, in order
     assert ("image vllm-sm75 not built in us-east-1 (/imagebuilder/inference-kit/ami/vllm-sm75 missing); fix: "
-            "python -m harness.images build vllm-sm75 --region us-east-1") in out
-    assert "image neuron not built in us-east-1" in out and "python -m harness.images build neuron --region" in out
+            "python -m harness images build vllm-sm75 --region us-east-1") in out
+    assert "image neuron not built in us-east-1" in out and "python -m harness images build neuron --region" in out
     # the build subnet: one AZ must offer c7g.8xlarge, c7g.16xlarge and g5g.2xlarge together (moto's data)
     assert "us-east-1a, us-east-1b, us-east-1c, us-east-1d offer c7g.8xlarge, c7g.16xlarge, g5g.2xlarge" in out
     # neuron: the inf2.xlarge backend is 4 vCPUs, the Inf quota 8; the image's build host, an
@@ -145,7 +145,7 @@ def test_public_parameter_that_does_not_resolve_blocks(aws, cdk_json, capsys):
     assert rc == 1
     assert (f"{NEURON_DLAMI} does not resolve in us-east-1: the neuron-sdk231 build cannot start there; "
             "fix: use another region (-c region=<region>)") in out
-    assert f"{IMAGE_PARAMETERS['neuron-sdk231']} missing" in out and "python -m harness.images build neuron-sdk231 --region us-east-1" in out
+    assert f"{IMAGE_PARAMETERS['neuron-sdk231']} missing" in out and "python -m harness images build neuron-sdk231 --region us-east-1" in out
     assert "g6         ready" in out
 
 
@@ -341,7 +341,7 @@ def test_a_sagemaker_region_without_a_registry_is_refused_before_any_call(aws, t
     assert rc == 2 and line.startswith("preflight: sagemaker_region='us-gov-west-1': us-gov-west-1 has no Deep")
 
 
-# A workshop attendee boots the organizer's shared image with -c <id>_ami (harness.images share):
+# A workshop attendee boots the organizer's shared image with -c <id>_ami (harness.account.images share):
 # preflight checks that AMI (DescribeImages, moto), not the image parameter, and sends nobody to
 # build an image (hours and dollars) the deploy would not boot.
 
@@ -358,7 +358,7 @@ def test_an_ami_given_with_c_is_checked_instead_of_the_image_parameter(aws, cdk_
                   sq=quotas({"L-DB2E81BA": 8.0}), ssm=ssm_parameters(PUBLIC), ecr=ecr_images({TAG}))
     assert rc == 0, out
     assert f"g5g_ami={ami} available in us-east-1 (owner " in out
-    assert "not built" not in out and "build host" not in out and "harness.images build" not in out
+    assert "not built" not in out and "build host" not in out and "harness images build" not in out
 
 
 def test_an_ami_given_with_c_that_this_account_cannot_see_blocks_with_the_share_command(aws, cdk_json, capsys):
@@ -369,13 +369,13 @@ def test_an_ami_given_with_c_that_this_account_cannot_see_blocks_with_the_share_
     # the account id is this account's (moto's STS GetCallerIdentity): the owner runs the command as it is
     assert line.endswith("g5g_ami=ami-0123456789abcdef0 is not visible to this account in us-east-1; fix: ask the "
                          "account that shared ami-0123456789abcdef0 (your workshop organizer) to run python -m "
-                         "harness.images share --account 123456789012 --ami ami-0123456789abcdef0 --region us-east-1, "
+                         "harness images share --account 123456789012 --ami ami-0123456789abcdef0 --region us-east-1, "
                          "or drop -c g5g_ami"), out
-    assert "harness.images build" not in out
+    assert "harness images build" not in out
 
 
 def test_a_kit_image_parameter_whose_ami_is_gone_blocks_with_the_build_command(aws, cdk_json, capsys):
-    """The parameter outlives its AMI (harness.leftovers lists the AMI's snapshots as billing, the
+    """The parameter outlives its AMI (harness.account.leftovers lists the AMI's snapshots as billing, the
     parameter as free): 'ok' on the parameter alone sent the user to a deploy its image check refuses."""
     rc, out = run(["--backends", "g5g", *cdk_json], capsys, sq=quotas({"L-1216C47A": 64.0, "L-DB2E81BA": 64.0}),
                   ssm=ssm_parameters(PUBLIC | {IMAGE_PARAMETERS["vllm-sm75"]: "ami-0123456789abcdef0"}),
@@ -383,6 +383,6 @@ def test_a_kit_image_parameter_whose_ami_is_gone_blocks_with_the_build_command(a
     assert rc == 1
     (line,) = [ln for ln in rows(out, "BLOCK") if "AMI parameter" in ln]
     assert line.endswith(f"image vllm-sm75 in us-east-1: {IMAGE_PARAMETERS['vllm-sm75']} names ami-0123456789abcdef0, "
-                         "which is not visible to this account (deregistered?); fix: python -m harness.images build "
+                         "which is not visible to this account (deregistered?); fix: python -m harness images build "
                          "vllm-sm75 --region us-east-1"), out
     assert "vllm-sm75 build host" in out  # and what the build needs is checked, as for an image never built

@@ -1,8 +1,8 @@
 """Preflight for a workshop attendee, whose backends boot an image the organizer's account owns and
-shared (``-c <id>_ami``, ``python -m harness.images share``), and for a backend whose image holds
+shared (``-c <id>_ami``, ``python -m harness images share``), and for a backend whose image holds
 its weights: what the deploy bills per hour, that the image bills its owner, who to ask when the
 share is missing, and no Hugging Face token asked for when the boot downloads nothing
-(harness/preflight_account.py check_shared_image, harness/preflight_weights.py baked_weights).
+(harness/account/preflight_fresh.py check_shared_image, harness/account/preflight_weights.py baked_weights).
 
 Every AWS answer is replayed through a real botocore client with Stubber (tests/harness/aws_replay.py),
 which validates each request and response against botocore's service model: STS
@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from harness import preflight
-from harness.preflight_weights import built_in
+from harness.account import preflight
+from harness.account.preflight_weights import built_in
 from kit.catalog import GEMMA_E2B, GEMMA_E2B_INT4
 from kit.image_facts import IMAGE_PARAMETERS
 from tests.harness.aws_replay import Error, Replay, secret_values
@@ -100,7 +100,7 @@ def test_an_attendee_booting_the_shared_vllm_cuda_image_sees_what_it_bills_and_n
     assert line(out, "g6", "shared image").endswith(
         f"{SHARED} belongs to account {ORGANIZER}: the image costs you nothing (its owner pays its snapshots); your "
         "deploy bills $0.8212/h while it runs (g6.xlarge $0.8048/h on demand, and 150 GiB gp3 root volume $0.0164/h); "
-        f"if a launch is refused on its snapshots or key, ask {ORGANIZER} to run python -m harness.images share "
+        f"if a launch is refused on its snapshots or key, ask {ORGANIZER} to run python -m harness images share "
         f"--account {ATTENDEE} --ami {SHARED} --region {R}")  # 0.8048 + 150 x $0.08 / 730 h
     assert "g6.xlarge $0.8048/h on demand (snapshot 2026-11-29" in line(out, "g6", "g6 price")  # the same figure
     token = line(out, "g6", "HF token secret")
@@ -134,7 +134,7 @@ def test_a_share_that_is_missing_names_who_to_ask_with_this_accounts_id(tmp_path
     assert rc == 1
     assert line(out, "g6", "AMI (-c)").endswith(
         f"g6_ami={SHARED} is not visible to this account in {R}; fix: ask the account that shared {SHARED} (your "
-        f"workshop organizer) to run python -m harness.images share --account {ATTENDEE} --ami {SHARED} --region {R}, "
+        f"workshop organizer) to run python -m harness images share --account {ATTENDEE} --ami {SHARED} --region {R}, "
         "or drop -c g6_ami")
     assert "shared image" not in out  # no owner to name, no cost line
     assert "does not exist" in line(out, "g6", "HF token secret")  # not visible: nothing proves it holds weights

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import boto3
 
-from harness import preflight
+from harness.account import preflight
 from tests.harness.test_preflight import _bootstrap, _quota, cdk_json, ready  # noqa: F401 - fixtures
 
 

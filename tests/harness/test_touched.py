@@ -1,4 +1,4 @@
-"""harness/touched.py: the record of regions the kit touched outside its configuration."""
+"""harness/account/touched.py: the record of regions the kit touched outside its configuration."""
 from __future__ import annotations
 
 import io
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from harness import touched
+from harness.account import touched
 
 
 @pytest.fixture
@@ -48,7 +48,7 @@ def test_unwritable_state_names_the_region(tmp_path, monkeypatch):
     err = io.StringIO()
     touched.record_region("ap-south-1", "copy of ami-3", err=err)
     lines = err.getvalue().splitlines()
-    assert len(lines) == 1 and "ap-south-1" in lines[0] and "harness.leftovers --region ap-south-1" in lines[0]
+    assert len(lines) == 1 and "ap-south-1" in lines[0] and "harness leftovers --region ap-south-1" in lines[0]
 
 
 def test_default_location_follows_xdg_state_home(tmp_path):

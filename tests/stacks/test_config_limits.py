@@ -2,7 +2,7 @@
 named twice in the GPU-family sweep (a jsii duplicate-construct error), a hard time limit shorter
 than the deploy's own wait for its backend (ttl_hours=0.0001 is 0.36 s; 1e-320). Each is one
 `config error:` line naming the value and what is valid, exit 2, from kit.config.parse, which
-app.py, preflight and harness.deploy share."""
+app.py, preflight and harness.account.deploy share."""
 from __future__ import annotations
 
 import json

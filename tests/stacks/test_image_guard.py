@@ -63,7 +63,7 @@ def test_the_check_lists_every_configured_image_with_its_build_command(kit, stac
     images = {i["Image"]: i for i in check["Properties"]["Images"]}
     assert set(images) == {"vllm-sm75", "neuron"}  # g6 boots the public DLAMI by default
     assert images["vllm-sm75"]["Parameter"] == "/imagebuilder/inference-kit/ami/vllm-sm75"
-    assert images["vllm-sm75"]["Build"] == "build it: python -m harness.images build vllm-sm75 --region us-east-1"
+    assert images["vllm-sm75"]["Build"] == "build it: python -m harness images build vllm-sm75 --region us-east-1"
     assert images["neuron"]["Stacks"] == ", ".join(b.stack_name for b in BACKENDS.values() if b.image == "neuron")
     assert check["Properties"]["Backends"] == ",".join(BACKEND_IDS)  # the default: every catalog row
     assert check["Properties"]["CheckedAt"] == "2026-03-01T12:00:30+00:00"  # the synth's clock: re-run per deploy
@@ -107,7 +107,7 @@ def test_an_ami_given_by_id_is_checked_and_booted(tmp_path):
     check, props = check_of(k.templates["G5gStack"])
     (entry,) = props["Properties"]["Images"]
     assert entry["Image"] == "g5g_ami" and entry["Ami"] == "ami-0123456789abcdef0" and entry["Key"] == "BootAmi"
-    assert "harness.images share --account <this account> --ami ami-0123456789abcdef0" in entry["Build"]
+    assert "harness images share --account <this account> --ami ami-0123456789abcdef0" in entry["Build"]
     _, instance = k.one("G5gStack", "AWS::EC2::Instance")
     assert instance["Properties"]["ImageId"] == {"Fn::GetAtt": [check, "BootAmi"]}
     assert "VllmSm75ImageStack" in k.stacks  # the pipeline stays (the organizer's image may come from it)

@@ -51,7 +51,7 @@ def test_each_image_stack_has_its_own_rotating_key_kept_with_its_amis(kit, image
 @pytest.mark.parametrize("image", list(IMAGE_STACKS))
 def test_the_key_policy_is_the_account_root_statement_an_organizer_extends(kit, image):
     """Only the root statement: it makes IAM policies (the Image Builder service-linked role's own,
-    an administrator's) and grants (harness.images share) work. Naming the service-linked role would
+    an administrator's) and grants (harness.account.images share) work. Naming the service-linked role would
     fail in a fresh account, where Image Builder creates it only with the first image."""
     _, key = _own_key(kit, IMAGE_STACKS[image])
     (statement,) = key["Properties"]["KeyPolicy"]["Statement"]

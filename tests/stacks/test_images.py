@@ -331,7 +331,7 @@ def test_old_builds_are_deleted_by_a_lifecycle_policy(kit, image):
     pipelines = _by_name(kit, stack, "AWS::ImageBuilder::ImagePipeline")
     policies = _by_name(kit, stack, "AWS::ImageBuilder::LifecyclePolicy")
     assert set(policies) == set(pipelines)
-    # The one function harness.images also passes to StartImagePipelineExecution (a manual build
+    # The one function harness.account.images also passes to StartImagePipelineExecution (a manual build
     # takes that request's tags, not the pipeline's: kit/image_facts.py lifecycle_tags).
     tags_by_name = {pipeline_name(image, key): lifecycle_tags(image, key) for key in ("build", "gpu-test")}
     for name, pipeline in pipelines.items():

@@ -1,4 +1,4 @@
-"""``python -m harness.images build`` starts each pipeline with the tags its lifecycle policy
+"""``python -m harness images build`` starts each pipeline with the tags its lifecycle policy
 selects builds by: a build started by hand takes its image resource's tags from the
 StartImagePipelineExecution request, not from the pipeline (botocore imagebuilder 2019-12-02
 service-2.json, ImagePipeline imageTags), so a build without them is never deleted.
@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from botocore.stub import ANY
 
-from harness import images
+from harness.account import images
 from kit.image_facts import BUILD_HOSTS, IMAGE_STACKS
 from tests.harness.imagebuilder_recorded import Account, Build, Replay, pipeline_arn
 

@@ -23,7 +23,7 @@ NEURON = "/imagebuilder/inference-kit/ami/neuron-sdk228"
 def _entry(image, param=None, ami=None, key="", stacks="G5gStack", ids="g5g", region="us-east-1"):
     return {"Image": image, "Region": region, "Parameter": param or "", "Ami": ami or "", "Stacks": stacks,
             "BackendIds": ids, "Key": key,
-            "Build": f"build it: python -m harness.images build {image} --region {region}"}
+            "Build": f"build it: python -m harness images build {image} --region {region}"}
 
 
 class Clients:
@@ -75,7 +75,7 @@ def test_every_missing_image_is_one_line_with_its_build_command_and_the_rest_can
     lines = str(e.value).splitlines()
     assert lines[0] == "2 machine images are missing; nothing billable was created"
     assert lines[1] == (f"image vllm-sm75 (us-east-1): {SM75} does not exist (G5gStack boots it); "
-                        "build it: python -m harness.images build vllm-sm75 --region us-east-1")
+                        "build it: python -m harness images build vllm-sm75 --region us-east-1")
     assert lines[2].startswith(f"image neuron (us-east-1): {NEURON} does not exist (Inf2Stack, Trn1Stack boot it)")
     assert lines[3] == "or deploy without g5g, inf2, trn1: -c backends=bedrock,sagemaker,g6"
     c.done()
@@ -96,7 +96,7 @@ def test_present_images_pass_and_the_stack_gets_its_own_ami():
 
 
 def test_a_parameter_whose_ami_was_deregistered_is_a_missing_image():
-    """The parameter outlives its AMI (Image Builder writes it, no stack owns it; harness.leftovers
+    """The parameter outlives its AMI (Image Builder writes it, no stack owns it; harness.account.leftovers
     lists the AMI's snapshots as billing and the parameter as free). Passing on the parameter
     alone let the instance's CreateInstance fail on the AMI after other stacks were up."""
     c = Clients()
@@ -109,7 +109,7 @@ def test_a_parameter_whose_ami_was_deregistered_is_a_missing_image():
         index.check([_entry("vllm-sm75", SM75, key="BootAmi")], ["g6", "g5g"], c)
     assert str(e.value).splitlines()[1:] == [
         f"image vllm-sm75 (us-east-1): {SM75} names ami-0123456789abcdef0, which is not visible to this account "
-        "(deregistered?) (G5gStack boots it); build it: python -m harness.images build vllm-sm75 --region us-east-1",
+        "(deregistered?) (G5gStack boots it); build it: python -m harness images build vllm-sm75 --region us-east-1",
         "or deploy without g5g: -c backends=g6"]
     c.done()
 
@@ -176,7 +176,7 @@ def test_a_check_that_cannot_run_refuses_rather_than_lets_billing_start():
 
 def test_the_templates_check_and_harness_deploy_print_the_same_line():
     """The Lambda carries no kit code (its asset is the handler alone): the line it builds from the
-    properties stacks/image_guard.py writes is the one kit/image_needs.py builds for harness.deploy."""
+    properties stacks/image_guard.py writes is the one kit/image_needs.py builds for harness.account.deploy."""
     from kit.config import parse
     from kit.image_needs import image_needs
     from stacks.image_guard import properties
@@ -262,7 +262,7 @@ def test_a_denial_on_the_wildcard_resource_reads_as_an_image_not_built():
     assert str(e.value).splitlines() == [
         "1 machine image is missing; nothing billable was created",
         f"image neuron (us-east-1): {NEURON} does not exist (Inf2Stack, Trn1Stack boot it); "
-        "build it: python -m harness.images build neuron --region us-east-1",
+        "build it: python -m harness images build neuron --region us-east-1",
         "or deploy without inf2, trn1: -c backends=g6,g5g"]
     c.done()
 
@@ -308,7 +308,7 @@ def test_a_long_refusal_arrives_whole_when_it_fits_the_body_limit():
     from stacks.lambdas import cfn_response
 
     reason = "\n".join([f"image neuron (region-{i}): /imagebuilder/inference-kit/ami/neuron-sdk228 does not exist "
-                        f"(Inf2Stack, Trn1Stack boot it); build it: python -m harness.images build neuron --region "
+                        f"(Inf2Stack, Trn1Stack boot it); build it: python -m harness images build neuron --region "
                         f"region-{i}" for i in range(10)])
     assert 1000 < len(reason) < 3000
     got = cfn_response.body(_EV, "FAILED", "images-ready", {}, reason)

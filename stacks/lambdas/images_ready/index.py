@@ -24,7 +24,7 @@ names a call: SSM API reference, GetParameters) per region, then EC2 ``DescribeI
 AMI id a parameter holds and every explicit ``-c <id>_ami`` (an AMI that is neither the account's
 nor shared with it, or was deregistered, is not returned: ``InvalidAMIID.NotFound``; one that is
 not ``available`` cannot launch). A parameter outlives its AMI: Image Builder writes it, no stack
-owns it, and ``harness.leftovers`` lists the AMI's snapshots as billing and the parameter as free,
+owns it, and ``harness.account.leftovers`` lists the AMI's snapshots as billing and the parameter as free,
 so a deregistered AMI behind a present parameter is the usual way an image goes missing; without
 this check the instance's ``CreateInstance`` would fail on it only after other stacks were up.
 Delete does nothing. Standard library and boto3 only.

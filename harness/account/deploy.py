@@ -1,4 +1,4 @@
-"""``python -m harness.deploy [STACK ... | --all] [--leave-out-missing] [-c KEY=VALUE ...] [-- CDK ARGS]``
+"""``python -m harness deploy [STACK ... | --all] [--leave-out-missing] [-c KEY=VALUE ...] [-- CDK ARGS]``
 (``make deploy ARGS='...'``): ``cdk deploy`` that first checks the machine images of exactly
 what it deploys, and creates nothing when one is missing (issue 24 point 1).
 
@@ -7,7 +7,7 @@ boot exists: the kit's images by their SSM parameter (``GetParameters``; a name 
 exist comes back in ``InvalidParameters``) and then the AMI the parameter names, an AMI given
 with ``-c <id>_ami`` directly, with ``DescribeImages`` (``available``; a deregistered AMI behind a
 parameter that outlived it is missing too, as Custom::ImagesReady decides). For each missing one it prints one line naming the image, its region, the
-stacks that boot it and the command that makes it (``python -m harness.images build ...``), then
+stacks that boot it and the command that makes it (``python -m harness images build ...``), then
 stops (exit 1) before anything is created; with ``--leave-out-missing`` it deploys the other
 backends instead. Then it runs ``npx cdk deploy`` with ``-c backends=`` narrowed to the selected
 backends, so the templates' own check (Custom::ImagesReady, stacks/image_guard.py, which refuses
@@ -16,7 +16,7 @@ the same set, and returns the CDK's exit code.
 
 STACK names backend stacks (``G6Stack``, ``SageMakerStack``, a variant's stack); no STACK means
 ``--all``, every configured backend. NetworkStack, PackageStack and the image stacks come along
-as the CDK's dependencies or through ``harness.images build``. Exit 2 on bad input, one line.
+as the CDK's dependencies or through ``harness.account.images build``. Exit 2 on bad input, one line.
 """
 from __future__ import annotations
 
@@ -78,7 +78,7 @@ def missing_images(needs: Sequence[ImageNeed], client: ClientFor) -> list[tuple[
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:
-        raise ValueError(f"harness.deploy: {message} (see --help)")
+        raise ValueError(f"harness deploy: {message} (see --help)")
 
 
 def _context(path: Path | None, overrides: list[str]) -> dict[str, Any]:
@@ -89,7 +89,7 @@ def _context(path: Path | None, overrides: list[str]) -> dict[str, Any]:
     try:
         return context_with(path or Path("cdk.json"), overrides, required=path is not None)
     except ValueError as e:
-        raise ValueError(f"harness.deploy: {e}") from None
+        raise ValueError(f"harness deploy: {e}") from None
 
 
 def main(argv: list[str] | None = None, *, client: ClientFor | None = None,
@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None, *, client: ClientFor | None = None,
     if "--" in argv:
         i = argv.index("--")
         argv, extra = argv[:i], argv[i + 1:]
-    p = _Parser(prog="python -m harness.deploy", description=__doc__.split("\n\n")[0])
+    p = _Parser(prog="python -m harness deploy", description=__doc__.split("\n\n")[0])
     p.add_argument("stacks", nargs="*", help="backend stacks (default: every configured backend)")
     p.add_argument("--all", action="store_true", help="every configured backend (the default)")
     p.add_argument("--leave-out-missing", action="store_true",
@@ -119,12 +119,12 @@ def main(argv: list[str] | None = None, *, client: ClientFor | None = None,
             raise ValueError(f"config error: {e}") from None
         by_stack = {variants.stack_name(bc.id, bc.variant): bc for bc in config.deployments}
         if a.stacks and a.all:
-            raise ValueError("harness.deploy: give stacks or --all, not both")
+            raise ValueError("harness deploy: give stacks or --all, not both")
         unknown = [s for s in a.stacks if s not in by_stack]
         if unknown:
-            raise ValueError(f"harness.deploy: {unknown[0]!r} is not a backend stack of this configuration; valid: "
+            raise ValueError(f"harness deploy: {unknown[0]!r} is not a backend stack of this configuration; valid: "
                              f"{', '.join(by_stack)} (NetworkStack and image stacks: npx cdk deploy, or "
-                             "python -m harness.images build)")
+                             "python -m harness images build)")
     except ValueError as e:
         print(e, file=sys.stderr)
         return 2
@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None, *, client: ClientFor | None = None,
     try:
         missing = missing_images(image_needs(config, tuple(chosen)), client)
     except Exception as e:  # noqa: BLE001 - no credentials, access denied: one line, nothing created
-        print(f"harness.deploy: could not check the machine images: {(str(e).splitlines() or [type(e).__name__])[0]}",
+        print(f"harness deploy: could not check the machine images: {(str(e).splitlines() or [type(e).__name__])[0]}",
               file=out)
         return 1
     for need, problem in missing:
@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None, *, client: ClientFor | None = None,
         gone = {b for need, _ in missing for b in need.backend_ids}
         keep = [i for i in ids if i not in gone]
         if not a.leave_out_missing or not keep:
-            rest = f"; or deploy the rest: python -m harness.deploy {' '.join(a.stacks) or '--all'} --leave-out-missing" \
+            rest = f"; or deploy the rest: python -m harness deploy {' '.join(a.stacks) or '--all'} --leave-out-missing" \
                 if keep else ""
             print(f"nothing was deployed: {len(missing)} machine image{'s are' if len(missing) > 1 else ' is'} "
                   f"missing{rest}", file=out)

@@ -1,4 +1,4 @@
-"""Preflight before spending: ``python -m harness.preflight [--backends g6,inf2] [--region R] [-c K=V]``.
+"""Preflight before spending: ``python -m harness preflight [--backends g6,inf2] [--region R] [-c K=V]``.
 
 What is checked is what ``cdk deploy`` would create: cdk.json context (plus ``-c`` overrides)
 parsed by ``kit.config`` (instance-type overrides, the SageMaker type sweep, configured AZs).
@@ -9,7 +9,7 @@ all selected stacks need together (G and VT ``L-DB2E81BA``, Inf ``L-1945791B``, 
 ``L-2C3B7624``; vCPUs from ``kit.catalog.INSTANCES``); the SageMaker endpoint-usage quota for
 ml.* types; Bedrock model access (``get_foundation_model_availability``); the CDK bootstrap
 (SSM ``/cdk-bootstrap/hnb659fds/version`` or the ``CDKToolkit`` stack). What a fresh account trips
-on besides (harness/preflight_account.py): the AMI parameter each EC2 backend boots, and for a kit
+on besides (harness/account/preflight_fresh.py): the AMI parameter each EC2 backend boots, and for a kit
 image not built yet its parent parameter, build-host offerings and vCPU quotas (the On-Demand
 Standard quota ``L-1216C47A`` for the sm_75 build's c7g.8xlarge); the SageMaker container image
 tag in the region's DLC registry; the Hugging Face token secret (exists, shaped like a token,
@@ -20,7 +20,7 @@ class with every stack's vCPUs summed, each SageMaker type's quota against its e
 stack's on-demand price (informational; the dated snapshot unless a price book is given); the
 commit of the weights each stack will serve (pinned, baked into its image, or the newest at deploy
 time), with a warning when the Neuron (or vllm-cuda) image holds another commit than the pinned
-one (harness/preflight_weights.py). A backend whose image holds its weights at the commit it
+one (harness/account/preflight_weights.py). A backend whose image holds its weights at the commit it
 serves is not asked for the Hugging Face token (one line says why: the AMI's tags when this account
 owns it, else what the kit builds into that image for this configuration). A backend that boots
 an AMI another account owns (a workshop attendee's shared image) gets one line with what its
@@ -41,16 +41,16 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from kit import catalog, variants
-from harness import preflight_account as account
+from harness.account import preflight_fresh as fresh
 from kit.regions import RegionError, resolve
 
-QUOTA_CODES = {cls: code for cls, (code, _) in account.EC2_QUOTAS.items()}
-QUOTA_NAMES = {cls: name for cls, (_, name) in account.EC2_QUOTAS.items()}
+QUOTA_CODES = {cls: code for cls, (code, _) in fresh.EC2_QUOTAS.items()}
+QUOTA_NAMES = {cls: name for cls, (_, name) in fresh.EC2_QUOTAS.items()}
 BOOTSTRAP_PARAM = "/cdk-bootstrap/hnb659fds/version"
 _GEO_PREFIXES = ("us.", "eu.", "apac.", "jp.", "au.", "ca.", "us-gov.", "global.")
 
 
-quota_class = account.quota_class
+quota_class = fresh.quota_class
 
 
 @dataclass(frozen=True)
@@ -280,7 +280,7 @@ def run_preflight(session: Any, region: str, targets: list[Target], *, quota: Qu
             classes: set[str] = set()  # one quota line per class per backend, whatever its types
             for it in t.all_types():
                 _check_ec2(ec2, t, it, rep, quota, need, classes)
-    from harness.preflight_weights import ImageLookup, baked_weights
+    from harness.account.preflight_weights import ImageLookup, baked_weights
 
     account_id = ident.get("Account", "")
     images = ImageLookup(ec2, _short)  # one DescribeImages per AMI for every line below
@@ -294,12 +294,12 @@ def run_preflight(session: Any, region: str, targets: list[Target], *, quota: Qu
     for bid, why in baked.items():
         rep.add(bid, "HF token secret", "ok", why)
     for name in dict.fromkeys(t.hf_token_secret for t in targets if t.hf_token_secret and t.id not in baked):
-        account.check_token_secret(rep.add, region, secrets or session.client("secretsmanager", region_name=region),
+        fresh.check_token_secret(rep.add, region, secrets or session.client("secretsmanager", region_name=region),
                                    name, [t.id for t in targets if t.hf_token_secret == name and t.id not in baked],
                                    _short)
     packaged = [t.id for t in targets if t.serves_package]
     if packaged:
-        account.check_package_build_quota(rep.add, region, quota, packaged)
+        fresh.check_package_build_quota(rep.add, region, quota, packaged)
     return rep
 
 
@@ -317,7 +317,7 @@ def _check_account(session: Any, region: str, targets: list[Target], rep: Report
         if t.service != "ec2" or not family:
             continue
         if t.ami:  # -c <id>_ami: this AMI boots, not the image parameter; nothing to build
-            account.check_given_ami(rep.add, region, ec2, t.id, t.ami, _short, account_id, images)
+            fresh.check_given_ami(rep.add, region, ec2, t.id, t.ami, _short, account_id, images)
             continue
         boot[t.id] = boot_family(family, t.image_choice, t.neuron_sdk).ssm_parameter
         image = FAMILY_IMAGE.get(family)
@@ -330,11 +330,11 @@ def _check_account(session: Any, region: str, targets: list[Target], rep: Report
         parent = parent or t.parent_image
         image_az = image_az or t.image_az
     if boot:
-        account.check_images(rep.add, region, ssm or session.client("ssm", region_name=region), ec2, quota,
+        fresh.check_images(rep.add, region, ssm or session.client("ssm", region_name=region), ec2, quota,
                              wanted, boot, parent, _short, image_az=image_az)
     for t in targets:
         if t.service == "sagemaker" and t.container_tag:
-            account.check_container_image(rep.add, region, ecr or session.client("ecr", region_name=region),
+            fresh.check_container_image(rep.add, region, ecr or session.client("ecr", region_name=region),
                                           t.id, t.container_tag, _short)
 
 
@@ -358,7 +358,7 @@ def _boot_amis(session: Any, region: str, targets: list[Target], ssm: Any) -> di
             params[t.id] = name
     if params:
         try:
-            values = account.resolve_parameters(ssm or session.client("ssm", region_name=region), params.values())
+            values = fresh.resolve_parameters(ssm or session.client("ssm", region_name=region), params.values())
         except Exception:  # noqa: BLE001 - the AMI parameter line already says why
             values = {}
         boots.update({bid: values.get(name) for bid, name in params.items()})
@@ -368,8 +368,8 @@ def _boot_amis(session: Any, region: str, targets: list[Target], ssm: Any) -> di
 def _check_weights(region: str, targets: list[Target], rep: Report, ec2: Any, boots: dict[str, str | None],
                    images: Any) -> None:
     """The commit each deployment will serve, and a kit image's baked commit against the pin
-    (harness/preflight_weights.py)."""
-    from harness.preflight_weights import check_weights
+    (harness/account/preflight_weights.py)."""
+    from harness.account.preflight_weights import check_weights
 
     with_weights = {t.id for t in targets if t.weights}
     check_weights(rep.add, region, targets, {b: a for b, a in boots.items() if b in with_weights}, ec2, _short, images)
@@ -378,7 +378,7 @@ def _check_weights(region: str, targets: list[Target], rep: Report, ec2: Any, bo
 def _check_shared_images(rep: Report, region: str, targets: list[Target], boots: dict[str, str | None], images: Any,
                          account_id: str, hourly: dict[str, list[tuple[str, float | None]]]) -> None:
     """For a backend that boots an AMI another account owns: what its deploy bills per hour, that
-    the image bills its owner, and who to ask when a launch is refused (preflight_account.py)."""
+    the image bills its owner, and who to ask when a launch is refused (preflight_fresh.py)."""
     from kit.image_families import boot_family
 
     for t in targets:
@@ -386,7 +386,7 @@ def _check_shared_images(rep: Report, region: str, targets: list[Target], boots:
         if not ami:
             continue
         family = boot_family(catalog.backend(t.id).image or "", t.image_choice, t.neuron_sdk)
-        account.check_shared_image(rep.add, region, t.id, ami, images.get(ami), account_id,
+        fresh.check_shared_image(rep.add, region, t.id, ami, images.get(ami), account_id,
                                    hourly.get(t.id, []), family.root_volume_gib)
 
 
@@ -449,7 +449,7 @@ def _check_ec2(ec2: Any, target: Target, t: str, rep: Report, quota: QuotaFn, ne
     elif value < need[cls]:
         rep.add(bid, label, "BLOCK", f"{QUOTA_NAMES[cls]} = {value:g} vCPUs, selected stacks need "
                 f"{need[cls]} ({mine}); fix: "
-                f"{account.quota_fix('ec2', QUOTA_CODES[cls], need[cls], rep.region)}")
+                f"{fresh.quota_fix('ec2', QUOTA_CODES[cls], need[cls], rep.region)}")
     else:
         rep.add(bid, label, "ok", f"{value:g} vCPUs >= {need[cls]} needed")
 
@@ -468,7 +468,7 @@ def _check_sagemaker(session: Any, region: str, bid: str, t: str, rep: Report,
         code = getattr(finder, "codes", {}).get(t)
         rep.add(bid, label, "BLOCK", f"'{t} for endpoint usage' = {value:g}"
                 + (f", selected stacks need {need}" if need > 1 else "") + "; fix: "
-                f"{account.sagemaker_fix(t, code, region, need)}")
+                f"{fresh.sagemaker_fix(t, code, region, need)}")
     else:
         rep.add(bid, label, "ok", f"{t} for endpoint usage = {value:g}" + (f" >= {need} needed" if need > 1 else ""))
 
@@ -571,7 +571,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def main(argv: list[str] | None = None, *, session: Any = None, **inject: Any) -> int:
-    p = _Parser(prog="python -m harness.preflight", description=__doc__.split("\n\n")[0])
+    p = _Parser(prog="python -m harness preflight", description=__doc__.split("\n\n")[0])
     p.add_argument("--backends", help=f"comma-separated (default: cdk.json context backends): {','.join(catalog.BACKEND_IDS)}")
     p.add_argument("--region", help="the kit's region (default: cdk.json context region; the shell's "
                                     "AWS_REGION is not used, see kit/regions.py)")

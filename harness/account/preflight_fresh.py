@@ -1,4 +1,4 @@
-"""What a fresh account trips on before anything is spent (issue 11 point 7), for harness.preflight.
+"""What a fresh account trips on before anything is spent (issue 11 point 7), for harness.account.preflight.
 
 Checked per region, for the backends a deploy would create:
 
@@ -69,9 +69,9 @@ def quota_fix(service: str, code: str, desired: float, region: str) -> str:
 
 
 def build_commands(image: str, region: str) -> str:
-    """The one command that builds a kit image (harness/images.py: deploys the image stack when
+    """The one command that builds a kit image (harness/account/images.py: deploys the image stack when
     missing, starts its pipelines in order and follows them)."""
-    return f"python -m harness.images build {image} --region {region}"
+    return f"python -m harness images build {image} --region {region}"
 
 
 def resolve_parameters(ssm: Any, names: Iterable[str]) -> dict[str, str | None]:
@@ -110,9 +110,9 @@ def check_given_ami(add: Add, region: str, ec2: Any, backend: str, ami: str,
     """``-c <id>_ami``: the AMI this account would launch instead of the kit's image. EC2
     DescribeImages answers ``InvalidAMIID.NotFound`` for an AMI that is neither the account's nor
     shared with it (EC2 API reference, DescribeImages); its fix is the owner's share command
-    (harness.images share), addressed to this account (``account``, from STS GetCallerIdentity).
-    ``images``: the run's harness.preflight_weights.ImageLookup (one DescribeImages per AMI)."""
-    from harness.preflight_weights import ImageLookup
+    (harness.account.images share), addressed to this account (``account``, from STS GetCallerIdentity).
+    ``images``: the run's harness.account.preflight_weights.ImageLookup (one DescribeImages per AMI)."""
+    from harness.account.preflight_weights import ImageLookup
 
     image = (images or ImageLookup(ec2, short)).get(ami)
     if isinstance(image, str):  # not a "not found": nothing can be judged
@@ -125,7 +125,7 @@ def check_given_ami(add: Add, region: str, ec2: Any, backend: str, ami: str,
         return
     if image is None:
         # Only its owner can share it, and this account cannot see who that is.
-        fix = (f"ask the account that shared {ami} (your workshop organizer) to run python -m harness.images share "
+        fix = (f"ask the account that shared {ami} (your workshop organizer) to run python -m harness images share "
                f"--account {account or '<this account>'} --ami {ami} --region {region}, or drop -c {backend}_ami")
         add(backend, "AMI (-c)", "BLOCK", f"{backend}_ami={ami} is not visible to this account in {region}; fix: {fix}")
     else:
@@ -158,7 +158,7 @@ def check_shared_image(add: Add, region: str, backend: str, ami: str, image: Any
              + (" each" if len(hourly) > 1 else "") + ")")
     add(backend, "shared image", "ok", f"{ami} belongs to account {owner}: the image costs you nothing (its owner pays "
         f"its snapshots); your deploy bills {bills}; if a launch is refused on its snapshots or key, ask {owner} to run "
-        f"python -m harness.images share --account {account} --ami {ami} --region {region}")
+        f"python -m harness images share --account {account} --ami {ami} --region {region}")
 
 
 def check_images(add: Add, region: str, ssm: Any, ec2: Any, quota: QuotaFn,

@@ -1,8 +1,8 @@
 """Regions the kit touched outside its configuration, recorded on this machine.
 
-``python -m harness.images share`` can make things in a region no backend is configured for: a
+``python -m harness images share`` can make things in a region no backend is configured for: a
 copy of an image (``CopyImage``) placed where an attendee's backend runs, and that copy's
-launch permissions and key grants. ``python -m harness.leftovers`` looks in the configured
+launch permissions and key grants. ``python -m harness leftovers`` looks in the configured
 regions; it also reads this record so a copy made for a share is not forgotten once the
 configuration changes back.
 
@@ -116,4 +116,4 @@ def record_region(region: str, why: str, *, err: TextIO | None = None) -> None:
         os.replace(tmp, path)  # atomic: a reader sees the old record or the new one
     except OSError as e:
         print(f"touched regions: cannot write {path} ({e.strerror or type(e).__name__}); remember "
-              f"{region} ({why}): python -m harness.leftovers --region {region}", file=err)
+              f"{region} ({why}): python -m harness leftovers --region {region}", file=err)

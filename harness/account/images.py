@@ -1,9 +1,9 @@
 """The kit's machine images as a command:
 
-    python -m harness.images build IMAGE [--region R] [--no-deploy]   start the pipelines, follow to the end
-    python -m harness.images status [--region R]                      builds running now
-    python -m harness.images list [--region R]                        the kit's AMIs, snapshots, $/month
-    python -m harness.images share --account ID[,ID...] [--image IMAGE | --ami AMI] [--region R]
+    python -m harness images build IMAGE [--region R] [--no-deploy]   start the pipelines, follow to the end
+    python -m harness images status [--region R]                      builds running now
+    python -m harness images list [--region R]                        the kit's AMIs, snapshots, $/month
+    python -m harness images share --account ID[,ID...] [--image IMAGE | --ami AMI] [--region R]
                                    [--source-region R] [--write-context cdk.context.json]
 
 IMAGE is one of the kit's images (kit image facts: vllm-cuda, vllm-sm75, neuron, ...). Context
@@ -39,7 +39,7 @@ stacks/images.py) with ``DescribeImages`` and their snapshots with ``DescribeSna
 snapshot's monthly cost is its ``FullSnapshotSizeInBytes`` (all written blocks: an upper bound of
 the incremental size billed) at the EBS snapshot price (harness/cost/storage_prices.py).
 
-``share`` (harness/image_share.py says how, with its sources) makes the kit's images launchable
+``share`` (harness/account/image_share.py says how, with its sources) makes the kit's images launchable
 by other accounts, a workshop's attendees: every kit image the configuration boots, in the
 region of each backend that boots it (copied there under the kit's key when it was built
 elsewhere), or ``--image``'s, or one ``--ami``: launch permission, snapshot permission and a KMS
@@ -316,7 +316,7 @@ def build(aws: Aws, region: str, image: str, stack: str, out: TextIO,
             later = pipeline_keys(image)[pipeline_keys(image).index(key) + 1:]
             print(f"\ninterrupted: the build {version_arn} goes on in {region}, its instance billed until it ends"
                   + (f" (and {', '.join(f.pipeline_name(image, k) for k in later)} will not start)" if later else "")
-                  + f"; see it: python -m harness.images status --region {region}; stop it: aws imagebuilder "
+                  + f"; see it: python -m harness images status --region {region}; stop it: aws imagebuilder "
                   f"cancel-image-creation --image-build-version-arn {version_arn} --region {region}", file=out)
             return 130
         total_s += seconds
@@ -461,7 +461,7 @@ def backends_booting(image: str) -> list[str]:
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:
-        raise ValueError(f"harness.images: {message} (see --help)")
+        raise ValueError(f"harness images: {message} (see --help)")
 
 
 def _context(path: Path | None, overrides: list[str]) -> dict[str, Any]:
@@ -472,7 +472,7 @@ def _context(path: Path | None, overrides: list[str]) -> dict[str, Any]:
     try:
         return context_with(path or Path("cdk.json"), overrides, required=path is not None)
     except ValueError as e:
-        raise ValueError(f"harness.images: {e}") from None
+        raise ValueError(f"harness images: {e}") from None
 
 
 def _stack_name(image: str, region: str, kit_region: str) -> str:
@@ -498,7 +498,7 @@ def _stack_context(ctx: dict[str, Any], image: str, region: str | None = None) -
         raise ValueError(f"config error: {e}") from None
     if image not in pipeline_images(config):
         boots = ", ".join(backends_booting(image))
-        raise ValueError(f"harness.images build: no selected backend boots {image} (backends="
+        raise ValueError(f"harness images build: no selected backend boots {image} (backends="
                          f"{','.join(config.backend_ids)}); select one of {boots}, e.g. -c backends={boots.split(',')[0]}")
     if region is not None:
         from dataclasses import replace
@@ -507,7 +507,7 @@ def _stack_context(ctx: dict[str, Any], image: str, region: str | None = None) -
         if image not in pipeline_images(replace(config, backends=here)):
             placed = sorted({bc.region for bc in config.backends if bc.id in backends_booting(image)})
             bid = next(b for b in backends_booting(image) if b in config.backend_ids)
-            raise ValueError(f"harness.images build: no selected backend that boots {image} deploys to {region} "
+            raise ValueError(f"harness images build: no selected backend that boots {image} deploys to {region} "
                              f"({bid} deploys to {', '.join(placed)}), so the app has no {image} image stack there; "
                              f"build it where it boots (--region {placed[0]}), or move it: -c {bid}_region={region}")
     return extra
@@ -540,13 +540,13 @@ def _price_book() -> PriceFor:
 class ShareInput:
     accounts: list[str]
     config: Any  # kit.config.KitConfig
-    targets: list[Any]  # harness.image_share.Target
+    targets: list[Any]  # harness.account.image_share.Target
     overrides: dict[str, str]  # the organizer's -c values an attendee's deploy keeps
 
 
 def _share_input(a: argparse.Namespace, ctx: dict[str, Any], kit: Any, images: list[str]) -> ShareInput:
     """Everything ``share`` needs from its arguments, checked before any AWS call (ValueError: exit 2)."""
-    from harness.image_share import ACCOUNT, AMI_ID, Target
+    from harness.account.image_share import ACCOUNT, AMI_ID, Target
     from kit.config import KNOWN_KEYS, ConfigError, parse
     from kit.image_needs import image_needs
     from kit.regions import RegionError, check_region
@@ -554,20 +554,20 @@ def _share_input(a: argparse.Namespace, ctx: dict[str, Any], kit: Any, images: l
     accounts = list(dict.fromkeys(x.strip() for x in (a.account or "").split(",")))
     bad = [x for x in accounts if not ACCOUNT.match(x)]
     if bad or not accounts:
-        raise ValueError(f"harness.images share: --account {bad[0] if bad else a.account!r} is not a 12-digit AWS "
+        raise ValueError(f"harness images share: --account {bad[0] if bad else a.account!r} is not a 12-digit AWS "
                          "account id (several: --account 111122223333,444455556666)")
     if a.ami and not AMI_ID.match(a.ami):
-        raise ValueError(f"harness.images share: --ami {a.ami!r} is not an AMI id (ami- and 8 or 17 hex digits, "
+        raise ValueError(f"harness images share: --ami {a.ami!r} is not an AMI id (ami- and 8 or 17 hex digits, "
                          "e.g. ami-0123456789abcdef0)")
     if a.image and a.image not in images:
-        raise ValueError(f"harness.images share: image {a.image!r} is not a kit image; valid: {', '.join(images)}")
+        raise ValueError(f"harness images share: image {a.image!r} is not a kit image; valid: {', '.join(images)}")
     if a.ami and a.image:
-        raise ValueError("harness.images share: --ami and --image name the same thing twice; give one")
+        raise ValueError("harness images share: --ami and --image name the same thing twice; give one")
     try:
         for r in a.source_region:
             check_region("--source-region", r)
     except RegionError as e:
-        raise ValueError(f"harness.images share: {e}") from None
+        raise ValueError(f"harness images share: {e}") from None
     try:
         config = parse({**ctx, "region": kit.region})
     except ConfigError as e:
@@ -590,10 +590,10 @@ def _share_input(a: argparse.Namespace, ctx: dict[str, Any], kit: Any, images: l
                  or (n.ami and set(n.backend_ids) & set(backends_booting(a.image)))]
         if not needs:
             boots = ",".join(b for b in backends_booting(a.image)) or "none"
-            raise ValueError(f"harness.images share: no selected backend boots {a.image} (backends={selected}); "
+            raise ValueError(f"harness images share: no selected backend boots {a.image} (backends={selected}); "
                              f"select one of {boots}, e.g. -c backends={boots.split(',')[0]}")
     if not needs:
-        raise ValueError(f"harness.images share: the configuration boots none of the kit's images (backends={selected}); "
+        raise ValueError(f"harness images share: the configuration boots none of the kit's images (backends={selected}); "
                          "select an EC2 backend (-c backends=inf2), or give --ami")
     for bid in {b for n in needs for b in n.backend_ids}:
         if ctx.get(f"{bid}_image"):
@@ -604,7 +604,7 @@ def _share_input(a: argparse.Namespace, ctx: dict[str, Any], kit: Any, images: l
 
 
 def _share(aws: Aws, a: argparse.Namespace, kit: Any, s: ShareInput, out: TextIO) -> int:
-    from harness import image_share as sh
+    from harness.account import image_share as sh
 
     f = image_facts()
     try:
@@ -635,7 +635,7 @@ def main(argv: list[str] | None = None, *, aws: Aws | None = None, out: TextIO =
          deploy: Callable[[str], int] | None = None) -> int:
     f = image_facts()
     images = list(f.IMAGE_PARAMETERS)
-    p = _Parser(prog="python -m harness.images", description=__doc__.split("\n\n")[0])
+    p = _Parser(prog="python -m harness images", description=__doc__.split("\n\n")[0])
     p.add_argument("command", choices=["build", "status", "list", "share"])
     p.add_argument("image", nargs="?", help=f"build: one of {', '.join(images)}")
     p.add_argument("--image", dest="image_option", help="share: only this image (default: every kit image the configuration boots)")
@@ -659,16 +659,16 @@ def main(argv: list[str] | None = None, *, aws: Aws | None = None, out: TextIO =
         try:
             kit = resolve(a.region, context=ctx, cdk_json=a.cdk_json)
         except RegionError as e:
-            raise ValueError(f"harness.images: {e}") from None
+            raise ValueError(f"harness images: {e}") from None
         region = kit.region
         if a.command == "build" and a.image not in images:
-            raise ValueError(f"harness.images build: image {a.image!r} is not a kit image; valid: {', '.join(images)}")
+            raise ValueError(f"harness images build: image {a.image!r} is not a kit image; valid: {', '.join(images)}")
         if a.command == "build":
             _stack_context(ctx, a.image, region)  # a stack the app would not build: say so now (exit 2)
         if a.command == "share":
             shares = _share_input(a, ctx, kit, images)
         if a.poll <= 0:
-            raise ValueError(f"harness.images: --poll {a.poll} must be > 0 seconds")
+            raise ValueError(f"harness images: --poll {a.poll} must be > 0 seconds")
     except ValueError as e:
         print(e, file=sys.stderr)
         return 2
@@ -697,7 +697,7 @@ def main(argv: list[str] | None = None, *, aws: Aws | None = None, out: TextIO =
 
         if not isinstance(e, (BotoCoreError, ClientError)):
             raise
-        print(f"harness.images {a.command}: {(str(e).splitlines() or [type(e).__name__])[0][:300]}", file=out)
+        print(f"harness images {a.command}: {(str(e).splitlines() or [type(e).__name__])[0][:300]}", file=out)
         return 1
 
 

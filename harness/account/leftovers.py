@@ -1,4 +1,4 @@
-"""``python -m harness.leftovers [--region R] [-c KEY=VALUE ...]`` (``make leftovers``): after
+"""``python -m harness leftovers [--region R] [-c KEY=VALUE ...]`` (``make leftovers``): after
 ``cdk destroy --all``, what the kit made that still exists, in every configured region, with
 what it costs per month and the command that removes it (issue 24 point 3). Exit 1 while
 anything still bills (or a check could not run, so nothing is proven), 0 when nothing bills;
@@ -33,15 +33,15 @@ moment ago is not reported from a stale index):
   names are ``inference-kit-<image>-<key>`` (kit/image_facts.py pipeline_name). A kit snapshot
   (that tag, the kit's tag, or an AMI's) that no AMI of this account still maps
   (``DescribeImages`` filter ``block-device-mapping.snapshot-id``) is orphaned: it bills, and its
-  removal is ``delete-snapshot``. The sharing copies ``python -m harness.images share`` makes carry
-  the kit's tag and ``kit-share`` (harness/touched.py share_tags) and are listed as such;
+  removal is ``delete-snapshot``. The sharing copies ``python -m harness images share`` makes carry
+  the kit's tag and ``kit-share`` (harness/account/touched.py share_tags) and are listed as such;
 - the kit's KMS keys (each image stack's own, retained with the AMIs it encrypts when the stack
   goes: kit/image_facts.py): tagged ``project=aws-inference-kit`` (the tagging API) or named by an
   alias under ``alias/inference-kit/`` (``ListAliases``, KEY_ALIAS_PREFIX), each read with
   ``DescribeKey``; a key pending deletion is listed, free, with its deletion date. Its removal
   waits the longest window (KEY_PENDING_WINDOW_DAYS: a wait costs nothing).
 
-Regions: the configuration's, plus every region ``harness.touched`` recorded (where a share copied
+Regions: the configuration's, plus every region ``harness.account.touched`` recorded (where a share copied
 an image), so a copy is not forgotten when the configuration no longer names its region.
 
 SageMaker endpoint names are case-insensitive ("The name is case-insensitive in CreateEndpoint,
@@ -75,7 +75,7 @@ TTL_TARGETS = ("aws-sdk:sagemaker:deleteEndpoint", "aws-sdk:ec2:stopInstances")
 # resources"; see the module docstring for snapshots).
 IB_CREATED_BY = ("CreatedBy", "EC2 Image Builder")
 IB_ARN_TAG = "Ec2ImageBuilderArn"
-SHARE_TAG = "kit-share"  # harness/touched.py SHARE_TAG_KEY: "<source AMI> <source region>"
+SHARE_TAG = "kit-share"  # harness/account/touched.py SHARE_TAG_KEY: "<source AMI> <source region>"
 # The AMI a snapshot was made for, named in its description by CreateImage ("Created by
 # CreateImage(i-...) for ami-... [from vol-...]") and CopyImage ("Copied for DestinationAmi ami-...
 # from SourceAmi ami-... for SourceSnapshot snap-..."; as seen in public AMI cost scripts, e.g. gist
@@ -200,7 +200,7 @@ class Finder:
             tags = _tags(a.get("Tags"))
             deletes = "; ".join(f"aws ec2 delete-snapshot --snapshot-id {s} {self.r()}" for s in sids)
             what = tags.get("kit-image", a.get("Name", ""))
-            if tags.get(SHARE_TAG):  # a copy ``harness.images share`` made: "<source AMI> <source region>"
+            if tags.get(SHARE_TAG):  # a copy ``harness.account.images share`` made: "<source AMI> <source region>"
                 what = f"{what} (copy of {tags[SHARE_TAG]} made for a share)".strip()
             out.append(Leftover("ami", a["ImageId"], f"{what} {a.get('CreationDate', '')[:10]}", 0.0, False,
                                 f"aws ec2 deregister-image --image-id {a['ImageId']} {self.r()}, then its snapshots"
@@ -521,7 +521,7 @@ def render(region: str, items: list[Leftover], errors: list[str], out: TextIO) -
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:
-        raise ValueError(f"harness.leftovers: {message} (see --help)")
+        raise ValueError(f"harness leftovers: {message} (see --help)")
 
 
 def kit_stack_names(config: Any) -> list[str]:
@@ -537,9 +537,9 @@ def kit_stack_names(config: Any) -> list[str]:
 
 def main(argv: list[str] | None = None, *, client: ClientFor | None = None, price: PriceFor | None = None,
          account: str | None = None, out: TextIO = sys.stdout) -> int:
-    p = _Parser(prog="python -m harness.leftovers", description=__doc__.split("\n\n")[0])
+    p = _Parser(prog="python -m harness leftovers", description=__doc__.split("\n\n")[0])
     p.add_argument("--region", help="only this region (default: every region the configuration uses, and every "
-                                    "region harness.touched recorded)")
+                                    "region harness.account.touched recorded)")
     p.add_argument("--cdk-json", type=Path, default=None, help="default ./cdk.json")
     p.add_argument("-c", "--context", action="append", default=[], metavar="KEY=VALUE")
     try:
@@ -550,17 +550,17 @@ def main(argv: list[str] | None = None, *, client: ClientFor | None = None, pric
         try:  # a named file that is missing or broken is one line naming it, never the defaults
             ctx = read_context(a.cdk_json or Path("cdk.json"), required=a.cdk_json is not None)
         except ValueError as e:
-            raise ValueError(f"harness.leftovers: {e}") from None
+            raise ValueError(f"harness leftovers: {e}") from None
         for o in a.context:
             k, sep, v = o.partition("=")
             if not sep or not k:
-                raise ValueError(f"harness.leftovers: -c {o!r}: expected KEY=VALUE")
+                raise ValueError(f"harness leftovers: -c {o!r}: expected KEY=VALUE")
             ctx[k] = v
         try:
             config = parse(ctx)
             regions = [check_region("--region", a.region)] if a.region else list(config.regions)
         except (ConfigError, RegionError) as e:
-            raise ValueError(f"harness.leftovers: {e}") from None
+            raise ValueError(f"harness leftovers: {e}") from None
     except ValueError as e:
         print(e, file=sys.stderr)
         return 2
@@ -577,14 +577,14 @@ def main(argv: list[str] | None = None, *, client: ClientFor | None = None, pric
         try:
             account = client("sts", regions[0]).get_caller_identity()["Account"]
         except Exception as exc:  # noqa: BLE001 - no credentials: nothing can be checked
-            print(f"harness.leftovers: no usable AWS credentials: {(str(exc).splitlines() or [''])[0][:200]}", file=out)
+            print(f"harness leftovers: no usable AWS credentials: {(str(exc).splitlines() or [''])[0][:200]}", file=out)
             return 1
-    if not a.region:  # where a share copied an image, outside the configuration (harness/touched.py)
-        from harness.touched import recorded_regions
+    if not a.region:  # where a share copied an image, outside the configuration (harness/account/touched.py)
+        from harness.account.touched import recorded_regions
 
         extra = [r for r in recorded_regions() if r not in regions]
         if extra:
-            print(f"also {', '.join(extra)}: recorded by harness.images share (harness/touched.py)", file=out)
+            print(f"also {', '.join(extra)}: recorded by harness images share (harness/account/touched.py)", file=out)
             regions += extra
     names = kit_stack_names(config)
     billing, total, failed, free, unknown = 0, 0.0, 0, 0, False

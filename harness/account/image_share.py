@@ -1,4 +1,4 @@
-"""``python -m harness.images share``: the kit's images, usable by other accounts (a workshop's
+"""``python -m harness images share``: the kit's images, usable by other accounts (a workshop's
 attendees), and the context those accounts deploy with.
 
 For every kit image the configuration boots (kit/image_needs.py: each selected EC2 backend's
@@ -20,9 +20,9 @@ image, in that backend's region), or only ``--image``'s, or one ``--ami``:
 3. Copies: ``CopyImage`` called in the destination region (``SourceRegion`` names the source),
    ``Encrypted`` under the destination's kit key, ``CopyImageTags`` (user-defined AMI tags are
    not copied by default, botocore ec2 CopyImage) and the share tags on the copy and its
-   snapshots (harness/touched.py share_tags: ``project=aws-inference-kit`` and ``kit-share``), so
-   ``harness.leftovers`` and ``images list`` find them. The region is recorded right after the
-   call (harness/touched.py record_region), then the copy is waited for (EC2 waiter
+   snapshots (harness/account/touched.py share_tags: ``project=aws-inference-kit`` and ``kit-share``), so
+   ``harness.account.leftovers`` and ``images list`` find them. The region is recorded right after the
+   call (harness/account/touched.py record_region), then the copy is waited for (EC2 waiter
    ``image_available``, with a longer limit than its 10 minutes: a copy of a 150 GB image across
    regions takes longer).
 4. Sharing: launch permission (``ModifyImageAttribute`` ``LaunchPermission.Add``), volume creation
@@ -128,7 +128,7 @@ def _image(ec2: Any, ami: str) -> dict | None:
 
 def _existing_copy(ec2: Any, source: tuple[str, str]) -> dict | None:
     """A copy an earlier share made of ``source`` (its kit-share tag), available first."""
-    from harness.touched import SHARE_TAG_KEY
+    from harness.account.touched import SHARE_TAG_KEY
 
     found = ec2.describe_images(Owners=["self"], Filters=[
         {"Name": f"tag:{SHARE_TAG_KEY}", "Values": [f"{source[0]} {source[1]}"]}]).get("Images", [])
@@ -185,7 +185,7 @@ def check_keys(aws: Any, t: Target, image: dict, done: str = "nothing was change
                 "with the AWS managed key aws/ebs, which cannot be shared (EC2 User Guide, 'Share an AMI with "
                 f"specific AWS accounts'); {done}. Copy it under a customer managed key in its region: "
                 f"{_copy_command(t.ami or '', t.region, t.image, image.get('Name', 'inference-kit-image'))}{whose}, "
-                f"then share the copy: python -m harness.images share --account <ids> --ami <the copy's id> "
+                f"then share the copy: python -m harness images share --account <ids> --ami <the copy's id> "
                 f"--region {t.region}")
         arn = meta.get("Arn", s["KmsKeyId"])
         if arn not in t.keys:
@@ -209,7 +209,7 @@ def plan(aws: Any, targets: list[Target], source_regions: Iterable[str], given_k
             if t.source is None:
                 looked = ", ".join([t.region, *[r for r in sources if r != t.region]])
                 raise ShareError(f"{t.image} is not published in {looked} ({parameters[t.image]}); nothing was "
-                                 f"changed. Build it where {', '.join(t.backend_ids)} boots it: python -m harness.images "
+                                 f"changed. Build it where {', '.join(t.backend_ids)} boots it: python -m harness images "
                                  f"build {t.image} --region {t.region} (or name the region it was built in: "
                                  "--source-region R)")
             copy = _existing_copy(aws.client("ec2", t.region), t.source)
@@ -245,7 +245,7 @@ def plan(aws: Any, targets: list[Target], source_regions: Iterable[str], given_k
 
 
 def _copy(aws: Any, t: Target, out: TextIO) -> None:
-    from harness import touched
+    from harness.account import touched
 
     assert t.source is not None and t.copy_key is not None
     src_ami, src_region = t.source
@@ -258,7 +258,7 @@ def _copy(aws: Any, t: Target, out: TextIO) -> None:
     image_tags = [tg for tg in share_tags if has.get(tg["Key"]) != tg["Value"]]
     name = f"{source.get('Name', t.image)}-from-{src_region}"[:128]
     r = ec2.copy_image(SourceImageId=src_ami, SourceRegion=src_region, Name=name,
-                       Description=f"copy of {src_ami} ({t.image}) from {src_region}, made by harness.images share",
+                       Description=f"copy of {src_ami} ({t.image}) from {src_region}, made by harness images share",
                        Encrypted=True, KmsKeyId=t.copy_key, CopyImageTags=True,
                        TagSpecifications=[{"ResourceType": "image", "Tags": image_tags},
                                           {"ResourceType": "snapshot", "Tags": share_tags}])
@@ -279,9 +279,9 @@ def _wait(aws: Any, t: Target, out: TextIO) -> dict:
         images = (e.last_response or {}).get("Images") or [{}]
         why = images[0].get("StateReason", {}).get("Message") or str(e)
         raise ShareError(f"{t.ami} ({t.image}, {t.region}) did not become available ({why}); nothing was shared; "
-                         f"it is recorded for harness.leftovers; see it: aws ec2 describe-images --image-ids {t.ami} --region {t.region}; "
+                         f"it is recorded for python -m harness leftovers; see it: aws ec2 describe-images --image-ids {t.ami} --region {t.region}; "
                          f"remove it: aws ec2 deregister-image --image-id {t.ami} --region {t.region} "
-                         "(then its snapshots; python -m harness.leftovers lists them)") from None
+                         "(then its snapshots; python -m harness leftovers lists them)") from None
     except KeyboardInterrupt:
         print(f"\ninterrupted: the copy {t.ami} goes on in {t.region} (its snapshots bill once it is made); run the "
               "same share again to wait for it and share it (it is found by its kit-share tag)", file=out)
