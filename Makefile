@@ -1,5 +1,9 @@
-# Two commands do all set-up on a fresh machine: `make test` and `make run`.
-# Both are idempotent: a stamp per requirements hash skips pip when nothing changed.
+# Two set-ups, both idempotent (a stamp per requirements hash skips pip when nothing changed):
+# `make setup-run`, an attendee's: Python 3.11, Node 20 with npm, the lean requirements.txt and the
+#   pinned CDK CLI; no system package, no root. Enough for plan, preflight, deploy, run, leftovers
+#   and `npx cdk synth`.
+# `make setup`, a kit developer's: the dev set (every requirements file) and the system packages
+#   the tests use for real (`make sysdeps`); what `make test` and `make check` need.
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 PYTHON ?= python3
@@ -17,20 +21,28 @@ export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export AWS_EC2_METADATA_DISABLED := true
 unexport CDK_DEFAULT_ACCOUNT
 
-.PHONY: help setup setup-run sysdeps synth lint ruff pytest test check run deploy leftovers clean bench-fidelity bench-tunnel bench-engine patch-check port-check demo
+.PHONY: help setup setup-run sysdeps synth lint ruff pytest test check docs-check run deploy leftovers clean bench-fidelity bench-tunnel bench-engine patch-check port-check demo
 
 help:
-	@echo "make test   set up (.venv, npm ci, system packages), synth every stack, lint, pytest"
-	@echo "make check  the fast tier (~1 min): ruff, then the tests not marked slow"
-	@echo "make run    lean set-up, then python -m harness.run ARGS='...'"
+	@echo "make setup-run   attendee set-up: .venv with requirements.txt, the CDK CLI (Python 3.11, Node 20; no root)"
+	@echo "make run    make setup-run, then python -m harness.run ARGS='...'"
 	@echo "make deploy ARGS='G6Stack ...'   check the machine images, then npx cdk deploy (no ARGS: all backends)"
 	@echo "make leftovers   after cdk destroy: what still exists, \$$/month, how to remove it"
-	@echo "make demo   the whole flow on this machine, no AWS: tiny engine, harness.run, report"
+	@echo "make setup  developer set-up: the dev set + the system packages the tests use (make sysdeps)"
+	@echo "make check  the fast tier (about 2 min on 2 cores): ruff, then the tests not marked slow,"
+	@echo "            the stacks smoke subset and the docs check among them"
+	@echo "make test   make setup, synth every stack, lint, every test: what CI runs"
+	@echo "make docs-check   the docs check alone: relative links, headings, repository paths"
+	@echo "make demo   the whole flow on this machine, no AWS: tiny engine, harness.run, report (dev set)"
 	@echo "make port-check   the Neuron E2B port on CPU vs transformers past the window (KIT_PORT_PATCH=off: as pinned)"
 	@echo "make bench-fidelity | bench-tunnel | bench-engine   the kit measuring itself (harness/calibration)"
 	@echo "make clean  remove .venv, node_modules, cdk.out"
 
+# The versions the kit needs, checked before anything is installed: one line and exit 1 otherwise
+# (pyproject.toml requires-python; the CDK CLI 2.x supports Node 20 and newer).
 $(VENV)/bin/python:
+	@$(PYTHON) -c 'import sys; v = sys.version_info; sys.exit(0 if v >= (3, 11) else \
+	  f"$(PYTHON) is Python {v.major}.{v.minor}; the kit needs 3.11 or newer (make PYTHON=python3.11 ...)")'
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip==25.3 2>/dev/null || true
 
@@ -45,6 +57,8 @@ $(STAMP_DEV): | $(VENV)/bin/python
 	rm -f $(VENV)/.stamp-dev-* $(VENV)/.stamp-run-*; touch $@ $(STAMP_RUN)
 
 node_modules/.package-lock.json: package-lock.json
+	@v=$$(node --version 2>/dev/null); m=$${v#v}; [ "$${m%%.*}" -ge 20 ] 2>/dev/null || \
+	  { echo "node is $${v:-not installed}; the CDK CLI needs Node 20 or newer (with npm)"; exit 1; }
 	npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
@@ -90,10 +104,15 @@ pytest: setup
 
 test: lint pytest
 
-# The fast tier while editing: no synth, no slow tests (pyproject.toml's `slow` marker, set per
-# module in tests/conftest.py from measured durations). `make test` is still what CI runs.
+# The fast tier while editing: no `cdk synth` step, no test marked slow (pyproject.toml's `slow`
+# marker, set per module or per test in tests/conftest.py from measured durations). It includes the
+# stacks smoke subset (one synthesis of the whole app with its assertions, the backend-row and
+# subnet-plan tests) and the docs check. `make test` is still what CI runs.
 check: $(STAMP_DEV) sysdeps ruff
 	$(PY) -m pytest -q -m "not slow" -n $(PYTEST_WORKERS) --dist loadfile
+
+docs-check: $(STAMP_DEV)
+	$(PY) -m pytest -q -p no:cacheprovider tests/test_docs_links.py
 
 run: setup-run
 	$(PY) -m harness.run $(ARGS)
