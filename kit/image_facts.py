@@ -116,9 +116,12 @@ IMAGE_STACKS: dict[str, str] = {
 # build and test volumes, and so the AMI's snapshots, are encrypted under. Named here so
 # harness.account.images share, preflight and harness.account.leftovers find it without aws-cdk-lib. KMS keys and
 # aliases are regional: each region's image stack has its own key under the same alias.
-# The AMI itself names its key (DescribeImages: BlockDeviceMappings[].Ebs.KmsKeyId); the alias
-# points at the key of the image stack deployed now, which is another one after a destroy and a
-# redeploy (the old key is retained with the AMIs it encrypts).
+# An AMI's key is its snapshots' (DescribeSnapshots: Snapshots[].KmsKeyId, read per snapshot of
+# DescribeImages' BlockDeviceMappings[].Ebs.SnapshotId; DescribeImages' own Ebs.KmsKeyId is not
+# it: "only supported on BlockDeviceMapping objects called by RunInstances, RequestSpotFleet, and
+# RequestSpotInstances", botocore ec2 EbsBlockDevice.KmsKeyId). The alias points at the key of the
+# image stack deployed now, which is another one after a destroy and a redeploy (the old key is
+# retained with the AMIs it encrypts).
 KEY_ALIAS_PREFIX = "alias/inference-kit/"
 # The CloudFormation output of each image stack that holds the ARN of the key its recipes use
 # (the kit's own, or the one given with -c image_kms_key).
