@@ -32,8 +32,9 @@ image, in that backend's region), or only ``--image``'s, or one ``--ami``:
    it) and one KMS grant per account on each snapshot key (``CreateGrant``, below).
 5. It prints the context the attendees deploy with (the same for every account: a shared AMI
    keeps its id), and with ``--write-context PATH`` writes it as a JSON object the CDK CLI reads
-   on its own when PATH is the project's ``cdk.context.json`` (kit/regions.py: cdk.json's values
-   come first, so a key set there hides the file's).
+   on its own when PATH is the project's ``cdk.context.json``. cdk.json's context comes first
+   (kit/regions.py), so a key set there would hide the file's: share refuses, naming the key and
+   the file, before it changes anything when the keys are known then, else before it writes.
 
 The key: "When you share an encrypted snapshot, you must also share the customer managed key
 used to encrypt the snapshot" (EBS User Guide, "Share the KMS key used to encrypt a shared Amazon
@@ -45,8 +46,14 @@ GranteePrincipal: "Valid principals include Amazon Web Services accounts"). Gran
 account (``arn:aws:iam::<account>:root``), the grant plays the part a key-policy statement naming
 the account would: the account's own IAM policies then decide which of its users and roles use it
 ("Allowing users in other accounts to use a KMS key": the key side says which accounts may, the
-external account's IAM policy delegates to its principals). An attendee with administrator access
-has that; a narrower role needs those kms actions on the key's ARN in its IAM policy. The grant is
+external account's IAM policy delegates to its principals). The attendee principal that uses the
+key is the one that launches the instance: CloudFormation's execution role from ``cdk bootstrap``
+(``EXEC_ROLE`` below), AdministratorAccess by default; one bootstrapped with narrower
+``--cloudformation-execution-policies`` needs those kms actions on the key's ARN. Nothing else of
+the attendee's uses it: a snapshot shared with the account "is restored to a volume that is
+encrypted by your AWS account's default KMS key" at launch (EC2 User Guide, "Use encryption with
+EBS-backed AMIs", instance-launching scenarios; awsdocs/amazon-ec2-user-guide
+doc_source/AMIEncryption.md), so the instance's later stops and starts do not touch it. The grant is
 named ``inference-kit-share-<account>``: CreateGrant with the same name and parameters returns the
 existing grant (KMS API Reference, CreateGrant Name), so a second share adds nothing. A new grant
 can take a few minutes to reach all of KMS (eventual consistency, same page).
@@ -76,6 +83,14 @@ COPY_WAIT = {"Delay": 30, "MaxAttempts": 240}
 # Context keys the organizer's -c may set that shape what an attendee's deploy boots and runs; the
 # ones only an image build reads (image_kms_key, image_az, neuron_parent_image) stay out.
 BUILD_ONLY_KEYS = {"image_kms_key", "image_az", "neuron_parent_image"}
+# Who uses a shared snapshot's key in the attendee's account: the instance is launched by
+# CloudFormation with the execution role `cdk bootstrap` made (node_modules/aws-cdk/lib/api/bootstrap/
+# bootstrap-template.yaml CloudFormationExecutionRole: RoleName cdk-${Qualifier}-cfn-exec-role-
+# ${AWS::AccountId}-${AWS::Region}, AdministratorAccess unless --cloudformation-execution-policies
+# names others; hnb659fds is the default qualifier). The actions are the EBS User Guide's list for a
+# shared snapshot's key ("Share the KMS key used to encrypt a shared Amazon EBS snapshot").
+EXEC_ROLE = "cdk-hnb659fds-cfn-exec-role-<account>-<region>"
+LAUNCH_KEY_ACTIONS = ("kms:DescribeKey", "kms:CreateGrant", "kms:Decrypt", "kms:GenerateDataKey*", "kms:ReEncrypt*")
 
 
 class ShareError(Exception):
@@ -164,9 +179,27 @@ def _copy_command(ami: str, region: str, image: str, name: str) -> str:
             f"--name {name}-cmk --encrypted --kms-key-id {key} --copy-image-tags")
 
 
+def _key_state_fix(arn: str, state: str, region: str) -> str:
+    """What makes a key usable again, by its KeyState (botocore kms KeyState: Creating | Enabled |
+    Disabled | PendingDeletion | PendingImport | PendingReplicaDeletion | Unavailable | Updating).
+    A canceled deletion leaves the key Disabled: "When this operation succeeds, the key state of
+    the KMS key is Disabled. To enable the KMS key, use EnableKey" (KMS API Reference,
+    CancelKeyDeletion)."""
+    enable = f"aws kms enable-key --key-id {arn} --region {region}"
+    if state == "Disabled":
+        return f"enable it: {enable}"
+    if state == "PendingDeletion":
+        return f"cancel its deletion, then enable it: aws kms cancel-key-deletion --key-id {arn} --region {region} && {enable}"
+    return f"see why: aws kms describe-key --key-id {arn} --region {region}"
+
+
 def check_keys(aws: Any, t: Target, image: dict, done: str = "nothing was changed") -> None:
-    """Fill ``t.snapshots`` and ``t.keys``; ShareError on a snapshot under the AWS managed key
-    (``done``: what the refusal says was changed so far)."""
+    """Fill ``t.snapshots`` and ``t.keys``; ShareError on a snapshot under the AWS managed key, or
+    under a key that is not ``Enabled``: a launch must decrypt the snapshot, and a key pending
+    deletion "can't be used in any cryptographic operations" (KMS API Reference,
+    ScheduleKeyDeletion), a disabled one neither ("prevents use of the KMS key for cryptographic
+    operations", DisableKey), so the attendees' deploys would pass the image check and then fail
+    on the key (``done``: what the refusal says was changed so far)."""
     ec2, kms = aws.client("ec2", t.region), aws.client("kms", t.region)
     t.snapshots = _snapshot_ids(image)
     snaps = ec2.describe_snapshots(SnapshotIds=t.snapshots).get("Snapshots", []) if t.snapshots else []
@@ -188,6 +221,12 @@ def check_keys(aws: Any, t: Target, image: dict, done: str = "nothing was change
                 f"then share the copy: python -m harness images share --account <ids> --ami <the copy's id> "
                 f"--region {t.region}")
         arn = meta.get("Arn", s["KmsKeyId"])
+        state = meta.get("KeyState", "Enabled")
+        if state != "Enabled":
+            raise ShareError(
+                f"{t.ami} ({t.image or 'given with --ami'}, {t.region}): snapshot {s['SnapshotId']} is encrypted "
+                f"with {arn}, whose KeyState is {state}, not Enabled, so no account could launch the image; "
+                f"{done}; {_key_state_fix(arn, state, t.region)}, then share again")
         if arn not in t.keys:
             t.keys.append(arn)
 
@@ -322,8 +361,9 @@ def share_all(aws: Any, accounts: list[str], targets: list[Target], out: TextIO)
 
 def attendee_context(targets: list[Target], kit_region: str, overrides: dict[str, str]) -> dict[str, str]:
     """What an attendee's deploy needs: the region, the backends that boot the shared images,
-    each one's region where it differs and its AMI, and the organizer's -c settings that shape
-    the deployment (not the build-only ones)."""
+    each one's region and AMI, and the organizer's -c settings that shape the deployment (not the
+    build-only ones). ``<id>_region`` is written even where it is the kit's region: written over an
+    earlier handout, the file must not keep a region the AMI is not in."""
     from kit.catalog import BACKEND_IDS
 
     amis: dict[str, tuple[str, str]] = {}  # backend id -> (AMI, region)
@@ -336,8 +376,7 @@ def attendee_context(targets: list[Target], kit_region: str, overrides: dict[str
     for bid in BACKEND_IDS:
         if bid in amis:
             ami, region = amis[bid]
-            if region != kit_region:
-                ctx[f"{bid}_region"] = region
+            ctx[f"{bid}_region"] = region
             ctx[f"{bid}_ami"] = ami
     return ctx
 
@@ -350,16 +389,66 @@ def print_context(accounts: list[str], ctx: dict[str, str], targets: list[Target
     for account in accounts:
         print(f"attendee (account {account}): npx cdk deploy {' '.join(stacks)} {flags}", file=out)
     keys = sorted({k for t in targets for k in t.keys})
-    print(f"the context is the same for every account (a shared AMI keeps its id); the attendee's role needs "
-          f"kms:DescribeKey, kms:CreateGrant, kms:Decrypt, kms:GenerateDataKeyWithoutPlaintext and kms:ReEncrypt* on "
-          f"{', '.join(keys) or 'no key (unencrypted snapshots)'} (administrator access has them)", file=out)
+    if not keys:
+        print("the context is the same for every account (a shared AMI keeps its id); its snapshots are "
+              "unencrypted, so no key is used", file=out)
+        return
+    print(f"the context is the same for every account (a shared AMI keeps its id); the instance launch uses "
+          f"{', '.join(keys)} through the grant, as the attendee account's CloudFormation execution role from "
+          f"cdk bootstrap ({EXEC_ROLE}): it needs {', '.join(LAUNCH_KEY_ACTIONS)} on the key (the default "
+          "bootstrap's AdministratorAccess has them; a narrower --cloudformation-execution-policies must "
+          "include them); the root volume is re-encrypted under the attendee's default EBS key at launch, so "
+          "nothing else of the attendee's uses this key", file=out)
+
+
+def context_keys(targets: list[Target], overrides: dict[str, str]) -> set[str]:
+    """The keys ``attendee_context`` will write for ``targets`` known before the plan (an --ami
+    target's backends are known only after it)."""
+    return {"region", "backends", *(k for k in overrides if k not in BUILD_ONLY_KEYS),
+            *(f"{b}_{what}" for t in targets for b in t.backend_ids for what in ("region", "ami"))}
+
+
+def shadowed(path: Path, keys: Iterable[str]) -> tuple[Path, dict[str, Any]]:
+    """The cdk.json next to ``path`` and the ones of ``keys`` its context sets, when ``path`` is
+    that project's cdk.context.json: the CDK CLI takes a key from cdk.json's context before
+    cdk.context.json's (kit/regions.py), so the file's value of each would never be read. A
+    cdk.json that cannot be read hides nothing here (the CLI refuses it on its own)."""
+    from kit.jsonfile import JsonFileError, read_object
+
+    cdk_json = path.parent / "cdk.json"
+    if path.name != "cdk.context.json" or not cdk_json.exists():
+        return cdk_json, {}
+    try:
+        context = read_object(cdk_json).get("context") or {}
+    except JsonFileError:
+        return cdk_json, {}
+    if not isinstance(context, dict):
+        return cdk_json, {}
+    return cdk_json, {k: context[k] for k in sorted(set(keys)) if k in context}
+
+
+def check_not_shadowed(path: Path, keys: Iterable[str], done: str) -> None:
+    """ShareError, one line naming each key and the cdk.json that sets it, when ``path`` would be
+    read beneath it (``done``: what the refusal says was changed so far). A key set there to the
+    same value is refused too: the file's own value would still be dead, and the next share or
+    edit of either file would part them without a word."""
+    cdk_json, hidden = shadowed(path, keys)
+    if hidden:
+        them, values = ("it", "value") if len(hidden) == 1 else ("them", "values")
+        raise ShareError(
+            f"--write-context {path}: {cdk_json} sets {', '.join(f'{k}={json.dumps(v)}' for k, v in hidden.items())} "
+            f"in its \"context\", and the CDK CLI reads cdk.json's context before cdk.context.json's, so every "
+            f"attendee would deploy with cdk.json's {values}, not the file's; remove {them} from {cdk_json} "
+            f"(cdk.context.json carries {them}) and run the share again; {done}")
 
 
 def write_context(path: Path, ctx: dict[str, str], out: TextIO) -> None:
     """Write ``ctx`` into ``path`` (a JSON object, keys already there kept unless ``ctx`` sets
-    them), atomically; then say which of its keys the cdk.json next to it would hide."""
+    them), atomically; ShareError instead when the cdk.json next to it sets one of its keys
+    (``check_not_shadowed``)."""
     from kit.jsonfile import JsonFileError, read_object
 
+    check_not_shadowed(path, ctx, "the shares are made, the context is printed above; nothing was written")
     old: dict[str, Any] = {}
     if os.path.lexists(path):
         try:
@@ -376,16 +465,6 @@ def write_context(path: Path, ctx: dict[str, str], out: TextIO) -> None:
                          "made, the context is printed above") from None
     print(f"wrote {len(ctx)} context values to {path}" + (f" (kept {len(old.keys() - ctx.keys())} others)" if old else ""),
           file=out)
-    cdk_json = path.parent / "cdk.json"
-    if path.name == "cdk.context.json" and cdk_json.exists():
-        try:
-            hidden = {k: v for k, v in (read_object(cdk_json).get("context") or {}).items()
-                      if k in ctx and v != ctx[k]}
-        except JsonFileError:
-            hidden = {}
-        if hidden:
-            print(f"note: {cdk_json} sets {', '.join(f'{k}={v}' for k, v in hidden.items())}; the CDK CLI reads "
-                  "cdk.json before cdk.context.json, so remove them from cdk.json's context", file=out)
-    elif path.name != "cdk.context.json":
+    if path.name != "cdk.context.json":
         print(f"note: the CDK CLI reads context from cdk.context.json in the project folder; {path.name} is "
               "read only under that name", file=out)

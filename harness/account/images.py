@@ -608,6 +608,8 @@ def _share(aws: Aws, a: argparse.Namespace, kit: Any, s: ShareInput, out: TextIO
 
     f = image_facts()
     try:
+        if a.write_context:  # a key cdk.json would hide: refused before anything changes
+            sh.check_not_shadowed(a.write_context, sh.context_keys(s.targets, s.overrides), "nothing was changed")
         sh.plan(aws, s.targets, [*kit.regions, *a.source_region], s.config.image_kms_key, f.IMAGE_PARAMETERS)
         for t in s.targets:
             if t.how == "--ami" and t.image:  # the AMI's kit-image tag says which backends boot it

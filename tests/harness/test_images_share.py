@@ -5,7 +5,9 @@ service model (tests/harness/aws_replay.py).
 Shapes: EC2 API Reference (DescribeImages: ``BlockDeviceMappings[].Ebs.SnapshotId``, ``State``
 pending | available | failed, ``StateReason``; the error ``InvalidAMIID.NotFound`` "The image id
 '[ami-...]' does not exist"; CopyImage answers ``ImageId``), KMS API Reference (DescribeKey
-``KeyMetadata.KeyManager`` AWS | CUSTOMER, ``NotFoundException`` "Alias ... is not found.";
+``KeyMetadata.KeyManager`` AWS | CUSTOMER, ``KeyState`` Creating | Enabled | Disabled |
+PendingDeletion | ..., with ``DeletionDate`` and ``PendingDeletionWindowInDays`` while pending
+deletion, botocore kms KeyMetadata; ``NotFoundException`` "Alias ... is not found.";
 CreateGrant answers ``GrantToken`` and ``GrantId``), SSM GetParameters (``InvalidParameters`` for a
 name that does not exist)."""
 from __future__ import annotations
@@ -54,6 +56,7 @@ class World:
     images: dict[str, dict[str, dict]] = field(default_factory=dict)  # region -> AMI -> image
     snapshots: dict[str, dict[str, dict]] = field(default_factory=dict)  # region -> id -> snapshot
     keys: dict[str, dict[str, str]] = field(default_factory=dict)  # region -> key ARN -> KeyManager
+    key_states: dict[str, str] = field(default_factory=dict)  # key ARN -> KeyState (default Enabled)
     aliases: dict[str, dict[str, str]] = field(default_factory=dict)  # region -> alias -> key ARN
     parameters: dict[str, dict[str, str]] = field(default_factory=dict)  # region -> name -> AMI
     copy_states: list[str] = field(default_factory=lambda: ["available"])  # what a new copy reports, poll by poll
@@ -144,8 +147,12 @@ class World:
             arn = self.aliases.get(region, {}).get(p["KeyId"], p["KeyId"])
             if arn not in self.keys.get(region, {}):
                 return Error("NotFoundException", f"Alias arn:aws:kms:{region}:{OWNER}:{p['KeyId']} is not found.")
-            return {"KeyMetadata": {"KeyId": arn.rsplit("/", 1)[1], "Arn": arn, "KeyManager": self.keys[region][arn],
-                                    "Enabled": True, "KeyState": "Enabled"}}
+            state = self.key_states.get(arn, "Enabled")
+            meta = {"KeyId": arn.rsplit("/", 1)[1], "Arn": arn, "KeyManager": self.keys[region][arn],
+                    "Enabled": state == "Enabled", "KeyState": state}
+            if state == "PendingDeletion":
+                meta.update(DeletionDate=dt.datetime(2027, 1, 1, tzinfo=dt.timezone.utc), PendingDeletionWindowInDays=30)
+            return {"KeyMetadata": meta}
         if op == "create_grant":
             return {"GrantToken": "AQpAM2RhZTk1MGMyNTk2ZmZmMzEyYWVhOWViN2I1MWM4Mzc0MWFiYjc0ZDE1ODkyNGFlNTIzODZhMzgy",
                     "GrantId": "0c237476b39f8bc44e45212e08498fbe3151305030726c0590dd8d3e9f3d6a60"}
@@ -181,9 +188,10 @@ def kit_image_world(manager: str = "CUSTOMER", region: str = EAST) -> World:
 
 def test_a_kit_image_under_the_kits_key_is_shared_launch_snapshots_and_key_and_the_context_printed(tmp_path):
     w = kit_image_world()
-    cdk = project(tmp_path, region=EAST, backends="inf2")
+    cdk = project(tmp_path)  # as the kit's: none of the handout's keys (they would hide the file's)
     handout = tmp_path / "cdk.context.json"
-    rc, out = run(w, ["--account", f"{A1},{A2}", "--write-context", str(handout)], cdk)
+    rc, out = run(w, ["--account", f"{A1},{A2}", "--write-context", str(handout), "-c", f"region={EAST}",
+                      "-c", "backends=inf2"], cdk)
     assert rc == 0, out
     snaps = [b["Ebs"]["SnapshotId"] for b in w.images[EAST][SOURCE_AMI]["BlockDeviceMappings"]]
     assert w.calls("ec2", EAST, "modify_image_attribute") == [("modify_image_attribute", {
@@ -200,9 +208,13 @@ def test_a_kit_image_under_the_kits_key_is_shared_launch_snapshots_and_key_and_t
     lines = out.splitlines()
     for account in (A1, A2):  # the same context for each account: a shared AMI keeps its id
         assert (f"attendee (account {account}): npx cdk deploy Inf2Stack -c region={EAST} -c backends=inf2 "
-                f"-c inf2_ami={SOURCE_AMI}") in lines
-    assert f"on {key_arn(EAST)} (administrator access has them)" in out
-    assert json.loads(handout.read_text()) == {"region": EAST, "backends": "inf2", "inf2_ami": SOURCE_AMI}
+                f"-c inf2_region={EAST} -c inf2_ami={SOURCE_AMI}") in lines
+    # who uses the key in the attendee's account: the bootstrap's CloudFormation execution role
+    assert (f"the instance launch uses {key_arn(EAST)} through the grant, as the attendee account's CloudFormation "
+            "execution role from cdk bootstrap (cdk-hnb659fds-cfn-exec-role-<account>-<region>)") in out
+    assert "re-encrypted under the attendee's default EBS key at launch" in out
+    assert json.loads(handout.read_text()) == {"region": EAST, "backends": "inf2", "inf2_region": EAST,
+                                               "inf2_ami": SOURCE_AMI}
     # what the attendee's harness and cdk deploy read from the handout (kit/regions.py, CDK's order)
     ctx = regions.read_context(tmp_path / "cdk.json")
     assert (ctx["region"], ctx["inf2_ami"]) == (EAST, SOURCE_AMI)
@@ -215,7 +227,8 @@ def test_every_backend_that_boots_the_image_gets_it_and_a_second_share_adds_noth
     rc, out = run(w, ["--account", A1], cdk)
     assert rc == 0, out
     assert (f"attendee (account {A1}): npx cdk deploy Inf2Stack Trn1Stack -c region={EAST} -c backends=inf2,trn1 "
-            f"-c inf2_ami={SOURCE_AMI} -c trn1_ami={SOURCE_AMI}") in out.splitlines()
+            f"-c inf2_region={EAST} -c inf2_ami={SOURCE_AMI} -c trn1_region={EAST} -c trn1_ami={SOURCE_AMI}"
+            ) in out.splitlines()
     assert len(w.calls("ec2", EAST, "modify_image_attribute")) == 1  # one image, shared once
 
 
@@ -245,7 +258,7 @@ def test_given_ami_on_the_aws_managed_key_is_refused_and_a_given_kit_ami_prints_
     assert rc == 0, out
     # the AMI's kit-image tag names the image, so the backends that boot it
     assert f"attendee (account {A1}): npx cdk deploy Inf2Stack -c region={EAST} -c backends=inf2 " \
-           f"-c inf2_ami={SOURCE_AMI}" in out.splitlines()
+           f"-c inf2_region={EAST} -c inf2_ami={SOURCE_AMI}" in out.splitlines()
 
 
 def test_an_image_missing_where_its_backend_runs_is_copied_under_that_regions_kit_key_then_shared(tmp_path, monkeypatch):
@@ -254,9 +267,10 @@ def test_an_image_missing_where_its_backend_runs_is_copied_under_that_regions_ki
     w.keys[WEST] = {key_arn(WEST, 2): "CUSTOMER"}
     w.aliases[WEST] = {key_alias("neuron"): key_arn(WEST, 2)}
     w.copy_states = ["pending", "available"]
-    cdk = project(tmp_path, region=EAST, backends="inf2", inf2_region=WEST)
+    cdk = project(tmp_path)
+    where = ["-c", f"region={EAST}", "-c", "backends=inf2", "-c", f"inf2_region={WEST}"]
     handout = tmp_path / "cdk.context.json"
-    rc, out = run(w, ["--account", A1, "--write-context", str(handout)], cdk)
+    rc, out = run(w, ["--account", A1, "--write-context", str(handout), *where], cdk)
     assert rc == 0, out
     (copy_call,) = w.calls("ec2", WEST, "copy_image")
     share_tags = [{"Key": "project", "Value": "aws-inference-kit"}, {"Key": "kit-share", "Value": f"{SOURCE_AMI} {EAST}"}]
@@ -278,8 +292,14 @@ def test_an_image_missing_where_its_backend_runs_is_copied_under_that_regions_ki
     assert not w.calls("ec2", EAST, "modify_image_attribute")  # the source is not shared: nobody boots it there
     assert json.loads(handout.read_text()) == {"region": EAST, "backends": "inf2", "inf2_region": WEST,
                                                "inf2_ami": copy}
-    # a second share finds the copy by its kit-share tag and copies nothing
-    rc, out = run(w, ["--account", A2], cdk)
+    # a second share copies nothing: the handout names the copy (and a share without it finds the
+    # copy by its kit-share tag, below)
+    rc, out = run(w, ["--account", A2, *where], cdk)
+    assert rc == 0, out
+    assert len(w.calls("ec2", WEST, "copy_image")) == 1
+    assert f"-c inf2_region={WEST} -c inf2_ami={copy}" in out
+    handout.unlink()
+    rc, out = run(w, ["--account", A2, *where], cdk)
     assert rc == 0, out
     assert len(w.calls("ec2", WEST, "copy_image")) == 1
     assert f"-c inf2_region={WEST} -c inf2_ami={copy}" in out
@@ -329,14 +349,81 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, words):
     assert rc == 2 and words in err and "\n" not in err and w.clients == {}
 
 
-def test_a_handout_value_cdk_json_would_hide_is_named(tmp_path):
+@pytest.mark.parametrize("context, argv, named", [
+    ({"region": EAST, "backends": "inf2"}, [], 'sets backends="inf2", region="us-east-1" in its "context"'),
+    # the organizer's tuning, handed out: cdk.json's own value would win on every attendee's deploy
+    ({}, ["-c", f"region={EAST}", "-c", "backends=inf2", "-c", "max_model_len=8192"], "max_model_len=4096"),
+])
+def test_a_handout_key_cdk_json_sets_is_refused_before_anything_changes(tmp_path, context, argv, named):
+    """The CDK CLI reads cdk.json's context before cdk.context.json's (kit/regions.py cites the CLI's
+    source), so a key set in both comes from cdk.json: the same value too is refused, since the
+    file's would be dead and the next share or edit would part them."""
     w = kit_image_world()
-    cdk = project(tmp_path, region=EAST, backends="inf2,trn1")
-    rc, out = run(w, ["--account", A1, "--write-context", str(tmp_path / "cdk.context.json")], cdk)
+    cdk = project(tmp_path, **context, **({"max_model_len": 4096} if "max_model_len=8192" in argv else {}))
+    handout = tmp_path / "cdk.context.json"
+    rc, out = run(w, ["--account", A1, "--write-context", str(handout), *argv], cdk)
+    assert rc == 1
+    line = out.strip()
+    assert "\n" not in line and named in line and f"{tmp_path / 'cdk.json'} sets " in line
+    assert line.endswith("run the share again; nothing was changed")
+    assert w.changes() == [] and not handout.exists()
+
+
+def test_a_key_known_only_after_the_plan_is_refused_before_the_file_is_written(tmp_path):
+    """--ami: the backends that boot it come from its kit-image tag, read by the plan, so its
+    <id>_ami is checked against cdk.json when the file is written."""
+    from harness.account import image_share
+
+    project(tmp_path, inf2_ami="ami-0fedcba9876543210")
+    handout = tmp_path / "cdk.context.json"
+    with pytest.raises(image_share.ShareError) as e:
+        image_share.write_context(handout, {"region": EAST, "backends": "inf2", "inf2_region": EAST,
+                                            "inf2_ami": SOURCE_AMI}, io.StringIO())
+    assert 'sets inf2_ami="ami-0fedcba9876543210"' in str(e.value) and "nothing was written" in str(e.value)
+    assert not handout.exists()
+    # another file name is not read beneath cdk.json: written, with the note that CDK reads only cdk.context.json
+    out = io.StringIO()
+    image_share.write_context(tmp_path / "handout.json", {"region": EAST}, out)
+    assert "read only under that name" in out.getvalue()
+
+
+def test_the_kits_cdk_json_sets_no_key_of_the_kits_configuration():
+    """So an organizer's handout (region, backends, <id>_region, <id>_ami and -c tuning such as
+    max_model_len) is what every attendee's deploy reads; kit/config.py's defaults stand in."""
+    from kit.config import KNOWN_KEYS
+    from tests.stacks.conftest import CDK_CONTEXT
+
+    assert sorted(set(CDK_CONTEXT) & set(KNOWN_KEYS)) == []
+
+
+def test_a_share_over_an_earlier_handout_replaces_its_region(tmp_path):
+    """Shared once for inf2 in us-west-2, its *_ami key deleted for the new share (docs/workshop.md),
+    shared again in the kit's region: the file must not keep us-west-2 next to a us-east-1 AMI."""
+    w = kit_image_world()
+    cdk = project(tmp_path)
+    handout = tmp_path / "cdk.context.json"
+    handout.write_text(json.dumps({"region": EAST, "backends": "inf2", "inf2_region": WEST}))
+    rc, out = run(w, ["--account", A1, "--write-context", str(handout), "-c", f"inf2_region={EAST}"], cdk)
     assert rc == 0, out
-    # this organizer's cdk.json selects inf2,trn1 too: the same value, nothing hidden
-    assert "note:" not in out
-    rc, out = run(w, ["--account", A1, "--write-context", str(tmp_path / "cdk.context.json"), "-c", "backends=inf2"], cdk)
-    assert rc == 0, out
-    assert f"note: {tmp_path / 'cdk.json'} sets backends=inf2,trn1; the CDK CLI reads cdk.json before " \
-           "cdk.context.json" in out
+    assert json.loads(handout.read_text()) == {"region": EAST, "backends": "inf2", "inf2_region": EAST,
+                                               "inf2_ami": SOURCE_AMI}
+    assert regions.read_context(tmp_path / "cdk.json")["inf2_region"] == EAST
+
+
+@pytest.mark.parametrize("state, fix", [
+    ("Disabled", f"enable it: aws kms enable-key --key-id {key_arn(EAST)} --region {EAST}, then share again"),
+    ("PendingDeletion", f"cancel its deletion, then enable it: aws kms cancel-key-deletion --key-id {key_arn(EAST)} "
+                        f"--region {EAST} && aws kms enable-key --key-id {key_arn(EAST)} --region {EAST}, then share again"),
+    ("PendingImport", f"see why: aws kms describe-key --key-id {key_arn(EAST)} --region {EAST}, then share again"),
+])
+def test_a_snapshot_key_that_is_not_enabled_is_refused_before_anything_changes(tmp_path, state, fix):
+    """A launch decrypts the snapshot; a key Disabled or PendingDeletion cannot (KMS API Reference,
+    DisableKey, ScheduleKeyDeletion): shared anyway, the attendees' image check would pass and their
+    launch fail on the key."""
+    w = kit_image_world()
+    w.key_states[key_arn(EAST)] = state
+    rc, out = run(w, ["--account", A1, "-c", f"region={EAST}", "-c", "backends=inf2"], project(tmp_path))
+    assert rc == 1
+    line = out.strip()
+    assert "\n" not in line and f"whose KeyState is {state}, not Enabled" in line and line.endswith(fix)
+    assert w.changes() == []
