@@ -1,31 +1,19 @@
 """The load benchmark as a Python API (``harness.run`` calls this for every endpoint).
 
     from harness.bench.api import run_bench
-    levels = run_bench(endpoint, profile="agent", concurrency=(1, 16, 64), rates=(),
-                       requests=64, out_dir=Path("results/<run-id>/bench/g6"),
-                       slo="ttft_p99_ms=800")
+    from harness.bench.spec import BenchSpec
+    levels = run_bench(endpoint, BenchSpec(profile="agent", concurrency=(1, 16, 64), requests=64,
+                                           slo="ttft_p99_ms=800"),
+                       out_dir=Path("results/<run-id>/bench/g6"))
 
-Arguments (all keyword-only after ``endpoint``):
-  profile          "agent", "2k-512", "poisson-180-256" or "IN-OUT" token lengths
-  concurrency      closed-loop levels (iterable of ints; empty for none)
-  rates            open-loop Poisson levels in requests/s, or "auto": double from
-                   ``rate_start`` until the level saturates (see ``saturated``) or ``rate_max``
-  requests | duration   measured requests per level, or seconds of measured sending per level
-  warmup           warm-up requests per level (None: one per worker / ceil(rate)); excluded
+What runs is the ``BenchSpec`` (harness/bench/spec.py: every field and its checks); besides it:
   out_dir          gets requests.jsonl, summary.json, summary.csv, bench.json (store.py)
-  slo              "ttft_p99_ms=800,itl_p99_ms=50" or a dict (metrics.parse_slo)
-  request_timeout  seconds per request; time_limit: seconds for the whole run (hard)
-  resume           skip levels already complete in out_dir/summary.json
-  tokenizer        path of a tokenizer.json (needs the optional ``tokenizers`` package), used
-                   only when the server reports no per-chunk usage
-  vllm_extras      send continuous_usage_stats / ignore_eos / min_tokens (OpenAI, SageMaker)
+  api_key          OpenAI-compatible servers' bearer token
   client           an injected boto3 client (SageMaker / Bedrock)
-  progress         rich progress bar (None: only on a terminal)
-  path_probes      small round trips over the same path before the levels -> ``path_rtt_ms``
-                   {p50, p99, n, how} in every level and in bench.json (harness.bench.path; 0: none)
 
-Returns the list of levels exactly as written to summary.json. Raises ``BenchError`` (one-line
-message) for bad input; a failing backend never raises, its requests are recorded as failed.
+Returns the list of levels exactly as written to summary.json, each with ``path_rtt_ms``
+{p50, p99, n, how} (harness.bench.path). Raises ``BenchError`` (one-line message) for bad input;
+a failing backend never raises, its requests are recorded as failed.
 """
 from __future__ import annotations
 
@@ -37,21 +25,18 @@ import resource
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from harness.bench import metrics, store
 from harness.bench.clients import make_client
 from harness.bench.load import LevelSpec, run_level
-from harness.bench.path import DEFAULT_PROBES, measure_path
-from harness.bench.profiles import ProfileError, get_profile
+from harness.bench.path import measure_path
+from harness.bench.profiles import get_profile
 from harness.bench.progress import BenchProgress
+from harness.bench.spec import BenchError, BenchSpec
 from harness.bench.record import TokenCounter, now_ns
 from harness.endpoint import Endpoint
 from harness.results import Skipped, appendable_problem, parse_json, read_bytes
-
-
-class BenchError(ValueError):
-    """Bad input or an unusable output directory; the message is one line."""
 
 
 def load_tokenizer(path: str | Path | None) -> TokenCounter | None:
@@ -96,94 +81,51 @@ def saturated(level: dict, first: dict | None) -> bool:
     return False
 
 
-def _plan(concurrency: Iterable[int], rates: Iterable[float] | str, requests: int | None,
-          duration: float | None, warmup: int | None) -> list[LevelSpec]:
-    plan = []
-    for c in concurrency:
-        if not isinstance(c, int) or c < 1:
-            raise BenchError(f"concurrency {c!r}: must be a whole number >= 1")
-        plan.append(LevelSpec(concurrency=c, requests=requests, duration=duration, warmup=warmup))
-    if not isinstance(rates, str):
-        for r in rates:
-            if not r > 0:
-                raise BenchError(f"rate {r!r}: must be > 0 requests/s")
-            plan.append(LevelSpec(rate=float(r), requests=requests, duration=duration, warmup=warmup))
-    return plan
-
-
-def run_bench(endpoint: Endpoint, **kwargs: Any) -> list[dict]:
+def run_bench(endpoint: Endpoint, spec: BenchSpec, *, out_dir: Path | str, api_key: str | None = None,
+              client: Any = None) -> list[dict]:
     """Synchronous wrapper of ``run_bench_async`` (uses uvloop when installed)."""
     try:
         import uvloop
         runner = uvloop.run
     except ImportError:  # pragma: no cover
         runner = asyncio.run
-    return runner(run_bench_async(endpoint, **kwargs))
+    return runner(run_bench_async(endpoint, spec, out_dir=out_dir, api_key=api_key, client=client))
 
 
-async def run_bench_async(
-        endpoint: Endpoint, *, profile: str = "agent", concurrency: Iterable[int] = (1, 16, 64),
-        rates: Iterable[float] | str = (), requests: int | None = None,
-        duration: float | None = None, warmup: int | None = None, out_dir: Path | str,
-        slo: str | dict | None = None, request_timeout: float = 300.0,
-        time_limit: float = 3600.0, resume: bool = False, tokenizer: str | Path | None = None,
-        vllm_extras: bool = True, api_key: str | None = None, client: Any = None,
-        max_inflight: int = 1024, seed: int = 0, rate_start: float = 1.0,
-        rate_max: float = 256.0, progress: bool | None = None,
-        path_probes: int = DEFAULT_PROBES) -> list[dict]:
-    deadline = now_ns() + int(time_limit * 1e9)
-    try:
-        prof = get_profile(profile)
-    except ProfileError as e:
-        raise BenchError(str(e)) from None
-    if (requests is None) == (duration is None):
-        raise BenchError("give exactly one of requests (N per level) or duration (seconds per level)")
-    if requests is not None and requests < 1:
-        raise BenchError(f"requests {requests!r}: must be >= 1")
-    if duration is not None and not duration > 0:
-        raise BenchError(f"duration {duration!r}: must be > 0 seconds")
-    if not request_timeout > 0 or not time_limit > 0:
-        raise BenchError("request_timeout and time_limit must be > 0 seconds")
-    if isinstance(rates, str) and rates != "auto":
-        raise BenchError(f"rates {rates!r}: a list of requests/s or 'auto'")
-    try:
-        slo_d = slo if isinstance(slo, dict) else metrics.parse_slo(slo)
-    except metrics.SLOError as e:
-        raise BenchError(str(e)) from None
-    counter = load_tokenizer(tokenizer)
-    plan = _plan(concurrency, rates, requests, duration, warmup)
-    if not plan and rates != "auto":
-        raise BenchError("nothing to run: give at least one concurrency or rate")
-    if rates == "auto" and not 0 < rate_start <= rate_max:
-        raise BenchError(f"--rate-start {rate_start:g} must be > 0 and at most --rate-max "
-                         f"{rate_max:g} (--rate auto doubles from the one up to the other)")
+async def run_bench_async(endpoint: Endpoint, spec: BenchSpec, *, out_dir: Path | str,
+                          api_key: str | None = None, client: Any = None) -> list[dict]:
+    if not isinstance(spec, BenchSpec):
+        raise BenchError(f"spec {type(spec).__name__}: give a harness.bench.spec.BenchSpec")
+    deadline = now_ns() + int(spec.time_limit * 1e9)
+    prof = get_profile(spec.profile)
+    slo_d = dict(spec.slo)
+    request_timeout, seed = spec.request_timeout, spec.seed
+    counter = load_tokenizer(spec.tokenizer)
+    plan = spec.levels()
     if str(out_dir) == "":
         raise BenchError("--out '': give a directory (an empty path would write into the current one)")
 
     out = Path(out_dir)
-    config = {"endpoint": endpoint.to_dict(), "profile": prof.to_dict(), "requests": requests,
-              "duration": duration, "warmup": warmup, "slo": slo_d, "seed": seed,
-              "vllm_extras": vllm_extras, "request_timeout": request_timeout,
-              "time_limit": time_limit}
-    levels = _prepare_dir(out, config, resume)
+    config = {"endpoint": endpoint.to_dict(), "profile": prof.to_dict(), **spec.record()}
+    levels = _prepare_dir(out, config, spec.resume)
     done_keys = {_key(lv) for lv in levels if lv.get("complete")}
 
-    bench_client = make_client(endpoint, client=client, vllm_extras=vllm_extras, api_key=api_key,
+    bench_client = make_client(endpoint, client=client, vllm_extras=spec.vllm_extras, api_key=api_key,
                                request_timeout=request_timeout)
-    max_c = max([s.concurrency or 0 for s in plan] + [min(max_inflight, 256)])
+    max_c = max([s.concurrency or 0 for s in plan] + [min(spec.max_inflight, 256)])
     writer = store.RecordWriter(out / store.REQUESTS)
     meta = {"endpoint": endpoint.name, "protocol": endpoint.protocol, "model": endpoint.model_id,
             "profile": prof.name}
     path: dict = {}
 
-    async def one(spec: LevelSpec, bar: BenchProgress) -> dict | None:
-        if _key(spec.key()) in done_keys:
+    async def one(level: LevelSpec, bar: BenchProgress) -> dict | None:
+        if _key(level.key()) in done_keys:
             return None
         if now_ns() >= deadline:
             return None
         level_run = uuid.uuid4().hex[:8]
         started = time.time()
-        total = spec.warmup_count() + spec.requests if spec.requests else None
+        total = level.warmup_count() + level.requests if level.requests else None
         # Objects alive now (earlier levels, imports) move out of the collector's reach, so a
         # full collection during the level is short and cannot stall every stream for ms.
         gc.collect()
@@ -200,7 +142,7 @@ async def run_bench_async(
             writer.flush()
             cpu = ru1.ru_utime - ru0.ru_utime + ru1.ru_stime - ru0.ru_stime
             chunks = sum(len(r.get("chunk_us") or ()) for r in records)
-            lv = {**spec.key(), **metrics.summarize_level(records, slo=slo_d),
+            lv = {**level.key(), **metrics.summarize_level(records, slo=slo_d),
                   "complete": complete, "level_run": level_run, "profile": prof.name,
                   "started": started, "ended": time.time(),
                   # is the client itself a bottleneck? (process CPU while the level ran, per chunk)
@@ -214,10 +156,10 @@ async def run_bench_async(
             return lv
 
         try:
-            res = await run_level(bench_client, prof, spec, level_run=level_run, meta=meta,
+            res = await run_level(bench_client, prof, level, level_run=level_run, meta=meta,
                                   emit=emit, request_timeout=request_timeout,
-                                  deadline_ns=deadline, seed=seed, max_inflight=max_inflight,
-                                  token_counter=counter, on_progress=bar.level(spec.label, total))
+                                  deadline_ns=deadline, seed=seed, max_inflight=spec.max_inflight,
+                                  token_counter=counter, on_progress=bar.level(level.label, total))
         except asyncio.CancelledError:  # Ctrl-C: what the cut level measured is summarized too
             summarize(got, complete=False)
             raise
@@ -227,17 +169,17 @@ async def run_bench_async(
         await bench_client.start(max_c)  # inside: a failing start still closes what it opened
         # the probes count against the time limit: at most a tenth of it (>= 1 s), 30 s at most
         left = max((deadline - now_ns()) / 1e9, 0.0)
-        path.update(await measure_path(bench_client, path_probes,
+        path.update(await measure_path(bench_client, spec.path_probes,
                                        limit_s=min(30.0, left, max(1.0, left / 10))))
-        with BenchProgress(progress) as bar:
-            for spec in plan:
-                await one(spec, bar)
-            if rates == "auto":
-                r, first = rate_start, None
-                while r <= rate_max and now_ns() < deadline:
-                    spec = LevelSpec(rate=r, requests=requests, duration=duration, warmup=warmup)
-                    lv = await one(spec, bar) or next(
-                        (x for x in levels if _key(x) == _key(spec.key())), None)
+        with BenchProgress(spec.progress) as bar:
+            for level in plan:
+                await one(level, bar)
+            if spec.auto:
+                r, first = spec.rate_start, None
+                while r <= spec.rate_max and now_ns() < deadline:
+                    level = spec.rate_level(r)
+                    lv = await one(level, bar) or next(
+                        (x for x in levels if _key(x) == _key(level.key())), None)
                     if lv is None:  # the time limit came between the check and the level
                         break
                     first = first or lv
@@ -252,8 +194,8 @@ async def run_bench_async(
             writer.close()
         done = {_key(x) for x in levels if x.get("complete")}
         store.write_config(out, {**config, "levels_done": sorted(done),
-                                        "levels_not_run": [s.label for s in plan
-                                                           if _key(s.key()) not in done],
+                                        "levels_not_run": [lv.label for lv in plan
+                                                           if _key(lv.key()) not in done],
                                         "path_rtt_ms": path,
                                         "python": platform.python_version(),
                                         "updated": time.time()})

@@ -7,7 +7,8 @@ import os
 import sys
 from pathlib import Path
 
-from harness.bench.api import BenchError, run_bench
+from harness.bench.api import run_bench
+from harness.bench.spec import BenchError, BenchSpec
 from harness.endpoint import Endpoint, redact, split_credentials
 
 
@@ -145,21 +146,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.region is not None and not args.region.strip():  # '' would mean the shell's region
         ap.error("--region '': give a region code, e.g. us-east-1")
     endpoint = _endpoint(args, ap)
-    concurrency = args.concurrency if args.concurrency is not None else ([] if args.rate else [1, 16, 64])
     if args.rate == "auto" and args.rate_start > args.rate_max:
         ap.error(f"--rate-start {args.rate_start:g} is above --rate-max {args.rate_max:g}: "
                  "--rate auto doubles from the one up to the other")
     try:
-        levels = run_bench(endpoint, profile=args.profile, concurrency=concurrency,
-                           rates=args.rate or (), requests=args.requests, duration=args.duration,
-                           warmup=args.warmup, out_dir=args.out, slo=args.slo,
-                           request_timeout=args.timeout, time_limit=args.time_limit,
-                           resume=args.resume, tokenizer=args.tokenizer,
-                           vllm_extras=args.vllm_extras, api_key=os.environ.get("OPENAI_API_KEY"),
-                           max_inflight=args.max_inflight, seed=args.seed,
-                           rate_start=args.rate_start, rate_max=args.rate_max,
-                           path_probes=args.path_probes,
-                           progress=False if args.quiet else None)
+        levels = run_bench(endpoint, BenchSpec.from_args(args), out_dir=args.out,
+                           api_key=os.environ.get("OPENAI_API_KEY"))
     except BenchError as e:
         print(f"harness.bench: {e}", file=sys.stderr)
         return 2

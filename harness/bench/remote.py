@@ -25,10 +25,12 @@ import json
 import shlex
 import tarfile
 import zipfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
 from harness.bench import store
+from harness.bench.spec import BenchSpec
 from harness.endpoint import Endpoint
 
 ROOT = Path(__file__).resolve().parents[2]  # the directory holding the harness package
@@ -98,20 +100,11 @@ def kit_zip() -> bytes:
 
 
 # --------------------------------------------------------------------------- the command
-def bench_argv(endpoint: Endpoint, *, remote_port: int, bench: dict[str, Any]) -> list[str]:
-    """The ``python -m harness.bench`` arguments for the instance (its loopback, this run's settings)."""
-    argv = ["--base-url", f"http://127.0.0.1:{remote_port}/v1", "--model", endpoint.model_id,
-            "--name", endpoint.name, "--profile", bench["profile"], "--requests", str(bench["requests"]),
-            "--quiet"]
-    if bench.get("concurrency"):
-        argv += ["--concurrency", ",".join(str(c) for c in bench["concurrency"])]
-    rates = bench.get("rates")
-    if rates:
-        argv += ["--rate", rates if isinstance(rates, str) else ",".join(f"{r:g}" for r in rates)]
-    if bench.get("slo"):
-        argv += ["--slo", ",".join(f"{k}={v:g}" for k, v in bench["slo"].items())
-                 if isinstance(bench["slo"], dict) else str(bench["slo"])]
-    return argv
+def bench_argv(endpoint: Endpoint, *, remote_port: int, spec: BenchSpec) -> list[str]:
+    """The ``python -m harness.bench`` arguments for the instance: its loopback, this run's spec
+    (less what only means something here: a local tokenizer path, resuming a local directory)."""
+    return ["--base-url", f"http://127.0.0.1:{remote_port}/v1", "--model", endpoint.model_id,
+            "--name", endpoint.name, *replace(spec, tokenizer=None, resume=False, progress=False).argv()]
 
 
 def remote_command(argv: list[str], zip_size: int, *, pythons: tuple[str, ...] = INSTANCE_PYTHONS,
@@ -150,7 +143,7 @@ def remote_command(argv: list[str], zip_size: int, *, pythons: tuple[str, ...] =
 
 # --------------------------------------------------------------------------- run and merge
 def run_remote_bench(forwarder: Any, endpoint: Endpoint, out_dir: Path, *, remote_port: int,
-                     bench: dict[str, Any], echo: Callable[[str], None] = print,
+                     spec: BenchSpec, echo: Callable[[str], None] = print,
                      pythons: tuple[str, ...] | None = None,
                      env: dict[str, str] | None = None, cancel: Any = None) -> list[dict]:
     """Run the bench on the instance behind ``forwarder`` and unpack its results into
@@ -168,7 +161,7 @@ def run_remote_bench(forwarder: Any, endpoint: Endpoint, out_dir: Path, *, remot
                 echo(f"bench      {endpoint.name} (instance): {line}")
 
     kit = kit_zip()
-    cmd = remote_command(bench_argv(endpoint, remote_port=remote_port, bench=bench), len(kit),
+    cmd = remote_command(bench_argv(endpoint, remote_port=remote_port, spec=spec), len(kit),
                          pythons=pythons or INSTANCE_PYTHONS, env=env)
     status, tar_bytes = forwarder.run_remote(cmd, kit, on_stderr=on_stderr, keep_stdin_open=True, cancel=cancel)
     if not tar_bytes:

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from harness.access import tunnel as access
 from harness.bench.api import run_bench
+from harness.bench.spec import BenchSpec
 from harness.calibration.args import Parser, positive, positive_ints
 from harness.calibration.loopback_sshd import sshd
 from harness.calibration.refserver import RefServerProcess
@@ -228,7 +229,7 @@ def _on_instance(s: dict, key, port: int, a: argparse.Namespace, tmp: Path, repo
         ep = Endpoint("on-instance", protocol="openai", model_id="ref-model", base_url=fwd.base_url)
         for conc in a.levels:
             lv = run_remote_bench(fwd, ep, tmp / "on-instance" / str(conc), remote_port=port,
-                                  bench={"profile": "agent", "concurrency": [conc], "requests": a.requests},
+                                  spec=BenchSpec(profile="agent", concurrency=(conc,), requests=a.requests),
                                   echo=lambda line: None, pythons=(sys.executable,))[0]
             rows.append(_level_row("on-instance", lv))
             report(rows[-1])
@@ -258,8 +259,9 @@ def measure(a: argparse.Namespace, report=print) -> dict:
                     pid = fwd.proc.pid if fwd is not None and name != "tunnel-inproc" else None
                     for conc in a.levels:  # one level at a time: the forwarder process's CPU per level
                         cpu0 = _proc_cpu_s(pid)
-                        lv = run_bench(ep, profile="agent", concurrency=[conc], requests=a.requests,
-                                       out_dir=Path(tmp) / str(rnd) / name / str(conc), progress=False)[0]
+                        lv = run_bench(ep, BenchSpec(profile="agent", concurrency=(conc,), requests=a.requests,
+                                                     progress=False),
+                                       out_dir=Path(tmp) / str(rnd) / name / str(conc))[0]
                         cpu1 = _proc_cpu_s(pid)
                         rows.append(_level_row(name, lv, None if cpu0 is None or cpu1 is None else cpu1 - cpu0)
                                     | {"round": rnd})

@@ -9,6 +9,7 @@ import pytest
 
 from harness.bench import metrics
 from harness.bench.api import run_bench
+from harness.bench.spec import BenchSpec
 from harness.bench.clients.bedrock import BedrockClient
 from harness.bench.clients.boto import Retry
 from harness.bench.clients.sagemaker import SageMakerClient
@@ -115,8 +116,8 @@ def test_bedrock_exception_event_mid_stream(event, cls):
 def test_bedrock_through_the_whole_benchmark(tmp_path):
     fake = FakeBedrock(["x"] * 6, ttft=0.02, gap=0.004)
     levels = run_bench(Endpoint(name="bedrock", protocol="bedrock", model_id="m", region="us-east-1"),
-                       client=fake, profile="agent", concurrency=(1, 3), requests=3,
-                       out_dir=tmp_path, progress=False, time_limit=30)
+                       BenchSpec(profile="agent", concurrency=(1, 3), requests=3, progress=False, time_limit=30),
+                       out_dir=tmp_path, client=fake)
     assert [lv["completed"] for lv in levels] == [3, 3]
     assert levels[1]["ttft_ms"]["p50"] >= 20  # the fake sleeps 20 ms before the first delta
     recs = [json.loads(x) for x in (tmp_path / "requests.jsonl").read_text().splitlines()]

@@ -10,6 +10,7 @@ import pytest
 
 from harness.bench import metrics
 from harness.bench.api import BenchError, run_bench
+from harness.bench.spec import BenchSpec
 from harness.endpoint import Endpoint
 from tests.conftest import saved_levels
 
@@ -23,10 +24,9 @@ def records(out: Path) -> list[dict]:
 
 
 def run(ref, out, **kw):
-    args = dict(profile="10-16", concurrency=(4,), requests=8, out_dir=out, progress=False,
-                request_timeout=10, time_limit=60)
+    args = dict(profile="10-16", concurrency=(4,), requests=8, progress=False, request_timeout=10, time_limit=60)
     args.update(kw)
-    return run_bench(ep(ref), **args)
+    return run_bench(ep(ref), BenchSpec(**args), out_dir=out)
 
 
 def truth_ttft(srv: dict, rid: str) -> float:
@@ -247,8 +247,8 @@ def test_cancelling_the_run_mid_level_records_every_request_sent(ref, tmp_path):
 
     async def cut() -> None:
         task = asyncio.create_task(run_bench_async(
-            ep(ref), profile="10-40", concurrency=(4,), requests=400, out_dir=tmp_path,
-            progress=False, request_timeout=10, time_limit=60))
+            ep(ref), BenchSpec(profile="10-40", concurrency=(4,), requests=400, progress=False,
+                               request_timeout=10, time_limit=60), out_dir=tmp_path))
         # cancel once the warm-ups are done and a measured request finished: 4 measured requests
         # are in flight then (a fixed sleep could land in the path probes on a busy machine)
         jsonl = tmp_path / "requests.jsonl"

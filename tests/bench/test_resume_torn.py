@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from harness.bench.api import BenchError, run_bench
+from harness.bench.spec import BenchSpec
 from harness.bench.summarize import summarize_dir
 from harness.endpoint import Endpoint
 from tests.conftest import saved_levels
@@ -20,10 +21,12 @@ REQUESTS = 3
 
 
 def _bench(ref, out: Path, **kw):
-    args = dict(profile="10-8", concurrency=(1, 2), requests=REQUESTS, warmup=0, out_dir=out,
-                progress=False, request_timeout=10, time_limit=60, path_probes=0)
+    args = dict(profile="10-8", concurrency=(1, 2), requests=REQUESTS, warmup=0, progress=False,
+                request_timeout=10, time_limit=60, path_probes=0)
     args.update(kw)
-    return run_bench(Endpoint(name="ref", protocol="openai", model_id="ref-model", base_url=ref.base_url), **args)
+    out = args.pop("out_dir", out)
+    return run_bench(Endpoint(name="ref", protocol="openai", model_id="ref-model", base_url=ref.base_url),
+                     BenchSpec(**args), out_dir=out)
 
 
 def _lines(out: Path) -> list[dict]:

@@ -7,12 +7,14 @@ import argparse
 import csv
 import json
 import sys
+from dataclasses import replace
 
 import pytest
 
 from harness.access import tunnel as access
 from harness.bench import remote
 from harness.bench.api import run_bench
+from harness.bench.spec import BenchSpec
 from harness.calibration.refserver import RefServerProcess
 from harness.endpoint import Endpoint
 from harness.access.process import ProcessForward
@@ -21,7 +23,7 @@ from tests.conftest import require_binary, saved_levels
 from tests.harness.servers import sshd
 
 WITHOUT = {"KIT_BENCH_WITHOUT": "uvloop,orjson,rich"}
-BENCH = {"profile": "10-4", "concurrency": [1, 2], "rates": [], "requests": 3, "slo": "ttft_p99_ms=800"}
+BENCH = BenchSpec(profile="10-4", concurrency=(1, 2), requests=3, slo="ttft_p99_ms=800")
 
 
 @pytest.fixture(scope="module")
@@ -59,11 +61,10 @@ def test_the_zip_holds_the_bench_and_nothing_of_aws_or_strands():
 def test_bench_from_instance_results_arrive_shaped_as_a_local_run(instance, tmp_path):
     fwd, ep = instance
     lines: list[str] = []
-    got = remote.run_remote_bench(fwd, ep, tmp_path / "run" / "bench" / "g6", remote_port=ep.port, bench=BENCH,
+    got = remote.run_remote_bench(fwd, ep, tmp_path / "run" / "bench" / "g6", remote_port=ep.port, spec=BENCH,
                                   echo=lines.append, pythons=("/nonexistent/python", sys.executable), env=WITHOUT)
     here = run_bench(Endpoint("g6", protocol="openai", model_id="ref-model", base_url=ref_url(ep)),
-                     profile="10-4", concurrency=[1, 2], requests=3, slo="ttft_p99_ms=800",
-                     out_dir=tmp_path / "local", progress=False)
+                     replace(BENCH, progress=False), out_dir=tmp_path / "local")
     there = tmp_path / "run" / "bench" / "g6"
     assert sorted(p.name for p in there.iterdir()) == sorted(p.name for p in (tmp_path / "local").iterdir())
     assert [lv["concurrency"] for lv in got] == [1, 2] and all(lv["completed"] == 3 for lv in got)
@@ -91,16 +92,16 @@ def test_an_instance_without_a_usable_python_is_one_clear_error(instance, tmp_pa
     fwd, ep = instance
     lines: list[str] = []
     with pytest.raises(remote.RemoteBenchError, match="no Python >= 3.11 with aiohttp"):
-        remote.run_remote_bench(fwd, ep, tmp_path / "o", remote_port=ep.port, bench=BENCH, echo=lines.append,
+        remote.run_remote_bench(fwd, ep, tmp_path / "o", remote_port=ep.port, spec=BENCH, echo=lines.append,
                                 pythons=("/nonexistent/python",))
 
 
 def test_harness_run_stage_bench_from_instance(instance, tmp_path, monkeypatch):
-    from harness import stages
+    from harness.run import stages
 
     fwd, ep = instance
-    args = argparse.Namespace(bench_from="instance", bench_profile="10-4", concurrency="1",
-                              concurrency_levels=[1], rate="", rates=[], bench_requests=2, slo="ttft_p99_ms=800")
+    args = argparse.Namespace(bench_from="instance", bench_profile="10-4", concurrency="1", rate="",
+                              bench_requests=2, bench_spec=replace(BENCH, concurrency=(1,), requests=2))
     meta: dict = {}
     lines: list[str] = []
     monkeypatch.setattr(remote, "INSTANCE_PYTHONS", (sys.executable,))
@@ -132,11 +133,11 @@ def test_cancel_stops_the_bench_on_the_instance(instance, tmp_path):
 
     fwd, ep = instance
     cancel = threading.Event()
-    long = {**BENCH, "concurrency": [1], "requests": 100000}
+    long = replace(BENCH, concurrency=(1,), requests=100000)
     threading.Timer(4.0, cancel.set).start()
     t0 = time.monotonic()
     with pytest.raises(remote.RemoteBenchError):
-        remote.run_remote_bench(fwd, ep, tmp_path / "o", remote_port=ep.port, bench=long, echo=lambda line: None,
+        remote.run_remote_bench(fwd, ep, tmp_path / "o", remote_port=ep.port, spec=long, echo=lambda line: None,
                                 pythons=(sys.executable,), env=WITHOUT, cancel=cancel)
     assert time.monotonic() - t0 < 30
     deadline = time.monotonic() + 20
