@@ -77,15 +77,24 @@ def image_needs(config: KitConfig, deployments: tuple[BackendConfig, ...] | None
     return list(merged.values())
 
 
+def pipeline_families(config: KitConfig) -> set[str]:
+    """The image families (kit/image_facts.py FAMILY_IMAGE keys) whose pipeline stacks the app
+    builds: each one a selected EC2 backend boots from the kit's image, that is without an AMI
+    given by id (``-c <id>_ami``). A family every selected backend of which boots a given AMI
+    gets no stack: an attendee deploying the organizer's shared image with ``--all`` would
+    otherwise create the image stack, and with it its retained KMS key. A variant boots its
+    backend's AMI (kit/config.py), so the selected backends decide for their variants too.
+    ``python -m harness images build`` passes ``-c <id>_ami=`` so that a build is never hidden by
+    an AMI in the organizer's own context (harness/account/images.py ``_stack_context``)."""
+    return {BACKENDS[bc.id].image for bc in config.backends if BACKENDS[bc.id].image and not bc.ami}
+
+
 def pipeline_images(config: KitConfig) -> set[str]:
-    """The images whose pipeline stacks the app builds for this configuration: one per image
-    family of a selected EC2 backend, the Neuron family's being the configured SDK line's image
-    (stacks/images.py image_specs follows the same rule; tests/stacks/test_image_guard.py checks)."""
+    """The images whose pipeline stacks the app builds for this configuration: one per family of
+    ``pipeline_families``, the Neuron family's being the configured SDK line's image
+    (stacks/images.py image_specs follows the same rule; tests/stacks/test_image_guard.py and
+    tests/stacks/test_image_check_scope.py check)."""
     from kit.image_facts import FAMILY_IMAGE, neuron_image
 
-    out = set()
-    for bc in config.backends:
-        family = BACKENDS[bc.id].image
-        if family:
-            out.add(neuron_image(config.neuron_sdk) if family == "neuron" else FAMILY_IMAGE[family])
-    return out
+    return {neuron_image(config.neuron_sdk) if family == "neuron" else FAMILY_IMAGE[family]
+            for family in pipeline_families(config)}

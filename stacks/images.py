@@ -589,8 +589,11 @@ class ImagePipelineStack(cdk.Stack):
 
 
 def image_specs(config: KitConfig) -> dict[str, ImageSpec]:
-    """The image pipelines the selected backends need, by image name."""
-    wanted = {FAMILY_IMAGE[BACKENDS[b.id].image] for b in config.backends if BACKENDS[b.id].image}
+    """The image pipelines the selected backends need, by image name: none for a family whose
+    every selected backend boots an AMI given by id (kit/image_needs.py pipeline_families)."""
+    from kit.image_needs import pipeline_families
+
+    wanted = {FAMILY_IMAGE[family] for family in pipeline_families(config)}
     makers = {"vllm-cuda": lambda: vllm_cuda_spec(config), "vllm-sm75": lambda: vllm_sm75_spec(config),
               "neuron": lambda: neuron_spec(config, config.neuron_parent_image)}
     # The neuron family's image is the configured SDK line's (its own name when not the default).

@@ -484,7 +484,10 @@ def _stack_context(ctx: dict[str, Any], image: str, region: str | None = None) -
     """The -c values the app needs to synthesize ``image``'s stack: a Neuron line's image exists
     only with ``neuron_sdk`` set to its line (kit/image_facts.py), and every image only while a
     backend that boots it is selected (kit/image_needs.py pipeline_images), in ``region`` (the app
-    makes a region's image stacks for the backends placed there: stacks/wiring.py). Raises ValueError."""
+    makes a region's image stacks for the backends placed there: stacks/wiring.py). A backend that
+    boots an AMI given by id (``<id>_ami``, e.g. from the organizer's own cdk.context.json after a
+    share) does not ask for the image's stack: ``<id>_ami=`` (read as none, kit/config.py) undoes
+    it for the build, so the stack is there whatever AMI the context names. Raises ValueError."""
     from kit.config import ConfigError, parse
     from kit.image_needs import pipeline_images
 
@@ -492,6 +495,7 @@ def _stack_context(ctx: dict[str, Any], image: str, region: str | None = None) -
     line = next((ln for ln, im in image_facts().NEURON_IMAGES.items() if im == image), None)
     if line is not None and ctx.get("neuron_sdk", _default_line()) != line:
         extra.append(f"neuron_sdk={line}")
+    extra += [f"{bid}_ami=" for bid in backends_booting(image) if ctx.get(f"{bid}_ami")]
     try:
         config = parse({**ctx, **dict(e.split("=", 1) for e in extra)})
     except ConfigError as e:

@@ -8,6 +8,11 @@ The repository's defaults (every backend, no image built) still guard ``cdk depl
 billable backend stack's check lists every configured image, so the first one CloudFormation
 reaches in an account without them refuses before anything billable exists. The handler's answers
 are replayed through botocore's Stubber (tests/stacks/test_images_ready.py says the shapes' sources).
+
+Which image stacks the app makes follows the same configuration: none for an image family whose
+every selected backend boots an AMI given by id, so the attendee's ``cdk deploy --all`` creates no
+image stack (and no retained KMS key); ``python -m harness images build`` undoes a given AMI for
+its own deploy, so the organizer's build always has its stack.
 """
 from __future__ import annotations
 
@@ -95,3 +100,46 @@ def test_an_ami_given_without_backends_is_refused_in_one_line_naming_the_narrowe
     assert lines[3] == "or deploy without g5g, trn1: -c backends=bedrock,sagemaker,g6,inf2"
     assert len(lines) == 4
     c.done()
+
+
+DEFAULT_IMAGE_STACKS = {"VllmCudaImageStack", "VllmSm75ImageStack", "NeuronImageStack"}
+
+
+def test_an_attendee_context_synthesizes_no_image_stack(attendee):
+    """`cdk deploy --all` with the handout: the network and the backend, no NeuronImageStack (its
+    KMS key is retained and billed after `cdk destroy --all`)."""
+    assert set(attendee.stacks) == {"NetworkStack", "Inf2Stack"}
+
+
+def test_the_default_context_synthesizes_every_image_stack(kit):
+    assert DEFAULT_IMAGE_STACKS <= set(kit.stacks)
+
+
+@pytest.mark.parametrize("context, stacks", [
+    ({"backends": "inf2,trn1", "inf2_ami": SHARED}, {"NeuronImageStack"}),  # trn1 still boots the kit's image
+    ({"backends": "inf2,trn1", "inf2_ami": SHARED, "trn1_ami": SHARED}, set()),
+    ({"backends": "g5g,g6,inf2", "g6_ami": SHARED}, {"VllmSm75ImageStack", "NeuronImageStack"}),
+    ({"backends": "inf2", "inf2_ami": ""}, {"NeuronImageStack"}),  # empty: no AMI given (kit/config.py)
+])
+def test_an_image_stack_is_left_out_only_when_every_backend_booting_it_has_an_ami(context, stacks):
+    from kit.config import parse
+    from kit.image_needs import pipeline_images
+    from kit.image_facts import IMAGE_STACKS as NAMES
+    from stacks.images import image_specs
+
+    config = parse({"region": "us-east-1", **context})
+    assert pipeline_images(config) == set(image_specs(config))
+    assert {NAMES[i] for i in pipeline_images(config)} == stacks
+
+
+def test_images_build_gets_its_stack_whatever_ami_the_organizers_context_names(tmp_path):
+    """The organizer's own cdk.context.json names the AMI shared last time (docs/workshop.md): the
+    build's deploy passes `-c inf2_ami=`, and the app then has NeuronImageStack again."""
+    from harness.account.images import _stack_context
+
+    ctx = {"region": "us-east-1", "backends": "inf2", "inf2_ami": SHARED}
+    extra = _stack_context(ctx, "neuron", "us-east-1")
+    assert extra == ["inf2_ami="]
+    k = synth(tmp_path, **{**ctx, **dict(e.split("=", 1) for e in extra)})
+    assert "NeuronImageStack" in k.stacks
+    assert _stack_context({"region": "us-east-1", "backends": "inf2"}, "neuron") == []  # nothing to undo
