@@ -11,7 +11,7 @@ import importlib
 import sys
 
 COMMANDS: dict[str, tuple[str, str]] = {
-    "run": ("harness.run:main", "agent trial + benchmark + accuracy + cost + report on what is deployed"),
+    "run": ("harness.run.cli:main", "agent trial + benchmark + accuracy + cost + report on what is deployed"),
     "preflight": ("harness.account.preflight:main", "credentials, quotas, offerings, images, model access, before spending"),
     "plan": ("harness.plan:main", "where a Gemma 4 size fits, its ceiling and cost, per backend and instance"),
     "bench": ("harness.bench.cli:main", "the load benchmark against one endpoint"),

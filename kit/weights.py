@@ -5,7 +5,7 @@ A Hugging Face repository moves: every download without a revision takes the new
 its default branch, so a Neuron image compiled a week before a g6 deploy can hold another
 checkpoint. The kit pins a commit per repository (``-c model_revision``, ``-c <id>_model_revision``;
 kit/config.py) and records, on every backend, the commit it got and a digest of what it serves
-(userdata/lib.sh ``kit_record_model`` writes ``SERVED_RECORD``; harness/weights.py reads it into
+(userdata/lib.sh ``kit_record_model`` writes ``SERVED_RECORD``; harness/run/weights.py reads it into
 meta.json; harness/report/weights.py compares).
 
 Facts this module relies on (huggingface_hub, its docs at v0.36.0 and at ee0a4510f, 2026-08-20,

@@ -104,7 +104,7 @@ kit_model_revision() {  # kit_model_revision HF MODEL [BAKED_REVISION_FILE BAKED
   echo "$(cat "$HF_HOME/hub/models--${2//\//--}/refs/main") resolved"
 }
 
-# What this instance serves, for the harness (harness/weights.py reads KIT_SERVED_RECORD over the
+# What this instance serves, for the harness (harness/run/weights.py reads KIT_SERVED_RECORD over the
 # tunnel's SSH connection): model, commit, how it was chosen, and the sha256 of the lines
 # "<sha256>  <name>" of the config and tokenizer files in DIR (kit/weights.py file_digest, the same
 # list); for a package (HOW package, COMMIT the pin or empty), its manifest's source id and commit

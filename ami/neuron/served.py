@@ -2,7 +2,7 @@
 commit when its directory records one, and the sha256 over its config and tokenizer files.
 
 The kit's harness reads it for a server it reaches without an instance (``--endpoint``, ``make
-demo``; harness/weights.py); on an EC2 backend it reads the boot's own record, which says the same
+demo``; harness/run/weights.py); on an EC2 backend it reads the boot's own record, which says the same
 (userdata/lib.sh kit_record_model). The digest is the kit's (kit/weights.py file_digest: the lines
 ``<sha256 of file>  <name>`` of the files below that exist, in this order, hashed again); this
 package stands alone on the image, so the list is repeated here and tests/kit hold the two equal.

@@ -1,7 +1,7 @@
 """The report's "Weights served" section, and the warning at its top when backends that claim the
 same model did not serve the same weights.
 
-Reads meta.json ``weights`` (harness/weights.py; kit/contracts/results.py ``ServedWeights``). Two
+Reads meta.json ``weights`` (harness/run/weights.py; kit/contracts/results.py ``ServedWeights``). Two
 endpoints claim the same model when they serve the same repository (a package: its source). They
 differ when their commits differ, or when the same commit at the same precision came with
 different config or tokenizer files (digest). A commit that is not known (SageMaker unpinned, a

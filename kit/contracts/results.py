@@ -115,7 +115,7 @@ class SavedEndpoint(TypedDict, total=False):  # harness.endpoint.Endpoint.to_dic
 
 
 class ServedWeights(TypedDict, total=False):
-    """What one endpoint served (harness/weights.py; meta.json version 2). ``model``: the weights'
+    """What one endpoint served (harness/run/weights.py; meta.json version 2). ``model``: the weights'
     repository (a package: its source); ``revision``: the commit (40 hex), absent when not known;
     ``how``: pinned | resolved | image | package | configured (kit/weights.py HOW); ``digest``:
     sha256 over the config and tokenizer files (kit/weights.py file_digest); ``source``: where the
@@ -148,7 +148,7 @@ class Meta(TypedDict, total=False):
     access: dict[str, str] | None
     bench: dict[str, Any] | None
     interrupted: bool | None
-    # version 2: what each endpoint served (harness/weights.py); a version-1 run has none
+    # version 2: what each endpoint served (harness/run/weights.py); a version-1 run has none
     weights: dict[str, ServedWeights] | None
 
 

@@ -6,7 +6,7 @@ import json
 import boto3
 import pytest
 
-from harness import run
+from harness.run import cli as run
 from tests.accuracy import oracle
 from tests.accuracy.scripted import ScriptedServer, numbered
 from tests.accuracy.test_cli import A_RIGHT, B_RIGHT, N, write_items

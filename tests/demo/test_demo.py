@@ -53,7 +53,7 @@ def test_demo_runs_the_whole_flow_and_stops_the_engine(tmp_path):
     assert list(meta)[0] == "schema_version" and list(json.loads((run_dir / "cost.json").read_text()))[0] == "schema_version"
     assert [e["name"] for e in meta["endpoints"]] == ["demo"]
     assert "scoreboard" not in meta["stages"]
-    # what the engine served (its GET /v1/models weights, harness/weights.py): the tiny model's
+    # what the engine served (its GET /v1/models weights, harness/run/weights.py): the tiny model's
     # config and tokenizer digest, in meta.json and in the report's Weights served section
     from ami.neuron.served import record
 

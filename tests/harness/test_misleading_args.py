@@ -14,7 +14,7 @@ from pathlib import Path
 import boto3
 import pytest
 
-from harness import run
+from harness.run import cli as run
 from harness.accuracy.cli import main as accuracy_main
 
 REPO = Path(__file__).resolve().parents[2]

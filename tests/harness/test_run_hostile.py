@@ -10,7 +10,7 @@ import os
 import boto3
 import pytest
 
-from harness import run
+from harness.run import cli as run
 from harness.agent import trial
 from harness.results import read_jsonl
 from tests.harness.fake_openai import SCRIPTS, FakeOpenAI, tool_then_quote

@@ -10,7 +10,7 @@ from pathlib import Path
 import boto3
 import pytest
 
-from harness import run
+from harness.run import cli as run
 from harness.agent import count_ids as cid
 from harness.results import read_jsonl
 from tests.conftest import sigint_as_a_terminal_would, saved_levels

@@ -1,4 +1,4 @@
-"""harness/weights.py: what each endpoint served, read where each backend keeps it.
+"""harness/run/weights.py: what each endpoint served, read where each backend keeps it.
 
 The EC2 record comes over the tunnel's SSH connection (a stand-in forwarder registered as the
 tunnel behind the endpoint's URL; tests/harness/test_access.py runs the real one), a server's from
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import weights
+from harness.run import weights
 from harness.access.tunnel import registered
 from harness.endpoint import Endpoint
 from kit.weights import DIGEST_FILES, SERVED_RECORD, file_digest

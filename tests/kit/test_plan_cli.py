@@ -74,7 +74,7 @@ def test_make_run_offline_plan_checks_the_configured_model():
     from pathlib import Path
 
     from harness.plan import configured_fit_lines
-    from harness.run import offline_plan_text
+    from harness.run.cli import offline_plan_text
 
     defaults = "\n".join(configured_fit_lines())
     assert "g6          g6.xlarge        google/gemma-4-E2B-it-qat-w4a16-ct (int4): fits, TP 1" in defaults

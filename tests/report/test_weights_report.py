@@ -1,4 +1,4 @@
-"""The report compares what each backend served (meta.json ``weights``, harness/weights.py).
+"""The report compares what each backend served (meta.json ``weights``, harness/run/weights.py).
 
 Two backends of one model at two commits: the report opens with the warning naming both commits,
 the weights table shows each, and the speed, latency, cost and accuracy captions say so beside

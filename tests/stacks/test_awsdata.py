@@ -169,7 +169,7 @@ def test_app_refuses_in_one_line_exit_2(tmp_path, context, needle):
 
 def test_harness_commands_refuse_an_unknown_region(capsys):
     from harness.account import preflight
-    from harness import run
+    from harness.run import cli as run
 
     assert preflight.main(["--region", "zz-fake-9"]) == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -36,7 +36,7 @@ def test_lint_passes_with_another_region_in_the_shell(kit):
 def test_the_region_harness_run_prints_is_where_the_stacks_deploy(kit, monkeypatch):
     for k, v in SHELL.items():
         monkeypatch.setenv(k, v)
-    from harness.run import offline_plan_text
+    from harness.run.cli import offline_plan_text
 
     kit_regions = regions.resolve()
     assert set(stack_regions(kit.outdir).values()) == {kit_regions.region}

@@ -14,11 +14,14 @@ import contextlib
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from harness.endpoint import Endpoint
 from harness.results import append_record, write_file
 from kit.contracts.results import AGENT_RUNS, META, SCOREBOARD
+
+if TYPE_CHECKING:
+    from harness.bench.spec import BenchSpec
 
 
 @dataclass
@@ -152,6 +155,7 @@ def bench(endpoints: list[Endpoint], run_dir: Path, args: argparse.Namespace,
     from harness.bench.api import run_bench
     from harness.bench.remote import run_remote_bench
 
+    spec: BenchSpec = args.bench_spec  # built and checked with the other options (run/cli.py)
     failed = []
     for ep in endpoints:
         echo(f"bench      {ep.name}: profile {args.bench_profile}, concurrency {args.concurrency or '-'}"
@@ -163,13 +167,9 @@ def bench(endpoints: list[Endpoint], run_dir: Path, args: argparse.Namespace,
             if fwd is not None:
                 echo(f"bench      {ep.name}: running on the instance ({ep.instance_id}) against 127.0.0.1:{ep.port}")
                 levels = run_remote_bench(fwd, ep, run_dir / "bench" / ep.name, remote_port=fwd.remote[1],
-                                          bench={"profile": args.bench_profile, "concurrency": args.concurrency_levels,
-                                                 "rates": args.rates, "requests": args.bench_requests,
-                                                 "slo": args.slo}, echo=echo)
+                                          spec=spec, echo=echo)
             else:
-                levels = run_bench(ep, profile=args.bench_profile, concurrency=args.concurrency_levels,
-                                   rates=args.rates, requests=args.bench_requests, slo=args.slo,
-                                   out_dir=run_dir / "bench" / ep.name)
+                levels = run_bench(ep, spec, out_dir=run_dir / "bench" / ep.name)
         except KeyboardInterrupt:
             raise
         except Exception as exc:  # noqa: BLE001 - recorded, the next backend runs

@@ -29,10 +29,10 @@ from kit import catalog, variants
 from harness.endpoint import Endpoint, redact
 from harness.results import DEFAULT_ROOT, new_run_dir, writable_problem, write_file
 from kit.contracts.results import META, RUN_SUMMARY
-from harness import stages
-from harness.stages import REACHES_BACKENDS, STAGE_OBJECTS, RunContext, run_stages
+from harness.run import stages
+from harness.run.stages import REACHES_BACKENDS, STAGE_OBJECTS, RunContext, run_stages
 
-STAGES = tuple(s.name for s in STAGE_OBJECTS)  # harness/stages.py, in the order they run
+STAGES = tuple(s.name for s in STAGE_OBJECTS)  # harness/run/stages.py, in the order they run
 OFF_BY_DEFAULT = ("accuracy",)  # takes time: --accuracy or --only accuracy
 NEEDS = ("needs AWS credentials (aws configure, or AWS_PROFILE) and a deployed backend stack "
          "(npx cdk deploy G6Stack), or --endpoint NAME=URL for any OpenAI-compatible server")
@@ -208,14 +208,14 @@ def _parse_bench_args(a: argparse.Namespace) -> None:
         raise UsageError("harness.run: --concurrency levels must be >= 1 and --rate levels finite and > 0")
     if a.bench_requests < 1:
         raise UsageError(f"harness.run: --requests {a.bench_requests}: must be >= 1")
+    a.bench_spec = None
     if "bench" in a.stages:
-        from harness.bench.metrics import SLOError, parse_slo
-        from harness.bench.profiles import ProfileError, get_profile
+        from harness.bench.spec import BenchError, BenchSpec
 
         try:
-            get_profile(a.bench_profile)
-            parse_slo(a.slo)
-        except (ProfileError, SLOError) as e:  # named as this command spells the option
+            a.bench_spec = BenchSpec(profile=a.bench_profile, concurrency=tuple(a.concurrency_levels),
+                                     rates=a.rates, requests=a.bench_requests, slo=a.slo)
+        except BenchError as e:  # named as this command spells the option
             raise UsageError(f"harness.run: {e}") from None
 
 
@@ -258,7 +258,7 @@ def main(argv: list[str] | None = None, *, session: Any = None,
          model_factory: Callable[[Endpoint], Any] | None = None, orchestrator: Any = None,
          open_access: Callable[..., Any] | None = None, echo: Callable[[str], None] = print,
          retry_initial_delay: float = 2.0) -> int:
-    """Entry point: parse, resolve the region, discover, then run the stages (harness/stages.py).
+    """Entry point: parse, resolve the region, discover, then run the stages (harness/run/stages.py).
     Keyword arguments are seams for tests (boto3 session, Strands models, the access opener); a
     real run leaves them unset."""
     opener = open_access
@@ -374,9 +374,9 @@ def main(argv: list[str] | None = None, *, session: Any = None,
                 echo(f"harness.run: no endpoint reachable; what was tried is in {run_dir}")
                 rc = 1
             if ctx.live and any(st in args.stages for st in REACHES_BACKENDS):
-                from harness.weights import collect
+                from harness.run.weights import collect
 
-                # what each serves: model, commit, config+tokenizer digest (harness/weights.py)
+                # what each serves: model, commit, config+tokenizer digest (harness/run/weights.py)
                 meta["weights"] = collect(ctx.live, echo)
                 write_file(run_dir / "meta.json", META, meta)
             run_stages(ctx, args.stages)

@@ -1,0 +1,5 @@
+import sys
+
+from harness.run.cli import main
+
+sys.exit(main())
