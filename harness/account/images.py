@@ -22,6 +22,8 @@ with ``GetImage`` (state ``PENDING`` ... ``AVAILABLE`` | ``FAILED`` | ``CANCELLE
 build and test instances: a ``LaunchInstance`` step's outputs name the ``instanceId``,
 ``DescribeInstances`` its type). Shapes: the AWS CLI's examples (aws/aws-cli
 awscli/examples/imagebuilder/*.rst) and botocore's model, which the tests validate against.
+Before it deploys the stack or starts a build it records the region (harness/account/touched.py),
+so ``python -m harness leftovers`` looks there after the configuration stops naming it.
 
 The cost so far is each build/test instance's on-demand price (harness.cost: the Price List API
 with credentials, else the dated snapshot; "unknown" when neither has the type) times the hours
@@ -91,6 +93,9 @@ class Aws:
     price: PriceFor
     sleep: Callable[[float], None] = time.sleep
     now: Callable[[], datetime] = field(default=lambda: datetime.now(timezone.utc))
+    # Where the regions the kit makes things in are remembered for leftovers
+    # (harness/account/touched.py record_region, which ``main`` passes); None: not recorded.
+    record_region: Callable[[str, str], None] | None = None
 
 
 def image_facts():
@@ -273,6 +278,15 @@ def output_ami(image: dict, region: str) -> str | None:
 
 # -- commands ---------------------------------------------------------------------------------
 
+def _record(aws: Aws, region: str, why: str) -> None:
+    """Remember ``region`` before anything is made there, so ``python -m harness leftovers`` looks
+    there even once the configuration no longer names it (``--region R``, or a backend moved
+    with ``<id>_region`` and later moved back): the image stack's KMS key outlives it, and the
+    AMIs and snapshots outlive both."""
+    if aws.record_region is not None:
+        aws.record_region(region, why)
+
+
 def build(aws: Aws, region: str, image: str, stack: str, out: TextIO,
           deploy: Callable[[str], int] | None, poll_s: float = 30.0) -> int:
     f = image_facts()
@@ -290,6 +304,7 @@ def build(aws: Aws, region: str, image: str, stack: str, out: TextIO,
                 return 1
             print(f"pipeline {name} does not exist in {region}: deploying {stack} (pipelines build nothing "
                   "until started)", file=out, flush=True)
+            _record(aws, region, f"images build {image}: deploys {stack} (its retained KMS key)")
             rc = deploy(stack)
             if rc != 0:
                 print(f"npx cdk deploy {stack} failed (exit {rc}); nothing was built", file=out)
@@ -298,6 +313,7 @@ def build(aws: Aws, region: str, image: str, stack: str, out: TextIO,
             if arn is None:
                 print(f"pipeline {name} still missing in {region} after deploying {stack}", file=out)
                 return 1
+        _record(aws, region, f"images build {image}: starts {name} (AMIs and snapshots)")
         # A build started by hand takes its Image Builder image's tags from this request, not from
         # the pipeline's imageTags (botocore imagebuilder 2019-12-02 service-2.json: ImagePipeline
         # imageTags "... Builds that you start manually use the tags from the
@@ -681,12 +697,18 @@ def main(argv: list[str] | None = None, *, aws: Aws | None = None, out: TextIO =
     if aws is None:
         import boto3
 
-        aws = Aws(client=lambda service, r: boto3.client(service, region_name=r), price=_price_book())
+        from harness.account import touched
+
+        aws = Aws(client=lambda service, r: boto3.client(service, region_name=r), price=_price_book(),
+                  record_region=touched.record_region)
     try:
         if a.command == "build":
             if deploy is None and not a.no_deploy:
                 deploy = _cdk_deploy(a.context + _stack_context(ctx, a.image))
-            return build(aws, region, a.image, _stack_name(a.image, region, kit.region), out,
+            # The stack's name as the app makes it: suffixed unless ``region`` is the app's own kit
+            # region, the context's (the deploy passes the -c values, not --region).
+            app_region = resolve(None, context=ctx).region
+            return build(aws, region, a.image, _stack_name(a.image, region, app_region), out,
                          None if a.no_deploy else deploy, a.poll)
         if a.command == "status":
             return status(aws, region, out)

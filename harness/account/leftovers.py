@@ -1,6 +1,6 @@
 """``python -m harness leftovers [--region R] [-c KEY=VALUE ...]`` (``make leftovers``): after
 ``cdk destroy --all``, what the kit made that still exists, in every configured region, with
-what it costs per month and the command that removes it (issue 24 point 3). Exit 1 while
+what it costs per month and the command that removes it. Exit 1 while
 anything still bills (or a check could not run, so nothing is proven), 0 when nothing bills;
 things that cost nothing (Image Builder recipes, standard SSM parameters, a stack in
 ROLLBACK_COMPLETE) are listed too, with their removal command, and do not change the exit code.
@@ -42,7 +42,8 @@ moment ago is not reported from a stale index):
   waits the longest window (KEY_PENDING_WINDOW_DAYS: a wait costs nothing).
 
 Regions: the configuration's, plus every region ``harness.account.touched`` recorded (where a share copied
-an image), so a copy is not forgotten when the configuration no longer names its region.
+an image, or a build deployed an image stack and started its pipelines), so a copy, an image and a
+retained key are not forgotten when the configuration no longer names their region.
 
 SageMaker endpoint names are case-insensitive ("The name is case-insensitive in CreateEndpoint,
 but the case is preserved": SageMaker API Reference, CreateEndpoint, EndpointName), and the
@@ -579,12 +580,13 @@ def main(argv: list[str] | None = None, *, client: ClientFor | None = None, pric
         except Exception as exc:  # noqa: BLE001 - no credentials: nothing can be checked
             print(f"harness leftovers: no usable AWS credentials: {(str(exc).splitlines() or [''])[0][:200]}", file=out)
             return 1
-    if not a.region:  # where a share copied an image, outside the configuration (harness/account/touched.py)
+    if not a.region:  # where a share or a build made things, outside the configuration (harness/account/touched.py)
         from harness.account.touched import recorded_regions
 
         extra = [r for r in recorded_regions() if r not in regions]
         if extra:
-            print(f"also {', '.join(extra)}: recorded by harness images share (harness/account/touched.py)", file=out)
+            print(f"also {', '.join(extra)}: recorded by harness images build / share (harness/account/touched.py)",
+                  file=out)
             regions += extra
     names = kit_stack_names(config)
     billing, total, failed, free, unknown = 0, 0.0, 0, 0, False

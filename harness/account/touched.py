@@ -2,9 +2,11 @@
 
 ``python -m harness images share`` can make things in a region no backend is configured for: a
 copy of an image (``CopyImage``) placed where an attendee's backend runs, and that copy's
-launch permissions and key grants. ``python -m harness leftovers`` looks in the configured
-regions; it also reads this record so a copy made for a share is not forgotten once the
-configuration changes back.
+launch permissions and key grants. ``python -m harness images build`` makes an image stack (its
+KMS key is retained) and AMIs with their snapshots in ``--region`` or where a backend was moved
+with ``<id>_region``. ``python -m harness leftovers`` looks in the configured regions; it also
+reads this record so what a share or a build made is not forgotten once the configuration
+changes back.
 
     record_region(region, why)   remember a region (idempotent; ``why`` is kept for people)
     recorded_regions()           every region recorded, in first-recorded order

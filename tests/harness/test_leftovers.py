@@ -1,4 +1,4 @@
-"""python -m harness leftovers (issue 24 point 3) against an account replayed through botocore's
+"""python -m harness leftovers against an account replayed through botocore's
 Stubber (tests/harness/aws_replay.py validates every request and response against the model).
 
 The "everything left" account holds one of each kind a failed or partial teardown leaves, with
@@ -429,7 +429,7 @@ def test_a_region_a_share_touched_is_searched_and_its_orphaned_snapshot_copy_and
                         price=lambda t, r: PRICES.get(t), account=ACCOUNT, out=out)
     text = out.getvalue()
     assert rc == 1, text
-    assert f"also {EU}: recorded by harness images share (harness/account/touched.py)" in text
+    assert f"also {EU}: recorded by harness images build / share (harness/account/touched.py)" in text
     assert text.splitlines()[1:3] == ["us-east-1: 0 left", f"{EU}: 6 left"]
     row, rm = entry(text, "orphaned snapshot", ORPHAN)
     assert row.lstrip().startswith("BILLS") and "20.0 GB written; ami-0dead0000beef0000 no longer exists" in row
