@@ -13,7 +13,7 @@ import sys
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("harness.run.cli:main", "agent trial + benchmark + accuracy + cost + report on what is deployed"),
     "preflight": ("harness.account.preflight:main", "credentials, quotas, offerings, images, model access, before spending"),
-    "plan": ("harness.plan:main", "where a Gemma 4 size fits, its ceiling and cost, per backend and instance"),
+    "plan": ("harness.cost.placements:main", "where a Gemma 4 size fits, its ceiling and cost, per backend and instance"),
     "bench": ("harness.bench.cli:main", "the load benchmark against one endpoint"),
     "accuracy": ("harness.accuracy.cli:main", "paired accuracy between endpoints or packages"),
     "cost": ("harness.cost.__main__:main", "prices, $/M tokens, break-even against Bedrock"),

@@ -24,7 +24,7 @@ from kit.config import BackendConfig, KitConfig
 from stacks.guardrails import Ec2Guardrails
 from kit.image_families import boot_family
 from kit.image_needs import boot_need
-from kit.plan import NeuronCompile
+from kit.fit import NeuronCompile
 from kit.weights import UNPINNED
 from stacks.image_guard import ImagesReady
 from stacks.inference_instance import InferenceInstance
@@ -72,7 +72,7 @@ class Ec2BackendStack(cdk.Stack):
             extra_statements = (*extra_statements, *package.read_statements(scheme),
                                 package.parameter_statement(scheme))
         source_model = package.source_model(scheme) if scheme else model_id
-        # What this model needs here (kit/plan.py), or a one-line refusal naming a type that fits.
+        # What this model needs here (kit/fit.py), or a one-line refusal naming a type that fits.
         size = sizing(backend.id, backend.instance_type, source_model, config.max_model_len,
                       backend.instance_key("ec2"), lambda best: backend.instance_fix("ec2", best))
         engine = spec.engine_settings(backend.instance_type, source_model)
@@ -83,7 +83,7 @@ class Ec2BackendStack(cdk.Stack):
         if engine.tp_degrees:
             env["KIT_TP_DEGREES"] = ",".join(map(str, engine.tp_degrees))
             env["KIT_NEURON_PLATFORM"] = engine.neuron_platform
-        if size.neuron:  # the compiled shapes, the planner's (kit/plan.py neuron_compile), as the image has them
+        if size.neuron:  # the compiled shapes, the planner's (kit/fit.py neuron_compile), as the image has them
             env.update(neuron_boot_env(size.neuron))
         # Each stack owns a block of /24s in the shared VPC, declared in its catalog row: the
         # backend's, or its variant slot's (kit/subnets.py; kit.config refused a missing one).

@@ -57,7 +57,7 @@ from stacks import nag
 from stacks.az_choice import OfferedSubnet
 from kit import subnets
 from kit.catalog import BACKENDS, instance_arch
-from kit.plan import PlanError, neuron_compile
+from kit.fit import PlanError, neuron_compile
 from kit.config import ConfigError, KitConfig
 from stacks.package import package_scheme
 from kit.image_facts import (BUILD_HOSTS, FAMILY_IMAGE, GPU_DLAMI, IMAGE_PARAMETERS,  # noqa: F401 (re-exported)
@@ -251,7 +251,7 @@ def neuron_precompile(config: KitConfig) -> dict[str, str]:
     first selected backend that boots the neuron image on the precompile target's type
     (NEURON_PRECOMPILE_TARGET, inf2.xlarge; the build runs on NEURON_BUILD_HOST, the same chip with
     the host memory the compile needs: kit/image_facts.py), with the shapes the planner decides
-    for it there (kit/plan.py ``neuron_compile``: the same call, on the same facts, that gives the
+    for it there (kit/fit.py ``neuron_compile``: the same call, on the same facts, that gives the
     backend's stack its KIT_* variables, stacks/ec2_backend.py), so its boot on that type finds
     graphs with the same cache key and loads without compiling. Nothing when no selected backend
     boots the neuron image on that type."""

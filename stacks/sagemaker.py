@@ -125,7 +125,7 @@ class SageMakerStack(cdk.Stack):
         log_groups = []
         for itype in backend.instance_types:
             spec = INSTANCES[itype]  # kit.config refused a type without a GPU count (the catalog's rule)
-            # The model's needs on this type (kit/plan.py): TP degree, longer start-up windows for
+            # The model's needs on this type (kit/fit.py): TP degree, longer start-up windows for
             # bigger weights; a type that cannot hold it is refused naming one that can.
             size = sizing(backend.id, itype, package.source_model(scheme) if scheme else backend.model_id,
                           config.max_model_len, backend.instance_key("sagemaker"),

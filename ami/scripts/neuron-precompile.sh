@@ -4,7 +4,7 @@
 #   MODEL=... HF_TOKEN_SECRET=... COMPILE_ARGS="--tp-degrees 1,2 --platform inf2 ..." neuron-precompile.sh
 # MODEL_REVISION: the commit of MODEL to download (kit/weights.py), or none/empty for the newest; the
 # commit downloaded is written beside the checkpoint (.kit-revision), where the boot reads it.
-# COMPILE_ARGS: the engine's shape flags, kit/plan.py NeuronCompile.engine_args() (TP degrees and
+# COMPILE_ARGS: the engine's shape flags, kit/fit.py NeuronCompile.engine_args() (TP degrees and
 # degree, platform, batch, total tokens, prompt buckets), the values the inf2 stack writes to
 # kit.env for its boot (userdata/engine-neuron.sh passes them in the same order).
 # A failure ends with one line naming the stage that failed (download or compile), last on stderr.

@@ -3,7 +3,7 @@ python -m harness.cost run RESULTS_DIR [--offline] [--input-per-output R]
 python -m harness.cost snapshot --out FILE          (re-price the snapshot live; needs credentials)
 python -m harness.cost payback --before USD --after USD --engineering USD [--json]
 
-The first form prints the plan per backend (harness.cost.plan); without credentials, or with
+The first form prints the plan per backend (harness.cost.breakeven); without credentials, or with
 --offline, every price comes from the dated snapshot and says so. Bad input: one line, exit 2.
 """
 from __future__ import annotations
@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="price this region (default: where the kit deploys each backend, kit/regions.py)")
     a = p.parse_args(argv)
     from kit import catalog
-    from harness.cost.plan import format_plan, offline_plan
+    from harness.cost.breakeven import format_plan, offline_plan
     from kit.regions import RegionError, resolve
 
     try:  # the one region resolution the stacks deploy with

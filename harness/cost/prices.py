@@ -1,6 +1,6 @@
 """On-demand prices: the AWS Price List API, with a dated snapshot in the repo as the fallback.
 
-API (used by harness.cost.plan, harness.cost.run_cost and harness.run):
+API (used by harness.cost.breakeven, harness.cost.run_cost and harness.run):
 
     book = PriceBook.auto(offline=False)          # live when credentials exist, else snapshot
     q = book.instance("g6.xlarge", "us-east-1")   # Quote(usd_per_hour=…, source="live"|"snapshot", as_of=…)

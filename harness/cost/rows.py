@@ -1,6 +1,6 @@
 """One cost row: what one backend or endpoint costs and could do, from prices and throughputs.
 
-``cost_row`` is the only place a cost row is built: the plan (``harness.cost.plan``, throughputs
+``cost_row`` is the only place a cost row is built: the plan (``harness.cost.breakeven``, throughputs
 from the seed article) and the cost of a saved run (``harness.cost.run_cost``, throughputs from
 its bench) both call it, so both have the same keys and no rounding (tables round for display).
 

@@ -9,7 +9,7 @@ the EC2 one on the same hardware.
 Per endpoint, in family order: TTFT p50, ITL p50 and output tok/s at 1, 16 and 64 concurrent
 streams (seed 001's profile), $ per million output tokens at 64 streams (the hourly price over the
 measured throughput), the single-stream bandwidth ceiling and the fraction of it the measured
-decode rate (1000 / median TPOT at 1 stream) reached. The ceiling is the planner's (kit/plan.py:
+decode rate (1000 / median TPOT at 1 stream) reached. The ceiling is the planner's (kit/fit.py:
 peak bandwidth x the tensor-parallel degree the deployment used / bytes read per token at 4096
 tokens of context) for a Gemma 4 model, else the cost row's roofline.
 """
@@ -21,7 +21,7 @@ from harness.bench import metrics as bench_metrics
 from harness.report.data import RunData, metric
 from harness.results import endpoints_from_meta
 from kit import catalog
-from kit import plan as kp
+from kit import fit as kp
 from kit.schemes import scheme_of_model
 
 LEVELS = (1, 16, 64)
@@ -107,5 +107,5 @@ SECTION = ("families", "GPU families", families_table, None,
            "deploy with -c sagemaker_instance_types=ml.g5.xlarge,ml.g6.xlarge,ml.g6e.xlarge,ml.g7e.2xlarge, and the "
            "EC2 twins with -c g6_variants=g5=@g5.xlarge,g6e=@g6e.xlarge,g7e=@g7e.2xlarge). "
            "Medians at 1, 16 and 64 concurrent streams; $/M at 64 streams = hourly price / measured output "
-           "rate; ceiling = peak bandwidth x tensor-parallel GPUs / bytes read per token (kit/plan.py); "
+           "rate; ceiling = peak bandwidth x tensor-parallel GPUs / bytes read per token (kit/fit.py); "
            "of ceiling = the 1-stream decode rate (1000 / median TPOT) over it.")

@@ -223,13 +223,13 @@ def _parse_bench_args(a: argparse.Namespace) -> None:
 def offline_plan_text(kit: Any = None) -> str:
     """What would be measured and what it would cost, from the dated price snapshot, priced in
     each backend's region (``kit``: kit/regions.py KitRegions; default: cdk.json's)."""
-    from harness.cost.plan import format_plan, offline_plan
+    from harness.cost.breakeven import format_plan, offline_plan
     from harness.cost.prices import PriceBook
     from kit.regions import resolve
 
     kit = kit or resolve()
     book = PriceBook.auto(offline=True)
-    from harness.plan import configured_fit_lines
+    from harness.cost.placements import configured_fit_lines
 
     plan = offline_plan(5.0, book, backend_regions={b: kit.of(b) for b in catalog.BACKEND_IDS})
     return (f"plan in {kit.describe()}\n" + format_plan(plan, 5.0, book.notes) + "\n\n"

@@ -59,7 +59,7 @@ BOOT_VARS: tuple[BootVar, ...] = (
     _stack("KIT_MODEL", "the model loaded: a Hugging Face id, or package:<scheme>"),
     _stack("KIT_SERVED_MODEL", "the model name the server answers to (the harness's model id)"),
     _stack("KIT_MAX_MODEL_LEN", "tokens per sequence (cdk.json max_model_len): vLLM's --max-model-len, the "
-           "Neuron engine's --max-total-tokens (kit/plan.py neuron_compile)"),
+           "Neuron engine's --max-total-tokens (kit/fit.py neuron_compile)"),
     _stack("KIT_MODEL_PARAM", "the SSM parameter naming the newest package build, read when the server starts",
            (VLLM_GPU,), when="the model is a package (stacks/package.py)"),
     _stack("KIT_MODEL_REVISION", "the commit of the weights' repository to serve (-c model_revision; kit/weights.py)",
@@ -69,7 +69,7 @@ BOOT_VARS: tuple[BootVar, ...] = (
            (VLLM_GPU,), when="the model needs more than one GPU"),
     _stack("KIT_TP_DEGREES", "tensor-parallel degrees the Neuron runtime supports on the instance type", (NEURON,)),
     _stack("KIT_NEURON_PLATFORM", "the instance's Neuron platform (trn1n runs as trn1)", (NEURON,)),
-    # the Neuron engine's compiled shapes, the planner's (kit/plan.py neuron_compile); the Neuron
+    # the Neuron engine's compiled shapes, the planner's (kit/fit.py neuron_compile); the Neuron
     # image compiles the same values in (stacks/images.py neuron_precompile)
     _stack("KIT_NEURON_TP_DEGREE", "the tensor-parallel degree compiled: the largest of KIT_TP_DEGREES that fits "
            "the model (the planner's)", (NEURON,)),
