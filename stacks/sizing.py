@@ -1,10 +1,10 @@
-"""What a deployment needs for the model it serves: the planner's placement (kit/plan.py) turned
+"""What a deployment needs for the model it serves: the planner's placement (kit/fit.py) turned
 into stack settings, or a one-line refusal naming the smallest instance type that fits.
 
 For a Gemma 4 size the kit knows (kit/models.py), on a catalog instance type:
 - the tensor-parallel degree (vLLM's ``--tensor-parallel-size``; SageMaker's
   ``SM_VLLM_TENSOR_PARALLEL_SIZE``), the largest the model's heads allow on the instance's GPUs;
-- the K/V cache for ``max_model_len`` checked to fit beside the weights (``kit.plan``);
+- the K/V cache for ``max_model_len`` checked to fit beside the weights (``kit.fit``);
 - extra root volume and readiness minutes for weights beyond E2B's, which the image families'
   defaults were sized for (stacks/image_families.py): the checkpoint is downloaded at boot and
   loaded, and on Neuron kept again as a sharded copy next to the compiled graphs;
@@ -12,9 +12,9 @@ For a Gemma 4 size the kit knows (kit/models.py), on a catalog instance type:
   accepts 60-3600 s).
 
 Any other model (a package id, another family) deploys as configured on a GPU. For inf2/trn1 the
-planner applies the Neuron engine's own rules (kit/plan.py restates them; a test compares) at the
+planner applies the Neuron engine's own rules (kit/fit.py restates them; a test compares) at the
 batch the engine compiles, refuses any model without the Neuron port the engine loads, and decides
-the compiled shapes (``kit.plan.neuron_compile``: TP degree, batch, total tokens, prompt buckets),
+the compiled shapes (``kit.fit.neuron_compile``: TP degree, batch, total tokens, prompt buckets),
 which the stack hands to the boot and stacks/images.py to the image build.
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from kit import catalog
-from kit import plan as kp
+from kit import fit as kp
 from kit.config import ConfigError
 
 SAGEMAKER_TIMEOUT_MAX_S = 3600  # CreateEndpointConfig: ContainerStartupHealthCheckTimeoutInSeconds 60-3600

@@ -8,7 +8,7 @@
 #   KIT_TP_DEGREES       tensor-parallel degrees the Neuron runtime supports on this instance type
 #                        (neuron_tp_degrees), e.g. 1,2 on inf2.xlarge
 #   KIT_NEURON_PLATFORM  the instance's Neuron platform (neuron_platform; trn1n runs as trn1)
-# The shapes the engine compiles, the planner's (kit/plan.py neuron_compile; the Neuron image
+# The shapes the engine compiles, the planner's (kit/fit.py neuron_compile; the Neuron image
 # compiled the same, ami/scripts/neuron-precompile.sh, so this boot loads its graphs):
 #   KIT_NEURON_TP_DEGREE       the degree: the largest of KIT_TP_DEGREES that fits and divides the heads
 #   KIT_NEURON_BATCH_SIZE      sequences decoded together

@@ -10,7 +10,7 @@
 # KIT_MODEL / KIT_PORT (the model served, Backend.port); KIT_MODEL_REVISION (set when a commit is
 # pinned, kit/weights.py). The pins (KIT_VLLM_VERSION...) come from
 # kit/pins.py through kit/image_families.py. KIT_TENSOR_PARALLEL (set only above 1) spreads the
-# model over that many GPUs: the degree the planner chose (stacks/sizing.py, kit/plan.py).
+# model over that many GPUs: the degree the planner chose (stacks/sizing.py, kit/fit.py).
 
 KIT_VENV=/opt/inference-kit/vllm
 

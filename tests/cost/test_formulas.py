@@ -6,7 +6,7 @@ import math
 import pytest
 
 from harness.cost import formulas
-from harness.cost.plan import seed_reference
+from harness.cost.breakeven import seed_reference
 
 SEED = seed_reference()
 BACKENDS = SEED["backends"]

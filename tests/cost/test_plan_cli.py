@@ -11,7 +11,7 @@ import pytest
 
 from kit.catalog import BACKENDS
 
-from harness.cost.plan import offline_plan, seed_reference
+from harness.cost.breakeven import offline_plan, seed_reference
 from harness.cost.prices import load_snapshot
 
 ROOT = Path(__file__).resolve().parents[2]

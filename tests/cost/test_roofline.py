@@ -22,7 +22,7 @@ from __future__ import annotations
 import pytest
 
 from kit import catalog
-from harness.cost.plan import seed_reference
+from harness.cost.breakeven import seed_reference
 from harness.cost.roofline import backend_roofline, roofline
 
 DENSE = 1_877_105_920  # decoder + PLE projection

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from harness.cost.plan import offline_plan
+from harness.cost.breakeven import offline_plan
 from harness.cost.prices import PriceBook
 from harness.cost.run_cost import cost_for_run
 from harness.results import write_json

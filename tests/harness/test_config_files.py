@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import plan
+from harness.cost import placements as plan
 from harness.account import deploy, images, leftovers, preflight
 from kit import jsonfile, regions
 from kit.jsonfile import JsonFileError

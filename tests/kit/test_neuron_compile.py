@@ -1,4 +1,4 @@
-"""What the Neuron engine compiles for a deployment comes from the planner (kit/plan.py
+"""What the Neuron engine compiles for a deployment comes from the planner (kit/fit.py
 ``neuron_compile``): TP degree, batch, total tokens and prompt buckets. Checked against the engine
 itself (ami/neuron: its defaults, its command line, its own plan of the same checkpoint config),
 and a model without the Neuron port the engine loads is refused in one line."""
@@ -10,7 +10,7 @@ import pytest
 
 from ami.neuron import neuron_config as engine
 from kit import catalog
-from kit import plan as kp
+from kit import fit as kp
 from kit.models import TEXT_CONFIGS
 
 E2B = "google/gemma-4-E2B-it"
@@ -107,9 +107,9 @@ def test_e2b_too_long_for_memory_names_the_numbers():
 
 
 def test_make_run_offline_plan_says_the_same():
-    """``make run``'s offline plan (harness.plan configured_fit_lines) plans inf2 at the compiled
+    """``make run``'s offline plan (harness.cost.placements configured_fit_lines) plans inf2 at the compiled
     batch and shows a model the engine cannot load as refused, not 'deployed as configured'."""
-    from harness.plan import configured_fit_lines
+    from harness.cost.placements import configured_fit_lines
 
     lines = configured_fit_lines({"backends": "inf2", "model": "Qwen/Qwen3-8B"})
     assert "the compiled batch of 4 on Neuron" in lines[0]

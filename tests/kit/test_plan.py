@@ -1,4 +1,4 @@
-"""The planner (kit/plan.py) against numbers worked by hand from the published configs.
+"""The planner (kit/fit.py) against numbers worked by hand from the published configs.
 
 Counts used below (kit/models.py, each equal to transformers' own module, tests/kit/test_models.py):
 E2B 4,628,569,344 text parameters, of which the per-layer table 262144 x 35 x 256 = 2,348,810,240
@@ -11,7 +11,7 @@ import pytest
 from ami.neuron import neuron_config as neuron_engine
 from kit import catalog
 from kit import models as km
-from kit import plan as kp
+from kit import fit as kp
 
 GIB = 2**30
 
@@ -103,7 +103,7 @@ def test_neuron_refuses_int4_and_sizes_without_a_port():
     ("31B", "inf2.48xlarge", 4096, 1), ("31B", "trn1.32xlarge", 4096, 1), ("26B-A4B", "inf2.24xlarge", 4096, 2),
     ("E4B", "inf2.xlarge", 8192, 4), ("12B", "inf2.8xlarge", 4096, 1)])
 def test_neuron_rules_agree_with_the_engine(size, instance, context, batch):
-    """kit/plan.py restates ami/neuron/neuron_config.py's rules (the core cannot import the
+    """kit/fit.py restates ami/neuron/neuron_config.py's rules (the core cannot import the
     engine): the same degree, bytes per NeuronCore and refusals, case by case."""
     from kit.models import TEXT_CONFIGS
 

@@ -1,9 +1,9 @@
-"""python -m harness.plan: what fits where, one line per misfit, prices labelled, --json for scripts."""
+"""python -m harness plan: what fits where, one line per misfit, prices labelled, --json for scripts."""
 from __future__ import annotations
 
 import json
 
-from harness import plan as cli
+from harness.cost import placements as cli
 
 
 def rows(out: str) -> dict[tuple[str, str], list[str]]:
@@ -73,7 +73,7 @@ def test_make_run_offline_plan_checks_the_configured_model():
     import json as _json
     from pathlib import Path
 
-    from harness.plan import configured_fit_lines
+    from harness.cost.placements import configured_fit_lines
     from harness.run.cli import offline_plan_text
 
     defaults = "\n".join(configured_fit_lines())
@@ -83,11 +83,11 @@ def test_make_run_offline_plan_checks_the_configured_model():
     big = "\n".join(configured_fit_lines({**ctx, "model": "google/gemma-4-31B-it", "backends": "g6"}))
     assert "g6.xlarge        google/gemma-4-31B-it (bf16): DOES NOT FIT: 61.4 GB weights" in big
     assert big.endswith("smallest that fits: g7e.2xlarge")
-    assert "model fit (kit/plan.py" in offline_plan_text()
+    assert "model fit (kit/fit.py" in offline_plan_text()
 
 
 def test_make_run_offline_plan_says_synth_refuses_a_type_the_catalog_lacks():
-    from harness.plan import configured_fit_lines
+    from harness.cost.placements import configured_fit_lines
 
     lines = configured_fit_lines({"backends": "g6", "g6_instance_type": "g4dn.xlarge"})
     row = next(ln for ln in lines if "g4dn.xlarge" in ln)

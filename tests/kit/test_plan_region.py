@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from harness import plan as cli
+from harness.cost import placements as cli
 from harness.cost.prices import PriceBook, load_snapshot
 
 BAD = [

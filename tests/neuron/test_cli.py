@@ -121,7 +121,7 @@ def harness_imports_of_ami(root: Path = REPO) -> list[str]:
 def test_harness_never_imports_the_engine_and_the_kit_install_stays_lean():
     """ami/ is image payload: the Neuron engine and its build scripts. The harness reads none of
     it; what the planner must apply exactly as the engine will (shapes, tensor-parallel rules) is
-    restated in kit/plan.py and held to the engine by tests/kit/test_plan.py. So the lean install
+    restated in kit/fit.py and held to the engine by tests/kit/test_plan.py. So the lean install
     (requirements.txt, no torch) never needs the engine."""
     assert harness_imports_of_ami() == []
     stdlib = set(sys.stdlib_module_names) | {"__future__"}

@@ -181,7 +181,7 @@ SERVED = {
            "--dtype float16 --enable-auto-tool-choice --tool-call-parser gemma4",
     "neuron": "{opt}/neuron/bin/kit-neuron-serve --model {opt}/models/{model} --served-model-name {model} "
               "--host 127.0.0.1 --port 8000 --tp-degrees 1,2 --platform {platform} --tp-degree 2 --batch-size 4 "
-              "--max-total-tokens 4096 --prompt-buckets 128,512,2048",  # kit/plan.py neuron_compile
+              "--max-total-tokens 4096 --prompt-buckets 128,512,2048",  # kit/fit.py neuron_compile
 }
 # The Neuron platform each Neuron instance family compiles for (the runtime's names: inf2, trn1).
 PLATFORM = {"inf2": "inf2", "trn1": "trn1", "trn1n": "trn1"}

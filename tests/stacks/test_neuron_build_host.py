@@ -15,7 +15,7 @@ from pathlib import Path
 from ami.neuron import neuron_config as engine
 from kit import catalog
 from kit.image_facts import BUILD_HOSTS, NEURON_BUILD_HOST, NEURON_IMAGES, NEURON_PRECOMPILE_TARGET
-from kit.plan import neuron_compile
+from kit.fit import neuron_compile
 
 ROOT = Path(__file__).resolve().parents[2]
 E2B_CONFIG = json.loads((ROOT / "tests/package/fixtures/gemma-4-E2B-it.config.json").read_text())

@@ -42,7 +42,7 @@ def inf2_env(kit) -> dict[str, str]:
 def test_the_image_compiles_what_the_inf2_boot_asks_for(kit):
     p, env = image_params(kit), inf2_env(kit)
     assert p["PrecompileModel"] == env["KIT_MODEL"] == env["KIT_SERVED_MODEL"]
-    # the compiled shapes, both from kit/plan.py neuron_compile
+    # the compiled shapes, both from kit/fit.py neuron_compile
     assert p["CompileArgs"].split() == [
         "--tp-degrees", env["KIT_TP_DEGREES"], "--platform", env["KIT_NEURON_PLATFORM"],
         "--tp-degree", env["KIT_NEURON_TP_DEGREE"], "--batch-size", env["KIT_NEURON_BATCH_SIZE"],
@@ -57,8 +57,8 @@ def test_image_and_boot_give_the_engine_the_same_shape_flags(kit, tmp_path):
     userdata/engine-neuron.sh's engine_exec with the synthesized Inf2Stack's kit.env; each calls a
     stand-in launcher that records its arguments. Every flag that enters the engine's cache key
     (ami/neuron/neuron_config.py cache_key: shapes, TP degree, platform) is the same in both, and is
-    kit/plan.py's neuron_compile for the configured model on inf2.xlarge."""
-    from kit.plan import neuron_compile
+    kit/fit.py's neuron_compile for the configured model on inf2.xlarge."""
+    from kit.fit import neuron_compile
     from tests.stacks.conftest import SYSTEMD_PATH
 
     from stacks.images import NEURON_COMPILE_PARAMETERS

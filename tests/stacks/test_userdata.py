@@ -431,9 +431,9 @@ def test_serve_exports_the_token_without_logging_it(stand, tmp_path):
 @pytest.mark.parametrize("backend, itype, tokens", [("inf2", "inf2.xlarge", 4096), ("trn1", "trn1.32xlarge", 8192)])
 def test_neuron_engine_receives_the_planners_shapes_as_they_are(tmp_path, backend, itype, tokens):
     """engine-neuron.sh's engine_exec, run: it fetches the checkpoint once and starts the engine
-    with the stack's KIT_* variables for the planner's compile (kit/plan.py neuron_compile: degrees,
+    with the stack's KIT_* variables for the planner's compile (kit/fit.py neuron_compile: degrees,
     platform, TP degree, batch, total tokens, prompt buckets), deciding nothing itself."""
-    from kit.plan import neuron_compile
+    from kit.fit import neuron_compile
     from stacks.ec2_backend import neuron_boot_env
 
     from tests.stacks.hf_stand_in import NEWEST, fake_hf

@@ -1,16 +1,16 @@
-"""python -m harness.plan --model SIZE_OR_CONFIG [--precision P] [--context N] [--concurrency C] [--json]
+"""python -m harness plan --model SIZE_OR_CONFIG [--precision P] [--context N] [--concurrency C] [--json]
 
 Where a Gemma 4 size fits before anything is deployed: per backend and candidate instance, the
 bytes per accelerator against what it offers, the tensor-parallel degree, the single-stream
 bandwidth ceiling, the on-demand price and the $ per million output tokens at that ceiling, and
-which kit packages apply. Placements come from kit/plan.py (the stacks size deployments with the
+which kit packages apply. Placements come from kit/fit.py (the stacks size deployments with the
 same function); prices from the Price List API when credentials exist, else the dated snapshot
 (harness/cost/price_snapshot.json), each labelled. A placement that does not fit is one line with
 its numbers.
 
-    python -m harness.plan --model 31B
-    python -m harness.plan --model google/gemma-4-E2B-it-qat-w4a16-ct --concurrency 16
-    python -m harness.plan --model path/to/config.json --json
+    python -m harness plan --model 31B
+    python -m harness plan --model google/gemma-4-E2B-it-qat-w4a16-ct --concurrency 16
+    python -m harness plan --model path/to/config.json --json
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ import sys
 from harness.cost import formulas
 from harness.cost.prices import PriceBook
 from kit import catalog
-from kit import plan as kp
+from kit import fit as kp
 from kit.schemes import MODEL_WORD, SCHEMES
 
 
@@ -150,9 +150,9 @@ def configured_fit_lines(context: dict | None = None) -> list[str]:
         config = parse(read_context() if context is None else context)
     except ValueError as e:  # ConfigError, or a cdk.json that cannot be read (kit/jsonfile.py)
         return [f"model fit: not planned, the configuration is refused: {e}"]
-    lines = [f"model fit (kit/plan.py; max_model_len {config.max_model_len}, one sequence on vLLM, the compiled batch "
+    lines = [f"model fit (kit/fit.py; max_model_len {config.max_model_len}, one sequence on vLLM, the compiled batch "
              f"of {kp.NEURON_BATCH_SIZE} on Neuron; "
-             "python -m harness.plan --model SIZE for every instance):"]
+             "python -m harness plan --model SIZE for every instance):"]
     for bc in config.deployments:
         b = catalog.backend(bc.id)
         name = bc.id + (f"[{bc.variant}]" if bc.variant else "")
@@ -176,7 +176,7 @@ def configured_fit_lines(context: dict | None = None) -> list[str]:
             spec = catalog.INSTANCES.get(itype)
             if spec is None:
                 lines.append(f"  {name:<11} {itype:<16} {bc.model_id}: REFUSED: no GPU count or memory in the "
-                             "catalog (kit/catalog.py); synth refuses it, as kit/plan.py check_deploy does")
+                             "catalog (kit/catalog.py); synth refuses it, as kit/fit.py check_deploy does")
                 continue
             n = kp.deploy_concurrency(b)
             p = kp.place(b, spec, choice, config.max_model_len, n)
@@ -203,7 +203,7 @@ def _gb(b):
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m harness.plan", description=__doc__.split("\n\n")[1])
+    ap = argparse.ArgumentParser(prog="python -m harness plan", description=__doc__.split("\n\n")[1])
     ap.add_argument("--model", required=True, help="E2B, E4B, 12B, 26B-A4B, 31B, a google/gemma-4-* id, or a config.json")
     ap.add_argument("--precision", help="weights: bf16, fp16, fp8, int8, int4 (default: the id's)")
     ap.add_argument("--context", type=int, default=kp.DEFAULT_CONTEXT, help="tokens per sequence (max_model_len)")

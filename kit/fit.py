@@ -4,7 +4,7 @@ Per backend (the catalog's) and candidate instance (every catalog instance type 
 accepts): the bytes it must hold per accelerator (weights, the K/V cache for the context times
 the concurrent sequences, a runtime allowance) against what it has, the tensor-parallel degree,
 and the single-stream bandwidth ceiling (``bandwidth x degree / bytes read per token``, the
-roofline's formula over kit/models.py's reads). Used by ``python -m harness.plan`` (prices added
+roofline's formula over kit/models.py's reads). Used by ``python -m harness plan`` (prices added
 there), by ``make run``'s offline plan and by the stacks, which size a deployment with it or
 refuse a type that cannot hold the model (``check_deploy``).
 

@@ -1,4 +1,5 @@
-"""The plan before spending: per backend, what it costs and what it could do, from prices alone.
+"""The plan before spending: per backend, what it costs, what it could do and the output rate at
+which it breaks even with Bedrock, from prices and the seed's throughputs alone.
 
     plan = offline_plan(input_per_output=5.0)          # {backend_id: {...}} from the snapshot
     plan = offline_plan(book=PriceBook.auto())         # live prices when credentials exist
