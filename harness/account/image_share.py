@@ -50,10 +50,11 @@ external account's IAM policy delegates to its principals). The attendee princip
 key is the one that launches the instance: CloudFormation's execution role from ``cdk bootstrap``
 (``EXEC_ROLE`` below), AdministratorAccess by default; one bootstrapped with narrower
 ``--cloudformation-execution-policies`` needs those kms actions on the key's ARN. Nothing else of
-the attendee's uses it: a snapshot shared with the account "is restored to a volume that is
-encrypted by your AWS account's default KMS key" at launch (EC2 User Guide, "Use encryption with
-EBS-backed AMIs", instance-launching scenarios; awsdocs/amazon-ec2-user-guide
-doc_source/AMIEncryption.md), so the instance's later stops and starts do not touch it. The grant is
+the attendee's uses it: "An encrypted snapshot that you do not own (for example, the AMI is shared
+with you) is restored to a volume that is encrypted by your AWS account's default CMK" at launch
+(EC2 User Guide, "Use encryption with EBS-backed AMIs", instance-launching scenarios;
+awsdocs/amazon-ec2-user-guide doc_source/AMIEncryption.md at 87a80ab), so the instance's later
+stops and starts do not touch it. The grant is
 named ``inference-kit-share-<account>``: CreateGrant with the same name and parameters returns the
 existing grant (KMS API Reference, CreateGrant Name), so a second share adds nothing. A new grant
 can take a few minutes to reach all of KMS (eventual consistency, same page).
