@@ -21,8 +21,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("kit", "harness", "stacks", "ami")
 
-# Cycles that still exist while other parts of issue 10 land; being removed by issue 10 (the
-# lead empties this list once they are gone). Each entry is the set of modules of one cycle.
+# Known cycles the test tolerates, each the set of modules of one cycle; empty, and meant to
+# stay so: a cycle goes here only with a plan to remove it.
 ALLOWED: list[frozenset[str]] = []
 
 
@@ -137,7 +137,7 @@ def cycles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
 
 def test_the_walker_sees_lazy_relative_and_package_imports(tmp_path):
     """The oracle for the walker: a hand-made package with two cycles, one through a function
-    (a <-> b), one through the package's own __init__ (the shape of issue 10's report cycle:
+    (a <-> b), one through the package's own __init__ (the shape of harness.report's former cycle:
     __init__ imports page lazily, page reads plots from the package)."""
     pkg = tmp_path / "p"
     pkg.mkdir()

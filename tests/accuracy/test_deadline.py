@@ -1,4 +1,4 @@
-"""Every accuracy request has a total deadline (issue 21, point 6).
+"""Every accuracy request has a total deadline.
 
 A real loopback server drips its reply one byte every DRIP seconds, less than the request
 timeout, so a per-read timeout (what urllib's ``timeout`` is) never fires and the request used to

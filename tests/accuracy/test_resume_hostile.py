@@ -1,8 +1,8 @@
-"""--resume after a crash, and a planted or damaged output directory (issue 21, points 4 and 5).
+"""--resume after a crash, and a planted or damaged output directory.
 
-Point 4: a run killed mid-write leaves a torn last line in items.jsonl; the next record must start
+A run killed mid-write leaves a torn last line in items.jsonl; the next record must start
 on a line of its own (it was glued onto the torn one and lost, so the item read as unanswered),
-and items.jsonl is never written through a symlink. Point 5: run.json of the earlier run is read
+and items.jsonl is never written through a symlink. run.json of the earlier run is read
 bounded, without following links, and checked; a damaged one is one line naming it, exit 2,
 before anything is asked again.
 """
@@ -48,7 +48,7 @@ def _records(out: Path) -> list[dict]:
     return recs
 
 
-# -- point 4: a torn last line --------------------------------------------------------------------
+# -- a torn last line -----------------------------------------------------------------------------
 def _tears() -> list[tuple[str, object]]:
     """Every way a crash can leave the last line: cut at each of many offsets of the last record
     (one byte, a third, half, all but the newline...), a multi-byte character cut in two, NUL
@@ -110,7 +110,7 @@ def test_a_torn_line_then_two_resumes_still_counts_every_item(tmp_path, server):
     assert json.loads((out / "accuracy.json").read_text())["backends"]["a"]["n"] == N
 
 
-# -- point 4: never written through a symlink ---------------------------------------------------
+# -- never written through a symlink ------------------------------------------------------------
 def _plant(out: Path, kind: str, outside: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     p = out / "items.jsonl"
@@ -147,7 +147,7 @@ def test_a_planted_items_file_is_refused_before_asking(tmp_path, server, capsys,
     assert not os.path.lexists(outside) or kind == "symlink_to_file"
 
 
-# -- point 5: run.json of the earlier run --------------------------------------------------------
+# -- run.json of the earlier run -----------------------------------------------------------------
 def _write(p: Path, data) -> None:
     p.write_bytes(data if isinstance(data, bytes) else json.dumps(data).encode())
 

@@ -1,4 +1,4 @@
-"""Hostile servers and careless command lines against the bench (issue 12, points 1 and 6).
+"""Hostile servers and careless command lines against the bench.
 
 A small stdlib HTTP server on loopback answers /v1/chat/completions the way the row's mode says:
 absurd, wrong-typed, negative or decreasing usage counts, a non-streamed answer, one line of
@@ -283,7 +283,7 @@ def test_sse_parser_is_linear_in_one_huge_line_and_caps_it():
     assert rec2.error == "oversized" and p2.aborted
 
 
-# -- the command line (point 6) -------------------------------------------------------------------
+# -- the command line -----------------------------------------------------------------------------
 def _one_line(p: subprocess.CompletedProcess, needle: str) -> None:
     lines = p.stderr.strip().splitlines()
     assert p.returncode == 2, (p.returncode, p.stderr)

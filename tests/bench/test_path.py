@@ -1,4 +1,4 @@
-"""path_rtt_ms: the measurement path's own round trip, timed before the levels (issue 15, point 2)."""
+"""path_rtt_ms: the measurement path's own round trip, timed before the levels."""
 from __future__ import annotations
 
 import asyncio

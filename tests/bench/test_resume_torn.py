@@ -1,4 +1,4 @@
-"""The bench after a crash (issue 21, point 4): a torn last line of requests.jsonl loses nothing on
+"""The bench after a crash: a torn last line of requests.jsonl loses nothing on
 --resume (the first new record was glued onto it and lost), a level whose records were torn is
 not re-summarized as complete, and requests.jsonl, summary.json and bench.json are never
 written or read through a symlink (one line naming the file, nothing written outside --out).

@@ -66,7 +66,7 @@ def test_neuron_engine_measures_a_paced_server():
 
 
 def test_neuron_engine_cases_against_a_paced_server():
-    """The default run (issue 20's cases) against the reference server (TTFT 30 ms, 2 ms per
+    """The default run (the four engine-efficiency cases) against the reference server (TTFT 30 ms, 2 ms per
     token, every request served at once): each case's request count, token totals from the
     server's usage, and a join case where the late request's first token needs only its own 30 ms,
     far less than the two 384-token requests take (>= 30 ms + 384 x 2 ms)."""

@@ -1,5 +1,5 @@
-"""The tunnel measurement's comparison: medians over interleaved rounds, issue 15's limits, the
-Markdown the README carries (pure functions over hand-made rows)."""
+"""The tunnel measurement's comparison: medians over interleaved rounds, the limits
+(``TARGET``), the Markdown the README carries (pure functions over hand-made rows)."""
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,4 +1,4 @@
-"""python -m harness deploy (issue 24 point 1): the images of exactly what is deployed are checked
+"""python -m harness deploy: the images of exactly what is deployed are checked
 before the CDK is called; a missing one is one line with its build command and nothing runs.
 SSM and EC2 answers replayed through botocore's Stubber (tests/harness/aws_replay.py)."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Arguments that were silently ignored or misleading (issue 21, point 8): each is now one line
+"""Arguments that were silently ignored or misleading: each is now one line
 naming the value and what would be valid, and a non-zero exit when the command cannot do what it
 was asked; nothing is measured or written first.
 """

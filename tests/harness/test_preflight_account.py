@@ -1,4 +1,4 @@
-"""Preflight in a fresh account (issue 11 point 7): every quota, offering, image tag and parameter
+"""Preflight in a fresh account: every quota, offering, image tag and parameter
 that would stop a deploy is one BLOCK line ending in its fix.
 
 Sources of the responses: EC2 offerings, instance types and images from moto (its per-region
@@ -236,7 +236,7 @@ def test_build_subnet_check_honours_image_az_as_the_deploy_does(aws, cdk_json, c
     assert ("BLOCK" in line) == (image_az == "us-east-1f")
 
 
-# Issue 24 point 4: two fresh-account blockers preflight missed.
+# Two fresh-account blockers preflight once missed: the token secret and the CodeBuild quota.
 
 def test_a_missing_token_secret_blocks_every_backend_that_reads_it(aws, cdk_json, capsys):
     sq, ssm = quotas({"L-DB2E81BA": 64}), ssm_parameters(PUBLIC | {IMAGE_PARAMETERS["vllm-cuda"]: "ami-0b"})
@@ -320,7 +320,7 @@ def test_a_package_variant_needs_the_build_too(aws, cdk_json, capsys):
 
 
 def test_a_missing_tag_names_the_newest_recorded_tag_the_region_has(aws, cdk_json, capsys):
-    # Issue 24 point 8: the region lacks the configured tag but has 0.30.0's and 0.29.0's; one more
+    # The region lacks the configured tag but has 0.30.0's and 0.29.0's; one more
     # BatchGetImage asks for every recorded candidate (kit/dlc.py) and the fix names the newest.
     ecr = ecr_images({"0.30.0-gpu-py312-cu130-ubuntu24.04-sagemaker", "0.29.0-gpu-py312-cu130-ubuntu24.04-sagemaker"})
     rc, out = run(["--backends", "sagemaker", "-c", "sagemaker_vllm_tag=0.99.0-gpu-py312-cu130-ubuntu24.04-sagemaker",

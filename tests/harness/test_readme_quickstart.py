@@ -1,4 +1,4 @@
-"""The README's quickstart and teardown lines work as written in a fresh account (issue 24 point 1).
+"""The README's quickstart and teardown lines work as written in a fresh account.
 
 The kit deploys to cdk.json's ``region`` and never the shell's (kit/regions.py), while the AWS CLI
 uses its own default region: an ``aws`` command the README gives for a regional resource names the

@@ -1,4 +1,4 @@
-"""Hostile and careless input to ``harness.run`` (issue 12 point 7, issue 11 point 8): every bad
+"""Hostile and careless input to ``harness.run``: every bad
 value is one line naming it, exit 2, before anything is measured; a dead ``--endpoint`` is
 recorded and the others run; nothing measured is lost to a bad ``--json``; what a model chose as
 a tool argument is stored capped."""
@@ -108,7 +108,7 @@ def test_json_failing_at_the_end_keeps_the_results(tmp_path, capsys, no_aws, mon
 
 
 def test_dead_endpoint_without_model_is_recorded_and_the_others_run(tmp_path, capsys, no_aws):
-    """Issue 11 point 8: one dead server of several, no --model: it was exit 2 "no model id ...
+    """One dead server of several, no --model: it was exit 2 "no model id ...
     pass --model" and nothing ran."""
     dead = free_port()
     with FakeOpenAI(SCRIPTS["good"]) as srv:

@@ -1,4 +1,4 @@
-"""Credentials in an --endpoint (or the bench's --base-url) URL (issue 21, point 7).
+"""Credentials in an --endpoint (or the bench's --base-url) URL.
 
 ``http://user:TOKEN@host/v1`` is sent to host with HTTP Basic authentication (it was resolved as a
 host name and failed with a DNS error), and the secret appears in no output and no file: every

@@ -1,6 +1,6 @@
 """The SageMaker vLLM container's registry per region and the published tags (kit/dlc.py), tested
 against what aws/deep-learning-containers publishes, as recorded in tests/kit/data/ (each file's
-``_source`` names the repository files and commits read). Issue 24 points 7 and 8."""
+``_source`` names the repository files and commits read)."""
 from __future__ import annotations
 
 import json
@@ -25,7 +25,7 @@ def test_the_registry_table_is_the_published_table():
 
 @pytest.mark.parametrize("region, account", [
     ("ap-southeast-5", "550225433462"), ("ap-southeast-6", "633930458069"), ("ap-southeast-7", "590183813437"),
-    ("ap-east-2", "975050140332"), ("mx-central-1", "637423239942"),  # the five issue 24 names
+    ("ap-east-2", "975050140332"), ("mx-central-1", "637423239942"),  # five regions the old table lacked
 ])
 def test_regions_the_old_table_sent_to_the_default_account(region, account):
     assert dlc.image_uri(region, "t") == f"{account}.dkr.ecr.{region}.amazonaws.com/vllm:t"
@@ -52,7 +52,7 @@ def test_the_published_tags_are_the_recorded_files_first_tags():
 
 
 def test_the_tag_format_changed_to_ubuntu24_04_at_0_28():
-    # The issue read only files up to 0.27.1 (ubuntu22.04); 0.28.0 and later say ubuntu24.04.
+    # The published files up to 0.27.1 say ubuntu22.04; 0.28.0 and later say ubuntu24.04.
     oses = {v: o for v, _, o in dlc.PUBLISHED_SAGEMAKER}
     assert oses["0.27.1"] == "ubuntu22.04" and oses["0.28.0"] == oses["0.31.0"] == "ubuntu24.04"
 

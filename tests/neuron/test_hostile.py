@@ -1,4 +1,4 @@
-"""Hostile input against the Neuron engine, over raw sockets on loopback (issue 12, points 3-4).
+"""Hostile input against the Neuron engine, over raw sockets on loopback.
 
 Every refusal is an OpenAI-style JSON error (``{"error": {"message", "type", "param", "code"}}``)
 with a 4xx status naming the field; nothing is a 500, nothing blocks ``/health`` for a second,

@@ -1,4 +1,4 @@
-"""The engine's last validation gaps (issue 21, point 10): the order of turns, and a tool's
+"""The engine's last validation gaps: the order of turns, and a tool's
 ``parameters`` that is not a JSON Schema. Each is a 400 naming the field, never rendered.
 
 The checks are pure (ami.neuron.api.parse_chat_request), so the whole kind of input runs here

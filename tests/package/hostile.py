@@ -1,4 +1,4 @@
-"""Helpers for the hostile-input tables of python -m harness.package (issue 21, points 1-3):
+"""Helpers for the hostile-input tables of python -m harness.package:
 run the command in-process, assert the kit's error convention, rewrite a checkpoint's tensors
 with the real safetensors writer, and craft damaged safetensors files byte by byte."""
 from __future__ import annotations

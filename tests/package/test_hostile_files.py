@@ -1,5 +1,5 @@
-"""Damaged checkpoints and bad configs against ``build``, ``check`` and ``sizes`` (issue 21,
-point 2): one line naming the file and what was expected, exit 2, bounded work, no traceback,
+"""Damaged checkpoints and bad configs against ``build``, ``check`` and ``sizes``:
+one line naming the file and what was expected, exit 2, bounded work, no traceback,
 nothing read from outside the directory.
 
 Three tables. DAMAGE spoils one file of a checkpoint (a shard cut short as by a failed download,

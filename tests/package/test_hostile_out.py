@@ -1,4 +1,4 @@
-"""``build --out DEST`` (issue 21, point 3): DEST is checked without following links before any
+"""``build --out DEST``: DEST is checked without following links before any
 work, and a disk that fills mid-build is one line and leaves nothing at DEST.
 
 DESTS is a table of destinations that cannot take a package (a symlink to an empty directory, a

@@ -1,6 +1,5 @@
 """A source whose tensors do not match its config.json, or hold NaN/inf, is refused before any
-tensor is converted; ``package check`` refuses the packages the unchecked build made of them
-(issue 21, point 1).
+tensor is converted; ``package check`` refuses the packages the unchecked build made of them.
 
 One table of source defects, run twice: ``build`` must stop with one line naming the tensor and
 what config.json implies, before the first ``[1/N]`` conversion line, leaving nothing at DEST;

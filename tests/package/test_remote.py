@@ -184,7 +184,7 @@ def test_every_call_and_field_matches_botocores_service_models():
     assert lines[1:] == ["published", f"build {build['id']} SUCCEEDED: s3://b/p/1 (in /inference-kit/package/emb4)"]
 
 
-# Issue 24 point 4: a fresh account's StartBuild refusal, said in one true line. Errors replayed
+# A fresh account's StartBuild refusal, said in one true line. Errors replayed
 # through a real codebuild client (Stubber: the request must fit StartBuild's input shape); the
 # message as public reports quote it (kit/codebuild.py).
 

@@ -1,4 +1,4 @@
-"""Hostile results directories against ``python -m harness.report`` (issue 12, points 2 and 5).
+"""Hostile results directories against ``python -m harness.report``.
 
 A results directory may come from someone else. Each row plants one thing in a full synthetic
 run: symlinks where the report writes its temp files or reads its inputs, a FIFO, /dev/zero,

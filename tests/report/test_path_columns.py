@@ -1,5 +1,5 @@
 """The bench table shows the path's round trip beside TTFT, the server TTFT estimate, where the
-bench ran and the client's CPU (issue 15, points 2-3)."""
+bench ran and the client's CPU."""
 from __future__ import annotations
 
 from harness.report.page import _bench_row

@@ -1,4 +1,4 @@
-"""The report of a very large run renders, in time linear in its records (issue 21, point 9).
+"""The report of a very large run renders, in time linear in its records.
 
 20,000 agent records took 192 s (every table row scanned every record again to name its
 endpoint) and 500 accuracy pairs 14.6 s (one plot row per pair; 20,000 would be an image over a

@@ -1,4 +1,4 @@
-"""Issue 11, point 4: no instance or build host pinned to the region's first AZ. The AZ choice
+"""No instance or build host pinned to the region's first AZ. The AZ choice
 (stacks/lambdas/az_choice/index.py) follows EC2's instance type offerings per AZ, here moto's
 recorded DescribeInstanceTypeOfferings data (moto 5.2.5, ec2/resources/instance_type_offerings:
 e.g. trn1.2xlarge only in us-east-1c and us-east-1f, g5g.2xlarge in no us-east-2 AZ)."""

@@ -1,4 +1,4 @@
-"""Issue 11, point 10: cdk deploy does not wait silently for hours on a SageMaker endpoint stuck
+"""cdk deploy does not wait silently for hours on a SageMaker endpoint stuck
 in Creating (a public reproduction: 3 h 26 min, healthy and billed). Custom::EndpointReady
 (stacks/endpoint_ready.py, handler stacks/lambdas/endpoint_ready/index.py) fails the stack after
 sagemaker_ready_minutes with a line saying it is still billing."""
@@ -258,7 +258,7 @@ def test_turning_the_ttl_off_on_a_running_endpoint_removes_the_kept_guard():
     assert "InService" in reason
 
 
-# Issue 24 point 5: a Creating endpoint at the bound bills for hours (~$8 an incident on
+# A Creating endpoint at the bound bills for hours (~$8 an incident on
 # ml.g6.xlarge until the TTL), so its retained TTL schedule is started at once and the reason
 # says so. Replayed through real botocore clients (tests/harness/aws_replay.py): Stubber checks
 # every request against the SageMaker and Scheduler input shapes and every response against the

@@ -1,4 +1,4 @@
-"""Issue 11, point 5: whenever CloudFormation replaces an EC2 backend's instance, for any reason,
+"""Whenever CloudFormation replaces an EC2 backend's instance, for any reason,
 the deploy waits for the new instance to answer (stacks/inference_instance.py, gate 1).
 
 What replaces a resource is read from the resource's registry schema as cfn-lint ships it
@@ -169,7 +169,7 @@ def depends_on(template: dict, lid: str) -> set[str]:
 
 @pytest.mark.parametrize("backend,stack", STACKS)
 def test_the_wait_conditions_clock_starts_when_the_instances_creation_does(kit, backend, stack):
-    """Issue 24 point 7: a wait condition's timeout runs from its own creation (CloudFormation User
+    """A wait condition's timeout runs from its own creation (CloudFormation User
     Guide, "Create wait conditions in a CloudFormation template"). One that waits for nothing but
     its handle starts with the stack, minutes before the AZ choice, subnet, role and instance
     profile let the instance launch, and times out before the boot script's failure signal (the

@@ -1,4 +1,4 @@
-"""Issue 11, point 6: one region everywhere. The synthesized stacks deploy to the region the
+"""One region everywhere. The synthesized stacks deploy to the region the
 harness prints; lint checks each template in its own region whatever the shell says; a backend
 moved with ``-c <id>_region`` gets its own network (and image) stacks there."""
 from __future__ import annotations
