@@ -1,5 +1,5 @@
 """The kit VPC's address plan: which /24s each stack's subnets take, declared, never derived from
-list positions (issue 24 point 6).
+list positions.
 
 NetworkStack's VPC is 10.42.0.0/16 (stacks/network.py). Every subnet the kit adds to it is made by
 Custom::AzChoice (kit/az_choice.py), which gives the AZ with letter i the /24 ``10.42.<base+i>.0``

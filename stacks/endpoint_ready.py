@@ -1,5 +1,5 @@
 """A bounded wait for SageMaker endpoints: ``cdk deploy`` fails with a clear reason, saying the
-endpoint is still billing, instead of waiting silently for hours (issue 11 point 10).
+endpoint is still billing, instead of waiting silently for hours.
 
 What CloudFormation offers for AWS::SageMaker::Endpoint: no CreationPolicy (only
 AutoScalingGroup, EC2 Instance, WaitCondition and AppStream Fleet take one: CreationPolicy
@@ -10,7 +10,7 @@ for CreateStack (``TimeoutInMinutes``), not for the change sets ``cdk deploy`` e
 beside it and fails the stack after ``sagemaker_ready_minutes``; its ``ServiceTimeout`` (at most
 3600 s, AWS::CloudFormation::CustomResource) is the backstop should the function never answer.
 An endpoint still ``Creating`` at the bound has its retained TTL schedule started at once, so its
-deletion is under way when the stack fails (issue 24 point 5; the handler's module docstring).
+deletion is under way when the stack fails (the handler's module docstring).
 
 Catalog facts read: none.
 """

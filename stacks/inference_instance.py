@@ -38,7 +38,7 @@ Used by every EC2 backend (g6, g5g, inf2, trn1; see stacks/ec2_backend.py). What
   receives the requisite number of success signals or the wait condition's timeout period has
   expired", CloudFormation User Guide, "Create wait conditions in a CloudFormation template"), and
   without those dependencies that is the stack's start, minutes before the instance launches, so it
-  could time out before the instance's own failure signal (the log tail) arrived (issue 24 point 7).
+  could time out before the instance's own failure signal (the log tail) arrived.
   The handle's presigned URL expires a day after the stack created it (X-Amz-Expires=86399, not
   configurable: aws-cloudformation/cloudformation-coverage-roadmap#1842), so an instance that
   replaces the first one later finds it refused; kit_signal (userdata/lib.sh) then still sends
