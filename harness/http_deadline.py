@@ -1,7 +1,7 @@
 """One HTTP request with a total deadline, not a per-read timeout.
 
 ``urllib.request.urlopen(timeout=T)`` bounds each socket operation by T: a server that sends one
-byte every 2 s never trips it and holds the caller forever (issue 21, point 6). Here a timer
+byte every 2 s never trips it and holds the caller forever. Here a timer
 shuts the request's socket down when the deadline passes, wherever the request is blocked
 (connect, headers, body), so the call returns within the deadline plus a moment; the reply body
 is read with a size cap. Proxies from the environment are honoured as urllib does (the handlers

@@ -2,9 +2,9 @@
 
 In the load generator's process, paramiko's transport thread (packet framing, AES, MAC), the
 relay thread and the websocket bridge threads all take the GIL that the benchmark's event loop
-needs to timestamp chunks; at 64 streams this cost ~15 % of output tok/s and coalesced chunks
-(issue 15). ``ProcessForward`` runs the same ``harness.access.tunnel.SshForward`` in a
-child (``python -m harness.access.child``), which has its own GIL and core.
+needs to timestamp chunks; at 64 streams this cost ~15 % of output tok/s and coalesced chunks.
+``ProcessForward`` runs the same ``harness.access.tunnel.SshForward`` in a child
+(``python -m harness.access.child``), which has its own GIL and core.
 
 Parent and child speak JSON lines over the child's stdin/stdout:
 

@@ -1,6 +1,6 @@
 """``python -m harness deploy [STACK ... | --all] [--leave-out-missing] [-c KEY=VALUE ...] [-- CDK ARGS]``
 (``make deploy ARGS='...'``): ``cdk deploy`` that first checks the machine images of exactly
-what it deploys, and creates nothing when one is missing (issue 24 point 1).
+what it deploys, and creates nothing when one is missing.
 
 Before calling the CDK it asks, in each region, whether every image the selected backend stacks
 boot exists: the kit's images by their SSM parameter (``GetParameters``; a name that does not

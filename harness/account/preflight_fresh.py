@@ -1,4 +1,4 @@
-"""What a fresh account trips on before anything is spent (issue 11 point 7), for harness.account.preflight.
+"""What a fresh account trips on before anything is spent, for harness.account.preflight.
 
 Checked per region, for the backends a deploy would create:
 
@@ -426,7 +426,7 @@ def check_token_secret(add: Add, region: str, sm: Any, name: str, backends: list
                        short: Callable[[BaseException], str]) -> None:
     """The Hugging Face token secret the stacks read: it exists in ``region`` and is shaped like a
     token. Without it SageMakerStack fails at deploy (dynamic reference), an EC2 boot fails after
-    paid minutes and an image build after its long install (issue 24 point 4)."""
+    paid minutes and an image build after its long install."""
     create = (f"aws secretsmanager create-secret --name {name} --secret-string \"$HF_TOKEN\" --region {region}")
     try:
         value = sm.get_secret_value(SecretId=name)

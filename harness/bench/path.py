@@ -1,4 +1,4 @@
-"""The measurement path's own round trip, measured before the levels (issue 15, point 2).
+"""The measurement path's own round trip, measured before the levels.
 
 What a bench reports as TTFT includes the path to the server: a tunnel, the internet to an AWS
 region. Before the first level the load generator sends ``n`` small requests over the same

@@ -4,7 +4,7 @@ usage counts and the client's clock.
     python -m harness.calibration.neuron_engine --url http://127.0.0.1:8000 --model google/gemma-4-E2B-it
     make bench-engine ARGS='--url http://127.0.0.1:8000 --model tiny-random-gemma4'
 
-By default it runs the four cases of issue 20 in one run, each after the previous one ends:
+By default it runs four engine-efficiency cases in one run, each after the previous one ends:
 
 - uniform: 4 closed-loop streams, every request 64 new tokens (the batch-size level);
 - mixed: 8 closed-loop streams whose requests ask 256, 16 and 64 new tokens in turn (each stream
@@ -18,7 +18,7 @@ By default it runs the four cases of issue 20 in one run, each after the previou
 - 16 streams of 64 tokens, closed loop: median time to first token when requests queue.
 
 The verdict line compares mixed with uniform throughput and the join TTFT with the long
-requests' duration (issue 20's goals: >= 0.85 and <= 10%). ``--concurrency 1,2,4,8`` runs the
+requests' duration (the goals: >= 0.85 and <= 10%). ``--concurrency 1,2,4,8`` runs the
 older sweep instead (``--tokens`` per request at each level). Every request asks for exactly
 its token count (``ignore_eos``, which the engine honours as vLLM does), greedy.
 """

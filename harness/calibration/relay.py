@@ -2,9 +2,10 @@
 worker each, TCP_NODELAY, no encryption), standing in for sshd + ssh without their crypto.
 
 Used by ``python -m harness.calibration.tunnel --control``: if even these two relays move the
-64-stream figures beyond issue 15's limits, the limit is the machine (every hop shares its cores
-with the reference server and the load generator), not the SSH forwarder. Needs nginx with its
-stream module (Debian: ``nginx-light`` and ``libnginx-mod-stream``; ``make sysdeps``).
+64-stream figures beyond the tunnel limits (``TARGET`` in harness/calibration/tunnel.py), the
+limit is the machine (every hop shares its cores with the reference server and the load
+generator), not the SSH forwarder. Needs nginx with its stream module (Debian: ``nginx-light``
+and ``libnginx-mod-stream``; ``make sysdeps``).
 """
 from __future__ import annotations
 

@@ -2,8 +2,8 @@
 server, directly and through a real OpenSSH server on loopback, with the forwarders harness.run
 can use (``--forwarder``): ``openssh`` (OpenSSH's ssh -L, what harness.run uses where ssh is
 installed: ``harness.access.openssh``), ``process`` (paramiko in its own process, the fallback:
-``harness.access.process``), ``inprocess`` (paramiko in the load generator's threads, the path before
-issue 15), ``all`` (the three in one run, for a before/after table).
+``harness.access.process``), ``inprocess`` (paramiko in the load generator's threads, the earlier
+in-process forwarder), ``all`` (the three in one run, for a before/after table).
 
     python -m harness.calibration.tunnel [--levels 1,16,64] [--requests 64] [--forwarder all]
                                          [--rounds 2] [--on-instance] [--json]
@@ -62,7 +62,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="openssh: OpenSSH's ssh -L, as harness.run runs it where ssh is installed "
                          "(path 'tunnel-openssh'); process: paramiko in its own process, the "
                          "fallback ('tunnel-paramiko'); inprocess: paramiko in the load generator's "
-                         "threads, as before issue 15 ('tunnel-inproc'); all (default openssh)")
+                         "threads, the earlier forwarder ('tunnel-inproc'); all (default openssh)")
     ap.add_argument("--on-instance", action="store_true",
                     help="also the path 'on-instance': the bench shipped over the SSH connection and run "
                          "next to the server, as harness.run --bench-from instance does")
@@ -130,7 +130,7 @@ def _median_rows(rows: list[dict]) -> dict[tuple[str, int], dict]:
             for k, g in groups.items()}
 
 
-# Issue 15, point 1: what "the tunnel does not compete with the load generator" means, as limits
+# What "the tunnel does not compete with the load generator" means, as limits
 # on each path's difference from direct.
 TARGET = {"output_tok_s_rel": 0.02, "ttft_p99_ms": 3.0, "itl_p99_ms": 2.0, "itl_p50_ratio": 0.10}
 
@@ -150,8 +150,8 @@ def misses(c: dict) -> list[str]:
 
 
 def compare(rows: list[dict]) -> list[dict]:
-    """Each tunnel path minus direct per concurrency (medians over rounds): the quantities issue
-    15's targets are stated in."""
+    """Each tunnel path minus direct per concurrency (medians over rounds): the quantities
+    TARGET's limits are stated in."""
     by = _median_rows(rows)
     out = []
     for (path, conc), t in sorted(by.items(), key=lambda kv: kv[0][1]):

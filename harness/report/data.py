@@ -71,7 +71,7 @@ class RunData:
 
     def endpoint_names(self) -> list[str]:
         # Computed once: the tables ask for it (through ``display``) once per row, and a run of
-        # 20,000 agent records made that 20,000 scans of 20,000 records (minutes; issue 21 point 9).
+        # 20,000 agent records made that 20,000 scans of 20,000 records (minutes).
         # A RunData is not changed after load_run.
         if self._names is None:
             names = set(self.bench) | set(endpoints_from_meta(self.meta)) | {r.get("backend") for r in self.agent_runs}
