@@ -66,6 +66,10 @@ engine_exec() {
     read -r rev how <<<"$(kit_model_revision "$KIT_VENV/bin/hf" "$model" \
       /etc/inference-kit/prepulled-revision "$(cat /etc/inference-kit/prepulled-model 2>/dev/null)")"
     [ -n "$rev" ] || exit 1
+    # The image's own commit is whole in its cache: offline, so neither this download nor vLLM asks
+    # the Hub (a gated model would need a token an attendee may not have). huggingface_hub's
+    # HF_HUB_OFFLINE serves a commit's cached snapshot and fails if it is missing.
+    [ "$how" != image ] || export HF_HUB_OFFLINE=1
     "$KIT_VENV/bin/hf" download "$model" --revision "$rev" >/dev/null || exit 1
     kit_record_model "$HF_HOME/hub/models--${model//\//--}/snapshots/$rev" "$model" "$rev" "$how" || exit 1
   fi

@@ -52,11 +52,12 @@ def _written(text: str, path: str) -> str:
     return text.split(f"cat >{path} <<'KIT_EOF'\n", 1)[1].split("\nKIT_EOF", 1)[0]
 
 
-def _boot(kit, stack: str, tmp_path: Path) -> tuple[list[str], list[str], dict]:
+def _boot(kit, stack: str, tmp_path: Path, **env_over: str) -> tuple[list[str], list[str], dict]:
     """engine_exec as the stack's user data writes it, against stand-ins: (hf calls, the engine's
-    arguments, the served-model record)."""
+    arguments, the served-model record). The engine stand-in also writes its HF_HUB_OFFLINE to
+    ``tmp_path/engine-offline``."""
     text = user_data(_instance(kit, stack))
-    env = {k: v.strip("'") for k, v in kit_env(text).items()}
+    env = {k: v.strip("'") for k, v in kit_env(text).items()} | env_over
     opt = tmp_path / "opt"
     scripts = {name: _written(text, f"/usr/local/lib/inference-kit/{name}").replace("/opt/inference-kit", str(opt))
                .replace("/etc/inference-kit", str(tmp_path / "etc")) for name in ("lib.sh", "engine.sh")}
@@ -66,7 +67,8 @@ def _boot(kit, stack: str, tmp_path: Path) -> tuple[list[str], list[str], dict]:
     for venv in ("vllm", "neuron"):
         fake_hf(opt / venv / "bin/hf", calls)
         for exe in ("vllm", "kit-neuron-serve"):
-            (opt / venv / "bin" / exe).write_text(f'#!/bin/bash\nprintf "%s\\n" "$@" > {served}\n')
+            (opt / venv / "bin" / exe).write_text(f'#!/bin/bash\nprintf "%s\\n" "$@" > {served}\n'
+                                                  f'echo "${{HF_HUB_OFFLINE:-}}" > {tmp_path}/engine-offline\n')
             (opt / venv / "bin" / exe).chmod(0o755)
     r = subprocess.run(["bash", "-c", f"set -euo pipefail; . {tmp_path}/lib.sh; . {tmp_path}/engine.sh; engine_exec"],
                        env={**env, "PATH": SYSTEMD_PATH, "KIT_LOG_DIR": str(tmp_path), "KIT_STATE_DIR": str(tmp_path),
@@ -87,6 +89,25 @@ def test_vllm_on_ec2_downloads_and_serves_the_pinned_commit(pinned, tmp_path, st
     assert args[:2] == ["serve", model]
     assert (record["model"], record["revision"], record["how"]) == (model, sha, "pinned")
     assert record["digest"] and record["files"] == ["config.json", "tokenizer.json"]
+
+
+def test_vllm_serving_the_images_own_commit_asks_no_hub(pinned, tmp_path):
+    """Unpinned, on the vllm-cuda image: the commit the image pre-pulled is served offline
+    (HF_HUB_OFFLINE=1 for the download check and for vLLM), so a shared image boots without a
+    Hugging Face token; any other commit goes to the Hub as before."""
+    g6 = next(b for b in VLLM_EC2 if b.image == "gpu-x86")  # g6_image=prebuilt in this fixture
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    (etc / "prepulled-model").write_text(g6.model_id + "\n")
+    (etc / "prepulled-revision").write_text(BF16_SHA + "\n")
+    hf, args, record = _boot(pinned, g6.stack_name, tmp_path, KIT_MODEL_REVISION="")
+    assert (record["revision"], record["how"]) == (BF16_SHA, "image")
+    assert hf == [f"hf download {g6.model_id} --revision {BF16_SHA}"]
+    assert (tmp_path / "engine-offline").read_text().strip() == "1"
+    (etc / "prepulled-model").write_text("someone/else\n")  # the image holds another model
+    (tmp_path / "model-revision").unlink()
+    _boot(pinned, g6.stack_name, tmp_path, KIT_MODEL_REVISION="")
+    assert (tmp_path / "engine-offline").read_text().strip() == ""
 
 
 @pytest.mark.parametrize("stack,model,sha", [(b.stack_name, b.model_id, SHA[b.model_id]) for b in NEURON_EC2],
