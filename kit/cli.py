@@ -1,0 +1,68 @@
+"""The command door: the one argparse parser of the kit's commands, and the one place a
+``KitError`` escaping a command's ``main()`` becomes one line on stderr and its exit code.
+
+    from kit.cli import OneLineParser, one_line_errors
+
+    @one_line_errors("harness.bench")
+    def main(argv=None) -> int:
+        a = OneLineParser(prog="python -m harness.bench").parse_args(argv)
+        ...
+        raise UsageError("--rate -2: must be > 0")  # -> "harness.bench: --rate -2: must be > 0", exit 2
+
+``OneLineParser`` reports a bad option as a ``UsageError`` (never argparse's usage block and
+exit), so a command's ``main()`` called in-process returns 2 like its process exits 2, and every
+message goes through the same door. A command reached through ``python -m harness CMD``
+(harness/__main__.py) passes the door the same way.
+
+Standard library only (kit/ imports neither the CDK nor boto3).
+"""
+from __future__ import annotations
+
+import argparse
+import functools
+import sys
+from typing import Any, Callable, NoReturn
+
+from kit.errors import KitError, UsageError
+
+Main = Callable[..., "int | None"]
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, with a bad option as one line: ``error()`` raises ``UsageError`` with argparse's
+    message, which the door prints as ``<prog>: <message> (see --help)``, exit 2. Subparsers
+    (``add_subparsers``) are of this class too."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{message} (see --help)")
+
+
+def one_line(e: BaseException) -> str:
+    """``str(e)`` on one line (a message that spans lines is joined with "; ")."""
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    return "; ".join(lines) or type(e).__name__
+
+
+def run_command(main: Main, argv: list[str] | None = None, prog: str = "", **kwargs: Any) -> int:
+    """``main(argv, **kwargs)``'s exit code; a ``KitError`` escaping it is printed as
+    ``<prog>: <message>`` on stderr and its ``exit_code`` returned."""
+    try:
+        return int(main(argv, **kwargs) or 0)
+    except KitError as e:
+        print(f"{prog}: {one_line(e)}" if prog else one_line(e), file=sys.stderr)
+        return e.exit_code
+
+
+def one_line_errors(prog: str) -> Callable[[Main], Callable[..., int]]:
+    """Decorator: ``main`` behind the door (``run_command``) under ``prog``, the name its one-line
+    messages start with. Keyword arguments (tests' seams) pass through."""
+
+    def wrap(main: Main) -> Callable[..., int]:
+        @functools.wraps(main)
+        def door(argv: list[str] | None = None, **kwargs: Any) -> int:
+            return run_command(main, argv, prog, **kwargs)
+
+        door.prog = prog  # type: ignore[attr-defined]
+        return door
+
+    return wrap
