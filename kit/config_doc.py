@@ -18,13 +18,13 @@ agrees. Plain Python (no aws-cdk-lib).
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
 
 from kit.catalog import BACKENDS
 from kit.config import ID, KEYS, Key
+from kit.cli import OneLineParser, one_line_errors
 
 ROOT = Path(__file__).resolve().parent.parent
 PATH = "docs/stacks.md"
@@ -119,14 +119,9 @@ def write(root: Path = ROOT) -> list[str]:
     return [PATH]
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, no usage dump
-        print(f"kit.config_doc: {message}", file=sys.stderr)
-        raise SystemExit(2)
-
-
+@one_line_errors("kit.config_doc")
 def main(argv: list[str] | None = None) -> int:
-    p = _Parser(prog="python -m kit.config_doc", description="Render the context-key table of docs/stacks.md.")
+    p = OneLineParser(prog="python -m kit.config_doc", description="Render the context-key table of docs/stacks.md.")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--write", action="store_true", help="rewrite the table in place")
     mode.add_argument("--check", action="store_true", help="exit 1 when the file's table is out of date")

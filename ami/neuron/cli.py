@@ -27,6 +27,7 @@ DEFAULT_BODY_TIMEOUT_S = 30.0  # a body not fully received in time is a 408
 DEFAULT_MAX_QUEUE = 64
 
 
+# kit/cli.py OneLineParser's own copy: the engine imports nothing of the kit (test_import_graph.py)
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line, no usage block
         self.exit(2, f"{PROG}: error: {message}\n")

@@ -20,13 +20,13 @@ as the CDK's dependencies or through ``harness.account.images build``. Exit 2 on
 """
 from __future__ import annotations
 
-import argparse
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence, TextIO
 
 from kit.image_needs import ImageNeed, image_needs
+from kit.cli import OneLineParser, one_line_errors
 
 ClientFor = Callable[[str, str], Any]
 
@@ -76,11 +76,6 @@ def missing_images(needs: Sequence[ImageNeed], client: ClientFor) -> list[tuple[
     return out
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:
-        raise ValueError(f"harness deploy: {message} (see --help)")
-
-
 def _context(path: Path | None, overrides: list[str]) -> dict[str, Any]:
     """cdk.json's context (``--cdk-json``, else ./cdk.json when there is one) plus ``-c``; a named
     file that is missing or broken is one line naming it (kit/regions.py read_context)."""
@@ -92,6 +87,7 @@ def _context(path: Path | None, overrides: list[str]) -> dict[str, Any]:
         raise ValueError(f"harness deploy: {e}") from None
 
 
+@one_line_errors("harness deploy")
 def main(argv: list[str] | None = None, *, client: ClientFor | None = None,
          run: Callable[[list[str]], int] | None = None, out: TextIO = sys.stdout) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -99,7 +95,7 @@ def main(argv: list[str] | None = None, *, client: ClientFor | None = None,
     if "--" in argv:
         i = argv.index("--")
         argv, extra = argv[:i], argv[i + 1:]
-    p = _Parser(prog="python -m harness deploy", description=__doc__.split("\n\n")[0])
+    p = OneLineParser(prog="python -m harness deploy", description=__doc__.split("\n\n")[0])
     p.add_argument("stacks", nargs="*", help="backend stacks (default: every configured backend)")
     p.add_argument("--all", action="store_true", help="every configured backend (the default)")
     p.add_argument("--leave-out-missing", action="store_true",

@@ -70,6 +70,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, TextIO
 
 from harness.cost.storage_prices import PRICES as STORAGE_PRICES, gb, monthly
+from kit.cli import OneLineParser, one_line_errors
 
 TAG_KEY, TAG_VALUE = "project", "aws-inference-kit"  # stacks.wiring KIT_TAGS, the distribution's AmiTags
 OK_STATES = {"AVAILABLE"}
@@ -475,11 +476,6 @@ def backends_booting(image: str) -> list[str]:
 
 # -- CLI --------------------------------------------------------------------------------------
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:
-        raise ValueError(f"harness images: {message} (see --help)")
-
-
 def _context(path: Path | None, overrides: list[str]) -> dict[str, Any]:
     """cdk.json's context (``--cdk-json``, else ./cdk.json when there is one) plus ``-c``; a named
     file that is missing or broken is one line naming it (kit/regions.py read_context)."""
@@ -653,11 +649,12 @@ def _share(aws: Aws, a: argparse.Namespace, kit: Any, s: ShareInput, out: TextIO
     return 0
 
 
+@one_line_errors("harness images")
 def main(argv: list[str] | None = None, *, aws: Aws | None = None, out: TextIO = sys.stdout,
          deploy: Callable[[str], int] | None = None) -> int:
     f = image_facts()
     images = list(f.IMAGE_PARAMETERS)
-    p = _Parser(prog="python -m harness images", description=__doc__.split("\n\n")[0])
+    p = OneLineParser(prog="python -m harness images", description=__doc__.split("\n\n")[0])
     p.add_argument("command", choices=["build", "status", "list", "share"])
     p.add_argument("image", nargs="?", help=f"build: one of {', '.join(images)}")
     p.add_argument("--image", dest="image_option", help="share: only this image (default: every kit image the configuration boots)")

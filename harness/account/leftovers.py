@@ -57,7 +57,6 @@ AMI itself costs nothing; its snapshots bill.
 """
 from __future__ import annotations
 
-import argparse
 import re
 import sys
 from dataclasses import dataclass
@@ -65,6 +64,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, TextIO
 
 from harness.cost.storage_prices import HOURS_PER_MONTH, gb, monthly
+from kit.cli import OneLineParser, one_line_errors
 
 TAG_KEY, TAG_VALUE = "project", "aws-inference-kit"
 LOG_PREFIXES = ("/aws/imagebuilder/inference-kit-", "/aws/imagebuilder/pipeline/inference-kit-",
@@ -520,11 +520,6 @@ def render(region: str, items: list[Leftover], errors: list[str], out: TextIO) -
         print(f"  could not check {e}", file=out)
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:
-        raise ValueError(f"harness leftovers: {message} (see --help)")
-
-
 def kit_stack_names(config: Any) -> list[str]:
     """Every stack name the kit may have made in any region (the catalog's, variants', shared ones)."""
     from kit import variants
@@ -536,9 +531,10 @@ def kit_stack_names(config: Any) -> list[str]:
     return sorted(names)
 
 
+@one_line_errors("harness leftovers")
 def main(argv: list[str] | None = None, *, client: ClientFor | None = None, price: PriceFor | None = None,
          account: str | None = None, out: TextIO = sys.stdout) -> int:
-    p = _Parser(prog="python -m harness leftovers", description=__doc__.split("\n\n")[0])
+    p = OneLineParser(prog="python -m harness leftovers", description=__doc__.split("\n\n")[0])
     p.add_argument("--region", help="only this region (default: every region the configuration uses, and every "
                                     "region harness.account.touched recorded)")
     p.add_argument("--cdk-json", type=Path, default=None, help="default ./cdk.json")

@@ -33,7 +33,6 @@ Running instances also count against a vCPU quota: the table shows the quota, no
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from dataclasses import dataclass, field
@@ -42,6 +41,7 @@ from typing import Any, Callable, Iterable
 
 from kit import catalog, variants
 from harness.account import preflight_fresh as fresh
+from kit.cli import OneLineParser, one_line_errors
 from kit.regions import RegionError, resolve
 
 QUOTA_CODES = {cls: code for cls, (code, _) in fresh.EC2_QUOTAS.items()}
@@ -565,13 +565,9 @@ def _context(path: Path | None, overrides: list[str]) -> dict[str, Any] | None:
     return ctx
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:
-        raise ValueError(f"preflight: {message} (see --help)")
-
-
+@one_line_errors("preflight")
 def main(argv: list[str] | None = None, *, session: Any = None, **inject: Any) -> int:
-    p = _Parser(prog="python -m harness preflight", description=__doc__.split("\n\n")[0])
+    p = OneLineParser(prog="python -m harness preflight", description=__doc__.split("\n\n")[0])
     p.add_argument("--backends", help=f"comma-separated (default: cdk.json context backends): {','.join(catalog.BACKEND_IDS)}")
     p.add_argument("--region", help="the kit's region (default: cdk.json context region; the shell's "
                                     "AWS_REGION is not used, see kit/regions.py)")

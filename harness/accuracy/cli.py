@@ -32,15 +32,11 @@ from harness.accuracy.summary import summarize
 from harness.results import Skipped, appendable_problem, parse_json, read_bytes, writable_problem, write_file
 from kit.contracts import shape
 from kit.contracts.results import ACCURACY, ACCURACY_RUN, BOS_NOT_CORRECTED
+from kit.cli import OneLineParser, one_line_errors
 
 
 class UsageError(ValueError):
     """Bad command-line input: printed as one line, exit 2."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, not the usage block
-        raise UsageError(f"harness.accuracy: {message} (see --help)")
 
 
 def _nonempty_path(text: str) -> Path:
@@ -58,9 +54,9 @@ def _out_dir(text: str) -> Path:
 
 def build_parser() -> argparse.ArgumentParser:
     first, _, rest = __doc__.partition("\n\n")
-    p = _Parser(prog="python -m harness.accuracy", description=first.replace("``", ""),
-                epilog=rest + "Methods and files: docs/accuracy.md",
-                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = OneLineParser(prog="python -m harness.accuracy", description=first.replace("``", ""),
+                      epilog=rest + "Methods and files: docs/accuracy.md",
+                      formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--endpoint", action="append", default=[], metavar="NAME=URL",
                    help="an OpenAI-compatible server (repeatable; at least one)")
     p.add_argument("--model", action="append", default=[], metavar="[NAME=]MODEL_ID",
@@ -341,6 +337,7 @@ def format_table(acc: dict, run: dict) -> list[str]:
     return out
 
 
+@one_line_errors("harness.accuracy")
 def main(argv: list[str] | None = None, *, echo: Callable[[str], None] = print) -> int:
     try:
         a, opts = parse_args(argv)

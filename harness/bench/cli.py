@@ -10,12 +10,7 @@ from pathlib import Path
 from harness.bench.api import run_bench
 from harness.bench.spec import BenchError, BenchSpec
 from harness.endpoint import Endpoint, redact, split_credentials
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, never the usage block
-        print(f"harness.bench: {message}", file=sys.stderr)
-        sys.exit(2)
+from kit.cli import OneLineParser, one_line_errors
 
 
 def _ints(text: str) -> list[int]:
@@ -66,9 +61,9 @@ def _out_dir(text: str) -> Path:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = _Parser(prog="python -m harness.bench",
-                 description="Load benchmark: closed-loop concurrency and open-loop Poisson sweeps "
-                             "with per-token metrics. Results: DIR/requests.jsonl, summary.json/csv.")
+    ap = OneLineParser(prog="python -m harness.bench",
+                       description="Load benchmark: closed-loop concurrency and open-loop Poisson sweeps "
+                                   "with per-token metrics. Results: DIR/requests.jsonl, summary.json/csv.")
     tgt = ap.add_argument_group("target (exactly one)")
     tgt.add_argument("--base-url", help="OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1 "
                                         "(/v1 is appended when missing)")
@@ -140,6 +135,7 @@ def _endpoint(args, ap) -> Endpoint:
                     service="bedrock", model_id=args.bedrock_model, region=args.region)
 
 
+@one_line_errors("harness.bench")
 def main(argv: list[str] | None = None) -> int:
     ap = build_parser()
     args = ap.parse_args(argv)

@@ -14,7 +14,6 @@ groups records by ``level_run`` (for Locust runs by level_run and user count), a
 """
 from __future__ import annotations
 
-import argparse
 import math
 import sys
 from collections import Counter, defaultdict
@@ -24,6 +23,7 @@ from typing import Any
 from harness.bench import metrics, store
 from harness.results import read_json, read_records
 from kit.contracts.results import BENCH_REQUESTS
+from kit.cli import OneLineParser, one_line_errors
 
 
 def _number(v: Any) -> bool:
@@ -118,8 +118,9 @@ def _sent(level: dict) -> int:
     return n
 
 
+@one_line_errors("harness.bench.summarize")
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m harness.bench.summarize")
+    ap = OneLineParser(prog="python -m harness.bench.summarize")
     ap.add_argument("dir", type=Path)
     ap.add_argument("--slo", default=None)
     args = ap.parse_args(argv)

@@ -1,16 +1,10 @@
-"""Command-line pieces the calibration scripts share: a bad value is one line naming it and
-what would be valid, exit 2, never the usage block."""
+"""Argument types the calibration scripts share: a bad value is one line naming it and what would
+be valid, exit 2, never the usage block (the scripts parse with kit/cli.py OneLineParser, their
+mains behind its door)."""
 from __future__ import annotations
 
 import argparse
-import sys
-from typing import Callable, NoReturn
-
-
-class Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:  # one line, not the usage block
-        print(f"{self.prog}: {message} (see --help)", file=sys.stderr)
-        raise SystemExit(2)
+from typing import Callable
 
 
 def positive_ints(text: str) -> list[int]:

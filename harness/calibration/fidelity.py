@@ -34,8 +34,8 @@ from typing import Any
 
 from harness.bench import store
 from harness.bench.metrics import percentile, ttft_ms
-from harness.calibration.args import Parser
 from harness.calibration.refserver import VOCAB, RefServerProcess
+from kit.cli import OneLineParser, one_line_errors
 
 REPO = Path(__file__).resolve().parents[2]
 GUIDELLM_VENV = REPO / ".venv-guidellm"
@@ -188,8 +188,9 @@ def fmt(v: Any, spec: str = "+.2f") -> str:
     return "n/a" if v is None else format(v, spec)
 
 
+@one_line_errors("python -m harness.calibration.fidelity")
 def main(argv: list[str] | None = None) -> int:
-    ap = Parser(prog="python -m harness.calibration.fidelity", description=__doc__.split("\n")[0])
+    ap = OneLineParser(prog="python -m harness.calibration.fidelity", description=__doc__.split("\n")[0])
     ap.add_argument("--skip-guidellm", action="store_true", help="measure only our client")
     ap.add_argument("--markdown", type=Path, help="also write the table to this file")
     ap.add_argument("--nice", type=int, default=0,

@@ -32,7 +32,8 @@ from dataclasses import dataclass
 
 import aiohttp
 
-from harness.calibration.args import Parser, positive, positive_ints
+from harness.calibration.args import positive, positive_ints
+from kit.cli import OneLineParser, one_line_errors
 
 PROG = "python -m harness.calibration.neuron_engine"
 UNIFORM = (4, 64)  # streams, tokens per request
@@ -148,8 +149,9 @@ async def _sweep(url: str, model: str, tokens: int, concurrencies: list[int], ro
                  f"{_p50(r.ttft for r in results) * 1000:>11.0f} {e2e:>9.2f}")
 
 
+@one_line_errors(PROG)
 def main(argv: list[str] | None = None) -> int:
-    p = Parser(prog=PROG, description=__doc__.split("\n\n")[0])
+    p = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0])
     p.add_argument("--url", default="http://127.0.0.1:8000")
     p.add_argument("--model", help="the served model id (needed with --url's running engine)")
     p.add_argument("--simulated", action="store_true",

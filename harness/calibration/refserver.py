@@ -37,8 +37,8 @@ from typing import Any
 
 from aiohttp import web, web_protocol
 
-from harness.calibration.args import Parser
 from harness.procs import stop
+from kit.cli import OneLineParser, one_line_errors
 
 MODEL = "ref-model"
 VOCAB = tuple(f"w{i}" for i in range(512))
@@ -259,8 +259,9 @@ class RefServerProcess:
         stop(self.proc, grace=10)
 
 
-def main(argv: list[str] | None = None) -> None:
-    ap = Parser(prog="python -m harness.calibration.refserver", description=__doc__.split("\n")[0])
+@one_line_errors("python -m harness.calibration.refserver")
+def main(argv: list[str] | None = None) -> int:
+    ap = OneLineParser(prog="python -m harness.calibration.refserver", description=__doc__.split("\n")[0])
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=0, help="0: any free port (printed on stdout)")
     for f in fields(Settings):
@@ -279,6 +280,7 @@ def main(argv: list[str] | None = None) -> None:
     except ImportError:  # pragma: no cover
         run = asyncio.run
     run(_serve(RefServer(settings), args.host, args.port))
+    return 0
 
 
 async def _serve(server: RefServer, host: str, port: int) -> None:
@@ -295,4 +297,4 @@ async def _serve(server: RefServer, host: str, port: int) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

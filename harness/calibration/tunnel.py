@@ -30,7 +30,7 @@ from pathlib import Path
 from harness.access import tunnel as access
 from harness.bench.api import run_bench
 from harness.bench.spec import BenchSpec
-from harness.calibration.args import Parser, positive, positive_ints
+from harness.calibration.args import positive, positive_ints
 from harness.calibration.loopback_sshd import sshd
 from harness.calibration.refserver import RefServerProcess
 from harness.calibration.relay import nginx_relays, stream_module
@@ -38,6 +38,7 @@ from harness.endpoint import Endpoint
 from harness.access.openssh import OpenSshForward
 from harness.access.process import ProcessForward
 from kit.contracts.results import TUNNEL_CALIBRATION
+from kit.cli import OneLineParser, one_line_errors
 
 PROG = "python -m harness.calibration.tunnel"
 SSHD = "/usr/sbin/sshd"
@@ -49,7 +50,7 @@ FORWARDERS = {"openssh": ("tunnel-openssh",), "process": ("tunnel-paramiko",),
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    ap = Parser(prog=PROG, description=__doc__.split("\n\n")[0])
+    ap = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0])
     ap.add_argument("--levels", type=positive_ints, default=[1, 16, 64], help="concurrencies (default 1,16,64)")
     ap.add_argument("--requests", type=positive(int), default=64, help="requests per level (default 64)")
     ap.add_argument("--itl-ms", type=positive(float), default=10.0, help="server pacing per token (default 10)")
@@ -304,6 +305,7 @@ def render(path: str) -> int:
     return 0
 
 
+@one_line_errors(PROG)
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
     if a.render:

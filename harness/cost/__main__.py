@@ -14,12 +14,7 @@ import sys
 from pathlib import Path
 
 from harness.results import write_json
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, no usage dump
-        print(f"harness.cost: {message}", file=sys.stderr)
-        raise SystemExit(2)
+from kit.cli import OneLineParser, one_line_errors
 
 
 def _ratio(text: str) -> float:
@@ -42,6 +37,7 @@ def _region(text: str) -> str:
     return text
 
 
+@one_line_errors("harness.cost")
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     from harness.cost.prices import PriceBook
@@ -51,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["payback"]:
         return _payback(argv[1:])
     if argv[:1] == ["run"]:
-        p = _Parser(prog="python -m harness.cost run")
+        p = OneLineParser(prog="python -m harness.cost run")
         p.add_argument("results_dir", type=Path)
         p.add_argument("--offline", action="store_true")
         p.add_argument("--input-per-output", type=_ratio, default=5.0)
@@ -70,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {a.results_dir / 'cost.json'} ({len(cost['endpoints'])} endpoints)")
         return 0
 
-    p = _Parser(prog="python -m harness.cost", description="Cost plan per backend.")
+    p = OneLineParser(prog="python -m harness.cost", description="Cost plan per backend.")
     p.add_argument("--offline", action="store_true", help="use the dated snapshot, never the API")
     p.add_argument("--json", action="store_true", help="print JSON: one object per backend id")
     p.add_argument("--input-per-output", type=_ratio, default=5.0,
@@ -109,7 +105,7 @@ def _usd(text: str) -> float:
 def _payback(argv: list[str]) -> int:
     from harness.cost.formulas import payback
 
-    p = _Parser(prog="python -m harness.cost payback", description="Payback and ROI of a migration.")
+    p = OneLineParser(prog="python -m harness.cost payback", description="Payback and ROI of a migration.")
     p.add_argument("--before", type=_usd, required=True, help="monthly cost today (USD)")
     p.add_argument("--after", type=_usd, required=True, help="monthly cost after the migration (USD)")
     p.add_argument("--engineering", type=_usd, required=True, help="one-off engineering cost (USD)")
@@ -131,7 +127,7 @@ def _snapshot(argv: list[str]) -> int:
     from harness.cost.prices import (PriceError, PriceListClient, has_credentials, load_snapshot,
                                      refresh_snapshot)
 
-    p = _Parser(prog="python -m harness.cost snapshot")
+    p = OneLineParser(prog="python -m harness.cost snapshot")
     p.add_argument("--out", type=Path, required=True)
     a = p.parse_args(argv)
     if not has_credentials():

@@ -14,13 +14,13 @@ its numbers.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 
 from harness.cost import formulas
 from harness.cost.prices import PriceBook
 from kit import catalog
+from kit.cli import OneLineParser, one_line_errors
 from kit import fit as kp
 from kit.schemes import MODEL_WORD, SCHEMES
 
@@ -202,8 +202,9 @@ def _gb(b):
     return None if b is None else b / 1e9
 
 
+@one_line_errors("plan")
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m harness plan", description=__doc__.split("\n\n")[1])
+    ap = OneLineParser(prog="python -m harness plan", description=__doc__.split("\n\n")[1])
     ap.add_argument("--model", required=True, help="E2B, E4B, 12B, 26B-A4B, 31B, a google/gemma-4-* id, or a config.json")
     ap.add_argument("--precision", help="weights: bf16, fp16, fp8, int8, int4 (default: the id's)")
     ap.add_argument("--context", type=int, default=kp.DEFAULT_CONTEXT, help="tokens per sequence (max_model_len)")

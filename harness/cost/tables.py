@@ -18,7 +18,6 @@ Prices are the snapshot's, never live: the docs must not change with the reader'
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +28,7 @@ from kit.image_families import image_family
 from kit.regions import DEFAULT_REGION
 
 from harness.cost.prices import PriceBook, Quote, bedrock_price_list_model, load_snapshot
+from kit.cli import OneLineParser, one_line_errors
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMAND = "python -m harness.cost.tables --write"
@@ -158,15 +158,10 @@ def write(root: Path = ROOT, snapshot: dict | None = None) -> list[str]:
     return changed
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, no usage dump
-        print(f"harness.cost.tables: {message}", file=sys.stderr)
-        raise SystemExit(2)
-
-
+@one_line_errors("harness.cost.tables")
 def main(argv: list[str] | None = None) -> int:
-    p = _Parser(prog="python -m harness.cost.tables",
-                description="Render the backend and price tables of README.md and docs/stacks.md.")
+    p = OneLineParser(prog="python -m harness.cost.tables",
+                      description="Render the backend and price tables of README.md and docs/stacks.md.")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--write", action="store_true", help="rewrite the tables in place")
     mode.add_argument("--check", action="store_true", help="exit 1 when a file's table is out of date")

@@ -1,18 +1,18 @@
 """python -m harness.package build|start|check|sizes — see README, "Quantized packages"."""
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from pathlib import Path
 
 from kit.schemes import DEFAULT_SCHEME, SCHEMES, scheme
+from kit.cli import OneLineParser, one_line_errors
 
 GIB = 2**30
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m harness.package", description=__doc__)
+def _parser() -> OneLineParser:
+    p = OneLineParser(prog="python -m harness.package", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build", help="repack a Gemma 4 checkpoint into a compressed-tensors package")
     b.add_argument("--source", help="local checkpoint directory or Hugging Face id (default: the scheme's source)")
@@ -98,6 +98,7 @@ def _sizes(config_path: Path) -> int:
     return 0
 
 
+@one_line_errors("harness.package")
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     from harness.package.grid import OffGrid

@@ -31,6 +31,7 @@ from harness.results import DEFAULT_ROOT, new_run_dir, writable_problem, write_f
 from kit.contracts.results import META, RUN_SUMMARY
 from harness.run import stages
 from harness.run.stages import REACHES_BACKENDS, STAGE_OBJECTS, RunContext, run_stages
+from kit.cli import OneLineParser, one_line_errors
 
 STAGES = tuple(s.name for s in STAGE_OBJECTS)  # harness/run/stages.py, in the order they run
 OFF_BY_DEFAULT = ("accuracy",)  # takes time: --accuracy or --only accuracy
@@ -42,11 +43,6 @@ class UsageError(ValueError):
     """Bad command-line input: printed as one line, exit 2."""
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, not the usage block
-        raise UsageError(f"harness.run: {message} (see --help)")
-
-
 def _nonempty_path(text: str) -> Path:
     if not text.strip():  # Path('') is '.': the current directory, silently
         raise argparse.ArgumentTypeError(f"{text!r}: give a path")
@@ -54,7 +50,7 @@ def _nonempty_path(text: str) -> Path:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m harness.run", description=__doc__.split("\n\n")[0])
+    p = OneLineParser(prog="python -m harness.run", description=__doc__.split("\n\n")[0])
     p.add_argument("--region", help="the kit's region (default: cdk.json context region; the shell's "
                                     "AWS_REGION is not used, see kit/regions.py); <id>_region "
                                     "in cdk.json moves one backend")
@@ -254,6 +250,7 @@ def _versions() -> dict[str, str]:
 
 
 # --------------------------------------------------------------------------- main
+@one_line_errors("harness.run")
 def main(argv: list[str] | None = None, *, session: Any = None,
          model_factory: Callable[[Endpoint], Any] | None = None, orchestrator: Any = None,
          open_access: Callable[..., Any] | None = None, echo: Callable[[str], None] = print,
