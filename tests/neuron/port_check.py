@@ -4,9 +4,9 @@
     KIT_PORT_PATCH=off python -m tests.neuron.port_check   # the port as pinned: must fail
     python -m tests.neuron.port_check --json     # the figures as one JSON object
 
-What runs: the port's own ``modeling_gemma4_e2b.py`` (the pinned file in tests/neuron/nxdi08/port,
+What runs: the port's own ``modeling_gemma4_e2b.py`` (the pinned file in tests/neuron/vendored_nxdi_0_8/port,
 patched with ``ami/neuron-port/gemma4-e2b-port.patch`` by ``git apply`` as the image build does, then
-imported from a temporary directory), on NxD Inference 0.8's real source (tests/neuron/nxdi08/src)
+imported from a temporary directory), on NxD Inference 0.8's real source (tests/neuron/vendored_nxdi_0_8/src)
 in its own CPU mode (``NeuronApplicationBase.to_cpu``: world size 1, gloo), loaded through the
 port's own converter (``convert_hf_to_neuron_state_dict``, tied weights, NxDI's preshard hooks) and
 driven by the engine's own runner (``ami/neuron/nxdi_slots.NxDISlotRunner``: one-row context
@@ -14,7 +14,7 @@ encodings into ``seq_ids`` slots, then batched token generation sorted by slot),
 NeuronConfig the engine's own planner writes (``ami/neuron/neuron_config.plan``), shapes scaled
 down.
 
-Stood in (tests/neuron/nxdi08/nxd_world1.py, each at its real signature): the parts of
+Stood in (tests/neuron/vendored_nxdi_0_8/nxd_world1.py, each at its real signature): the parts of
 neuronx-distributed NxDI reaches at world size 1 (parallel linear/embedding layers, parallel
 state, collectives of one rank, checkpoint preshard/shard, ``cpu_mode``), since that package is
 on the Neuron pip repository only. torch_neuronx, NKI, the compiler, torch_xla: import-only stubs,
@@ -52,7 +52,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-NXDI08 = ROOT / "tests" / "neuron" / "nxdi08"
+NXDI08 = ROOT / "tests" / "neuron" / "vendored_nxdi_0_8"
 PORT_FILES = NXDI08 / "port"
 PATCH = ROOT / "ami" / "neuron-port" / "gemma4-e2b-port.patch"
 PORT_SUBDIR = "contrib/models/gemma-4-E2B/src"  # the port's path in its repository (the patch's paths)

@@ -1,5 +1,5 @@
 """The engine's NxD Inference imports and the Gemma 4 port, against NxD Inference 0.8's real
-source (tests/neuron/nxdi08, PROVENANCE.md there), under the transformers the Neuron image pins.
+source (tests/neuron/vendored_nxdi_0_8, PROVENANCE.md there), under the transformers the Neuron image pins.
 
 The image pins transformers 4.57.6 (kit/pins.py ENGINE_TRANSFORMERS); this repository's own
 environment has transformers 5 (requirements-engine.txt, the CPU backend). A throwaway venv under
@@ -7,7 +7,7 @@ the test's tmp dir gets the image's transformers, tokenizers and huggingface_hub
 second with uv's cache; PyPI or the machine's package cache otherwise) and sees everything else
 (torch, numpy, safetensors, Jinja2) through a .pth to this environment, listed after its own
 packages, so its transformers is the one imported. Neuron-only packages are stubbed at the import
-boundary (nxdi08/neuron_stubs.py), nothing else.
+boundary (vendored_nxdi_0_8/neuron_stubs.py), nothing else.
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from kit import pins
 # The throwaway venv's three wheels come from uv's cache, else PyPI: the one network tests may use.
 pytestmark = [pytest.mark.network, pytest.mark.slow]
 HERE = Path(__file__).resolve().parent
-PROBE = HERE / "nxdi08" / "probe.py"
+PROBE = HERE / "vendored_nxdi_0_8" / "probe.py"
 
 
 def uv() -> str:

@@ -21,7 +21,7 @@ no 0.8 tag exists; paths under ``src/neuronx_distributed_inference/``):
 Its "model" computes each next token from what its KV line holds at the positions the mask lets it
 see, so a row sent to the wrong line, a wrong position or a wrong mask gives wrong tokens. The
 signature, the prefill test, the mask and the bucket rule are also checked against the 0.8 source
-vendored in tests/neuron/nxdi08 (its functions compiled and run here).
+vendored in tests/neuron/vendored_nxdi_0_8 (its functions compiled and run here).
 """
 from __future__ import annotations
 
@@ -152,7 +152,7 @@ class StubNxDIModel:
         return Out(logits)
 
 
-NXDI08 = Path(__file__).parent / "nxdi08" / "src" / "neuronx_distributed_inference"  # PROVENANCE.md there
+NXDI08 = Path(__file__).parent / "vendored_nxdi_0_8" / "src" / "neuronx_distributed_inference"  # PROVENANCE.md there
 
 
 def vendored(path: str, cls: str, name: str):

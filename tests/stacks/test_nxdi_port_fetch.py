@@ -18,9 +18,9 @@ from kit import pins
 from tests.stacks.test_neuron_install import agent_env, render, step_script
 
 PORT = "contrib/models/gemma-4-E2B/src"
-# The port's files at the pinned commit (tests/neuron/nxdi08/PROVENANCE.md): the kit's patch
+# The port's files at the pinned commit (tests/neuron/vendored_nxdi_0_8/PROVENANCE.md): the kit's patch
 # (ami/neuron-port/gemma4-e2b-port.patch) must apply to them as the build applies it.
-PINNED_PORT = Path(__file__).resolve().parents[1] / "neuron" / "nxdi08" / "port"
+PINNED_PORT = Path(__file__).resolve().parents[1] / "neuron" / "vendored_nxdi_0_8" / "port"
 
 
 def git(*args: str, cwd: Path) -> str:
