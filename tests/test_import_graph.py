@@ -1,7 +1,8 @@
 """No import cycle among the kit's product modules (kit, harness, stacks, ami, app.py), and the
 layers point one way: stacks/ (and app.py) and harness/ both depend on the shared core kit/, never
 on each other; kit/ depends on neither, nor on the CDK or boto3; the Neuron engine (ami/neuron)
-on nothing of the kit.
+on nothing of the kit. Inside harness/, the root holds only the vocabulary (HARNESS_ROOT) and the
+packages, and the packages import as harness_rule_problems says.
 
 The graph is read from the source with ``ast``, every import statement counted wherever it sits
 (module level or inside a function: a lazy import still ties the two modules together), except
@@ -274,3 +275,114 @@ def test_the_core_imports_no_cdk_and_no_boto3():
     bad = {str(p.relative_to(ROOT)): sorted(external_imports(p) & set(CORE_FORBIDDEN_PACKAGES))
            for p in sorted((ROOT / "kit").rglob("*.py"))}
     assert not {k: v for k, v in bad.items() if v}
+
+
+# --------------------------------------------------------------------------- the harness's folders
+# harness/'s root holds the vocabulary every part shares, the one door, and the packages; each
+# module here is listed with who needs it. A command (a module with its own main) lives in its
+# package: access/ (the tunnel), account/ (preflight, images, deploy, leftovers), run/ (the run
+# and its stages), and the stage packages (agent, bench, accuracy, cost, report, package).
+HARNESS_ROOT = {
+    "__init__": "the package",
+    "__main__": "python -m harness COMMAND, the one door to every command",
+    "endpoint": "Endpoint, the one description of a backend every part passes around",
+    "protocols": "the protocol registry (bench clients, agent models, accuracy's ask)",
+    "results": "the results directory and its files, written by every stage, read by the report",
+    "discovery": "the deployed backends as Endpoints, for the run and the accuracy command",
+    "http_deadline": "one HTTP request under a total deadline (discovery, accuracy, the run's weights)",
+    "procs": "child processes and their loopback ports (the OpenSSH tunnel, calibration)",
+}
+
+
+def harness_root_problems(root: Path) -> list[str]:
+    """What harness/'s root holds besides HARNESS_ROOT's modules and packages."""
+    out = [f"harness/{p.name}: not vocabulary; a command or a part of one goes in its package"
+           for p in sorted((root / "harness").glob("*.py")) if p.stem not in HARNESS_ROOT]
+    out += [f"harness/{d.name}/: a folder without __init__.py" for d in sorted((root / "harness").iterdir())
+            if d.is_dir() and d.name != "__pycache__" and not (d / "__init__.py").exists()]
+    return out
+
+
+def harness_rule_problems(graph: dict[str, set[str]]) -> list[str]:
+    """Imports against the harness's layout (lazy ones included):
+    - a vocabulary module imports no harness package, only other vocabulary;
+    - harness.access imports nothing of the harness but itself and the vocabulary;
+    - harness.account imports neither the run nor the tunnel;
+    - nothing imports the run from outside harness.run: it is the top, its stages' packages never
+      call back into it (python -m harness reaches it by name, not by import)."""
+    vocabulary = {f"harness.{m}" for m in HARNESS_ROOT if not m.startswith("__")}
+    out = []
+    for m, targets in sorted(graph.items()):
+        for t in sorted(targets):
+            if not _under(t, "harness") or t == "harness":
+                continue
+            if m in vocabulary and t not in vocabulary:
+                out.append(f"{m} -> {t}: vocabulary imports only vocabulary")
+            if _under(m, "harness.access") and not (_under(t, "harness.access") or t in vocabulary):
+                out.append(f"{m} -> {t}: the tunnel imports only itself and the vocabulary")
+            if _under(m, "harness.account") and (_under(t, "harness.run") or _under(t, "harness.access")):
+                out.append(f"{m} -> {t}: the account commands need neither the run nor the tunnel")
+            if _under(t, "harness.run") and not _under(m, "harness.run"):
+                out.append(f"{m} -> {t}: only the run imports the run")
+    return out
+
+
+def same_name_modules(root: Path) -> list[str]:
+    """Modules named as their own package (harness/access/access.py): the package's __init__ is
+    the place for what the package itself is."""
+    return [str((d / f"{d.name}.py").relative_to(root)) for pkg in PACKAGES
+            for d in sorted(p.parent for p in (root / pkg).rglob("__init__.py"))
+            if (d / f"{d.name}.py").exists()]
+
+
+def test_the_layout_rules_see_a_command_back_at_the_root(tmp_path):
+    """The oracle: a command module at the root, a folder that is no package, a vocabulary module
+    importing a package, the tunnel importing the run, an account command opening a tunnel, a
+    stage calling back into the run, and a module named as its package are each found."""
+    h = tmp_path / "harness"
+    for rel in ("__init__.py", "endpoint.py", "preflight.py", "access/__init__.py", "access/access.py",
+                "notes/readme.txt", "run/__init__.py"):
+        (h / rel).parent.mkdir(parents=True, exist_ok=True)
+        (h / rel).write_text("")
+    assert harness_root_problems(tmp_path) == [
+        "harness/preflight.py: not vocabulary; a command or a part of one goes in its package",
+        "harness/notes/: a folder without __init__.py"]
+    graph = {"harness.endpoint": {"harness.results", "harness.bench.api", "kit.catalog"},
+             "harness.access.tunnel": {"harness.access.hostkeys", "harness.endpoint", "harness.run.stages"},
+             "harness.account.images": {"harness.cost.prices", "harness.access.tunnel"},
+             "harness.bench.api": {"harness", "harness.run", "harness.run.cli"},
+             "harness.run.cli": {"harness.run.stages", "harness.access.tunnel", "harness.account.preflight"}}
+    assert harness_rule_problems(graph) == [
+        "harness.access.tunnel -> harness.run.stages: the tunnel imports only itself and the vocabulary",
+        "harness.access.tunnel -> harness.run.stages: only the run imports the run",
+        "harness.account.images -> harness.access.tunnel: the account commands need neither the run nor the tunnel",
+        "harness.bench.api -> harness.run: only the run imports the run",
+        "harness.bench.api -> harness.run.cli: only the run imports the run",
+        "harness.endpoint -> harness.bench.api: vocabulary imports only vocabulary"]
+    for pkg in PACKAGES:
+        (tmp_path / pkg).mkdir(exist_ok=True)
+    assert same_name_modules(tmp_path) == ["harness/access/access.py"]
+
+
+def test_the_harness_root_holds_only_the_vocabulary_and_the_packages():
+    assert not harness_root_problems(ROOT), "; ".join(harness_root_problems(ROOT))
+    assert {"harness.access", "harness.account", "harness.run"} <= set(import_graph())
+
+
+def test_the_harness_packages_import_as_the_layout_says():
+    problems = harness_rule_problems(import_graph())
+    assert not problems, "; ".join(problems)
+
+
+def test_no_module_is_named_as_its_package():
+    assert not same_name_modules(ROOT), same_name_modules(ROOT)
+
+
+def test_python_m_harness_run_still_runs_the_run():
+    """The README and the mission type ``python -m harness.run``: the run is a package with a
+    __main__, and the one door's table points at the same function."""
+    from harness.__main__ import COMMANDS
+
+    assert (ROOT / "harness" / "run" / "__main__.py").exists()
+    assert COMMANDS["run"][0] == "harness.run.cli:main"
+    assert "harness.run.cli" in import_graph()["harness.run.__main__"]
