@@ -35,12 +35,13 @@ from kit import catalog, variants
 from kit.contracts import outputs as outputs_contract
 from harness.endpoint import Endpoint, redact, split_credentials
 from harness.http_deadline import fetch
+from kit.errors import KitError
 
 READY_STATUSES = {"CREATE_COMPLETE", "UPDATE_COMPLETE", "UPDATE_ROLLBACK_COMPLETE", "IMPORT_COMPLETE"}
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,39}$")
 
 
-class DiscoveryError(ValueError):
+class DiscoveryError(KitError, ValueError):
     """Bad discovery input (outputs file, --endpoint value); the message is one line."""
 
 

@@ -28,9 +28,10 @@ from kit import weights as kit_weights
 from kit import regions as kit_regions
 from kit import variants as kit_variants
 from kit.catalog import BACKEND_IDS, BACKENDS, Backend
+from kit.errors import KitError
 
 
-class ConfigError(ValueError):
+class ConfigError(KitError, ValueError):
     """A context value is malformed or out of range. str(e) is the one line to show."""
 
 

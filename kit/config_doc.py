@@ -25,6 +25,7 @@ from pathlib import Path
 from kit.catalog import BACKENDS
 from kit.config import ID, KEYS, Key
 from kit.cli import OneLineParser, one_line_errors
+from kit.errors import KitError
 
 ROOT = Path(__file__).resolve().parent.parent
 PATH = "docs/stacks.md"
@@ -35,7 +36,7 @@ END = f"<!-- end generated: {NAME} -->"
 EVERY_ID = "every id"
 
 
-class DocError(ValueError):
+class DocError(KitError, ValueError):
     """The file lacks its markers; str(e) is the one line to show."""
 
 

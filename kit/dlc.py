@@ -7,6 +7,8 @@ extracts in tests/kit/data/ (tests/kit/test_dlc.py), which name the files and co
 """
 from __future__ import annotations
 
+from kit.errors import KitError
+
 VLLM_REPOSITORY = "vllm"
 
 # The Deep Learning Containers' private ECR account per region: docs/reference/region_availability.md,
@@ -55,7 +57,7 @@ CANDIDATE_TAGS: tuple[str, ...] = tuple(reversed([t for t, (_, c, _o) in zip(PUB
                                                                                PUBLISHED_SAGEMAKER) if c == "cu130"]))
 
 
-class DlcRegionError(ValueError):
+class DlcRegionError(KitError, ValueError):
     """No recorded DLC registry for a region; str(e) is the one line to show."""
 
 

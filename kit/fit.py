@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass, field
 
 from kit import catalog
 from kit import models as km
+from kit.errors import KitError
 
 # vLLM's --gpu-memory-utilization default: the fraction of each GPU's memory vLLM takes.
 GPU_MEMORY_UTILIZATION = 0.90
@@ -76,7 +77,7 @@ class ModelChoice:
         return "bf16" if self.precision in km.GROUP_SCALED else self.precision
 
 
-class PlanError(ValueError):
+class PlanError(KitError, ValueError):
     """Bad input to the planner; str(e) is the one line to show."""
 
 

@@ -19,11 +19,13 @@ import stat
 from pathlib import Path
 from typing import Any
 
+from kit.errors import KitError
+
 MAX_BYTES = 4 * 1024 * 1024  # cdk.json and a config.json are kilobytes
 MAX_DEPTH = 64  # neither nests deeper than ~5
 
 
-class JsonFileError(ValueError):
+class JsonFileError(KitError, ValueError):
     """A JSON file that cannot be used; str(e) is the one line to show (it names the file)."""
 
 

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from kit import catalog
+from kit.errors import KitError
 
 DEFAULT_REGION = "us-east-1"
 CDK_JSON = Path(__file__).resolve().parent.parent / "cdk.json"
@@ -36,7 +37,7 @@ REGION_PATTERN = re.compile(r"^[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d$")
 SHELL_VARIABLES = ("AWS_REGION", "AWS_DEFAULT_REGION")
 
 
-class RegionError(ValueError):
+class RegionError(KitError, ValueError):
     """A region value is malformed. str(e) is the one line to show."""
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from kit.catalog import BACKENDS
+from kit.errors import KitError
 
 CIDR_PREFIX = "10.42"  # NetworkStack's VPC is 10.42.0.0/16
 BLOCK = 8  # /24s per block: one per AZ letter a-h (kit/az_choice.py MAX_LETTERS)
@@ -34,7 +35,7 @@ NETWORK_OCTETS = range(0, 16)  # NetworkStack's own subnets (at most 12 used)
 IMAGE_BLOCKS: dict[str, int] = {"vllm-cuda": 128, "vllm-sm75": 136, "neuron": 144, "neuron-sdk231": 152}
 
 
-class SubnetError(ValueError):
+class SubnetError(KitError, ValueError):
     """The address plan cannot place a stack; str(e) is the one line to show."""
 
 

@@ -29,6 +29,7 @@ import re
 from typing import Any, Mapping, NamedTuple
 
 from kit import catalog
+from kit.errors import KitError
 
 SEP = "@"  # harness name: <backend id>@<variant>; --endpoint names cannot hold "@" (discovery._NAME)
 INSTANCE_SEP = "@"  # in an item: NAME=MODEL@INSTANCE_TYPE ("model at instance"; see Grammar above)
@@ -47,7 +48,7 @@ KNOWN_SCHEMES: dict[str, str] = {catalog.GEMMA_E2B: "bf16", catalog.GEMMA_E2B_IN
 SCHEME_PRECISION: dict[str, str] = {"bf16": "bf16", "w4a16": "int4"}
 
 
-class VariantError(ValueError):
+class VariantError(KitError, ValueError):
     """A ``<id>_variants`` value is malformed. str(e) is the one line to show."""
 
 

@@ -5,9 +5,13 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from kit.errors import KitError
 
-class AccessError(RuntimeError):
+
+class AccessError(KitError, RuntimeError):
     """The tunnel could not be opened; the message says which step failed."""
+
+    exit_code = 1
 
 
 class HostKeyMismatch(AccessError):

@@ -11,11 +11,15 @@ from typing import Callable
 
 import paramiko
 
+from kit.errors import KitError
+
 _POLL_S = 0.02
 
 
-class RemoteError(RuntimeError):
+class RemoteError(KitError, RuntimeError):
     """The remote command could not be started or its channel broke."""
+
+    exit_code = 1
 
 
 def run_on_transport(transport: paramiko.Transport, command: str, stdin: bytes = b"", *,

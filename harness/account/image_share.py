@@ -71,6 +71,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, TextIO
 
+from kit.errors import KitError
+
 ACCOUNT = re.compile(r"^[0-9]{12}$")
 AMI_ID = re.compile(r"^ami-[0-9a-f]{8}([0-9a-f]{9})?$")  # kit/config.py _AMI_ID
 # The KMS operations a shared snapshot's key must allow the other account (EBS User Guide, "Share
@@ -94,8 +96,10 @@ EXEC_ROLE = "cdk-hnb659fds-cfn-exec-role-<account>-<region>"
 LAUNCH_KEY_ACTIONS = ("kms:DescribeKey", "kms:CreateGrant", "kms:Decrypt", "kms:GenerateDataKey*", "kms:ReEncrypt*")
 
 
-class ShareError(Exception):
+class ShareError(KitError):
     """A refusal before anything changed (or a failure after), one line to print; exit 1."""
+
+    exit_code = 1
 
 
 @dataclass

@@ -71,6 +71,7 @@ from typing import Any, Callable, Iterable, TextIO
 
 from harness.cost.storage_prices import PRICES as STORAGE_PRICES, gb, monthly
 from kit.cli import OneLineParser, one_line_errors
+from kit.errors import KitError
 
 TAG_KEY, TAG_VALUE = "project", "aws-inference-kit"  # stacks.wiring KIT_TAGS, the distribution's AmiTags
 OK_STATES = {"AVAILABLE"}
@@ -82,8 +83,10 @@ ClientFor = Callable[[str, str], Any]  # (service, region) -> boto3 client
 PriceFor = Callable[[str, str], "float | None"]  # (instance type, region) -> $/h
 
 
-class ImagesError(Exception):
+class ImagesError(KitError):
     """A refusal with one line to print (exit 1)."""
+
+    exit_code = 1
 
 
 @dataclass

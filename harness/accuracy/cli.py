@@ -33,10 +33,7 @@ from harness.results import Skipped, appendable_problem, parse_json, read_bytes,
 from kit.contracts import shape
 from kit.contracts.results import ACCURACY, ACCURACY_RUN, BOS_NOT_CORRECTED
 from kit.cli import OneLineParser, one_line_errors
-
-
-class UsageError(ValueError):
-    """Bad command-line input: printed as one line, exit 2."""
+from kit.errors import UsageError
 
 
 def _nonempty_path(text: str) -> Path:
@@ -90,29 +87,29 @@ def add_options(p: argparse.ArgumentParser, prefix: str = "") -> None:
                    help="extra lm-eval task YAML directory (repeatable)")
 
 
-def check_options(a: argparse.Namespace, prog: str, prefix: str = "") -> dict[str, Any]:
+def check_options(a: argparse.Namespace, prefix: str = "") -> dict[str, Any]:
     """Validated inputs: {"items", "tasks", "settings", "limit", "concurrency", "task_paths"}.
-    Raises UsageError with one line."""
+    Raises UsageError with one line (the command door names the command)."""
     g = lambda name: getattr(a, (prefix + name).replace("-", "_"))  # noqa: E731
     opt = lambda name: f"--{prefix}{name}"  # noqa: E731
     limit = g("limit")
     if limit is not None and limit < 1:
-        raise UsageError(f"{prog}: {opt('limit')} {limit}: must be >= 1")
+        raise UsageError(f"{opt('limit')} {limit}: must be >= 1")
     if g("concurrency") < 1:
-        raise UsageError(f"{prog}: {opt('concurrency')} {g('concurrency')}: must be >= 1")
+        raise UsageError(f"{opt('concurrency')} {g('concurrency')}: must be >= 1")
     if g("max_tokens") < 1:
-        raise UsageError(f"{prog}: {opt('max-tokens')} {g('max_tokens')}: must be >= 1")
+        raise UsageError(f"{opt('max-tokens')} {g('max_tokens')}: must be >= 1")
     if not (math.isfinite(g("request_timeout")) and g("request_timeout") > 0):  # argparse's float takes inf
-        raise UsageError(f"{prog}: {opt('request-timeout')} {g('request_timeout')}: must be a finite number > 0")
+        raise UsageError(f"{opt('request-timeout')} {g('request_timeout')}: must be a finite number > 0")
     if g("retries") < 0:
-        raise UsageError(f"{prog}: {opt('retries')} {g('retries')}: must be >= 0")
+        raise UsageError(f"{opt('retries')} {g('retries')}: must be >= 0")
     tasks = [t.strip() for t in g("tasks").split(",") if t.strip()]
     if not tasks and g("items") is None:
-        raise UsageError(f"{prog}: nothing to ask: give {opt('items')} FILE.jsonl and/or {opt('tasks')} T1,T2")
+        raise UsageError(f"nothing to ask: give {opt('items')} FILE.jsonl and/or {opt('tasks')} T1,T2")
     if len(set(tasks)) != len(tasks):
-        raise UsageError(f"{prog}: {opt('tasks')} names a task twice")
+        raise UsageError(f"{opt('tasks')} names a task twice")
     if ITEMS_TASK in tasks:
-        raise UsageError(f"{prog}: {opt('tasks')} {ITEMS_TASK!r} is reserved for {opt('items')}")
+        raise UsageError(f"{opt('tasks')} {ITEMS_TASK!r} is reserved for {opt('items')}")
     items = None
     try:
         if g("items") is not None:
@@ -120,7 +117,7 @@ def check_options(a: argparse.Namespace, prog: str, prefix: str = "") -> dict[st
         if tasks:
             lmeval.check_tasks(tasks, g("task_path"))
     except (ItemsError, lmeval.TaskError) as e:
-        raise UsageError(f"{prog}: {e}") from None
+        raise UsageError(str(e)) from None
     return {"items": items[:limit] if (items and limit) else items, "tasks": tasks, "limit": limit,
             "settings": Settings(seed=g("seed"), max_tokens=g("max_tokens"), timeout=g("request_timeout"),
                                  retries=g("retries")),
@@ -133,36 +130,36 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, dict[str, An
     from harness.discovery import DiscoveryError, check_endpoint_names, parse_endpoint_arg
 
     if not a.endpoint:
-        raise UsageError("harness.accuracy: no backend: give --endpoint NAME=URL (repeatable)")
+        raise UsageError("no backend: give --endpoint NAME=URL (repeatable)")
     try:
         names = [parse_endpoint_arg(e)[0] for e in a.endpoint]
         check_endpoint_names(a.endpoint, a.model)  # --model NAME=ID names an --endpoint
     except DiscoveryError as e:
-        raise UsageError(f"harness.accuracy: {e}") from None
+        raise UsageError(str(e)) from None
     if len(set(names)) != len(names):
-        raise UsageError("harness.accuracy: an --endpoint NAME is given twice")
-    opts = check_options(a, "harness.accuracy")
-    check_out_dir(a.out, "harness.accuracy", "--out")
+        raise UsageError("an --endpoint NAME is given twice")
+    opts = check_options(a)
+    check_out_dir(a.out, "--out")
     if os.path.lexists(a.out / ITEMS_FILE) and not a.resume:
-        raise UsageError(f"harness.accuracy: {a.out / ITEMS_FILE} exists: pass --resume to continue "
+        raise UsageError(f"{a.out / ITEMS_FILE} exists: pass --resume to continue "
                          "that run, or another --out")
     return a, opts
 
 
-def check_out_dir(out: Path, prog: str, flag: str) -> None:
+def check_out_dir(out: Path, flag: str) -> None:
     """Before anything is asked: ``out`` is a directory that can be written, items.jsonl is not
     a symlink or special file (never written through), and an earlier run.json is whole.
     Raises UsageError with one line."""
     problem = writable_problem(out, directory=True) or appendable_problem(out / ITEMS_FILE) \
         or writable_problem(out / "accuracy.json", directory=False) or writable_problem(out / "run.json", directory=False)
     if problem:
-        raise UsageError(f"{prog}: {flag} {out}: {problem}")
-    previous_run(out, prog)
+        raise UsageError(f"{flag} {out}: {problem}")
+    previous_run(out)
 
 
 # Fields of a backend in run.json that are text (harness.accuracy writes them; a resumed run copies
 # them for backends it does not ask again, and the table and the report print them).
-def previous_run(out: Path, prog: str = "harness.accuracy") -> dict[str, Any]:
+def previous_run(out: Path) -> dict[str, Any]:
     """run.json of an earlier run in ``out`` ({} when there is none), read as every results file
     is (harness.results: no symlink followed, size and nesting capped) and checked for the
     shape this module writes. A damaged one is a UsageError naming it, before anything is asked
@@ -172,10 +169,10 @@ def previous_run(out: Path, prog: str = "harness.accuracy") -> dict[str, Any]:
         data = read_bytes(path, root=out)
         prev = {} if data is None else parse_json(data)
     except Skipped as e:
-        raise UsageError(f"{prog}: {path}: {e}; move it away or use another --out") from None
+        raise UsageError(f"{path}: {e}; move it away or use another --out") from None
     why = _run_json_problem(prev)
     if why:
-        raise UsageError(f"{prog}: {path}: {why}, not a run.json harness.accuracy wrote; "
+        raise UsageError(f"{path}: {why}, not a run.json harness.accuracy wrote; "
                          "move it away or use another --out")
     return prev
 
@@ -339,11 +336,7 @@ def format_table(acc: dict, run: dict) -> list[str]:
 
 @one_line_errors("harness.accuracy")
 def main(argv: list[str] | None = None, *, echo: Callable[[str], None] = print) -> int:
-    try:
-        a, opts = parse_args(argv)
-    except UsageError as e:
-        print(e, file=sys.stderr)
-        return 2
+    a, opts = parse_args(argv)  # bad input: UsageError, one line and exit 2 at the door
     from harness.discovery import DiscoveryError, from_endpoint_args
 
     try:

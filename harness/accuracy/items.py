@@ -13,6 +13,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from kit.errors import KitError
+
 ITEMS_TASK = "items"  # the task name records of an --items file carry
 INSTRUCTION = ("Solve the problem. End your reply with one last line of the form "
                "'Answer: X', where X is only the final number or the letter of the chosen option.")
@@ -26,7 +28,7 @@ _ANSWER_LINE = re.compile(r"answer\s*(?:is)?\s*[:=]?\s*\**\s*(.+)", re.IGNORECAS
 MAX_BYTES = 256 * 1024 * 1024  # an items file is read whole: a million items of 250 bytes fit
 
 
-class ItemsError(ValueError):
+class ItemsError(KitError, ValueError):
     """A missing or malformed items file: one line, exit 2."""
 
 

@@ -34,10 +34,12 @@ from typing import Any, Callable
 
 from harness.http_deadline import fetch
 from kit.contracts.results import ACCURACY_ITEMS, BOS_NOT_CORRECTED, LOGLIK_TYPES
+from kit.errors import KitError
+
 REQUIREMENTS = "pip install -c constraints.txt -r requirements-accuracy.txt"
 
 
-class TaskError(ValueError):
+class TaskError(KitError, ValueError):
     """An unknown task, or lm-eval not installed: one line, exit 2."""
 
 

@@ -10,7 +10,7 @@ import argparse
 from pathlib import Path
 from typing import Any, Callable
 
-from harness.accuracy.cli import UsageError, add_options, check_options, run_accuracy
+from harness.accuracy.cli import add_options, check_options, run_accuracy
 from harness.accuracy.client import BackendDown, target_for
 from kit import variants
 from harness.endpoint import Endpoint
@@ -26,8 +26,8 @@ def add_stage_options(p: argparse.ArgumentParser) -> None:
 
 
 def check_stage_options(a: argparse.Namespace) -> dict[str, Any]:
-    """Raises harness.accuracy.cli.UsageError (one line)."""
-    return check_options(a, "harness.run", prefix=PREFIX)
+    """Raises kit.errors.UsageError (one line)."""
+    return check_options(a, prefix=PREFIX)
 
 
 def label(ep: Endpoint) -> str:
@@ -58,4 +58,4 @@ def run_stage(endpoints: list[Endpoint], run_dir: Path, opts: dict[str, Any], *,
         f": {', '.join(bad)} (reasons in accuracy/run.json)" if bad else "")
 
 
-__all__ = ["UsageError", "add_stage_options", "check_stage_options", "run_stage"]
+__all__ = ["add_stage_options", "check_stage_options", "run_stage"]

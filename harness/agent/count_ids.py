@@ -14,6 +14,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from kit.errors import KitError
+
 # 11 records, 8 of them with id >= 10 and none with id == 10 (see module docstring).
 RECORDS: tuple[dict[str, Any], ...] = tuple(
     {"id": i, "name": n}
@@ -47,7 +49,7 @@ OPS: dict[str, Callable[[int, int], bool]] = {
 _FILTER = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(>=|<=|==|!=|>|<)\s*(-?\d{1,18})\s*$")
 
 
-class FilterError(ValueError):
+class FilterError(KitError, ValueError):
     """A filter string outside the grammar; the message says what is valid."""
 
 

@@ -27,11 +27,13 @@ import re
 from collections import Counter
 from typing import Any, Iterable
 
+from kit.errors import KitError
+
 PCTS = (50, 90, 95, 99)
 _SLO_KEY = re.compile(r"^(ttft|itl|tpot|e2e)(?:_p(\d{1,2}(?:\.\d+)?))?_ms$")
 
 
-class SLOError(ValueError):
+class SLOError(KitError, ValueError):
     pass
 
 

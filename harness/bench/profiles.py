@@ -16,6 +16,8 @@ import random
 import re
 from dataclasses import dataclass
 
+from kit.errors import KitError
+
 # ~1 token each (with a leading space) in SentencePiece and BPE vocabularies.
 WORDS = tuple(dict.fromkeys("""
 time year people way day man thing woman life child world school state family student group
@@ -86,7 +88,7 @@ NAMED = {
 }
 
 
-class ProfileError(ValueError):
+class ProfileError(KitError, ValueError):
     pass
 
 

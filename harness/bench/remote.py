@@ -32,6 +32,7 @@ from typing import Any, Callable
 from harness.bench import store
 from harness.bench.spec import BenchSpec
 from harness.endpoint import Endpoint
+from kit.errors import KitError
 
 ROOT = Path(__file__).resolve().parents[2]  # the directory holding the harness package
 ENTRY = "harness.bench.cli"
@@ -51,8 +52,10 @@ sys.exit(main())
 """
 
 
-class RemoteBenchError(RuntimeError):
+class RemoteBenchError(KitError, RuntimeError):
     """The bench on the instance could not run or its results did not come back."""
+
+    exit_code = 1
 
 
 # --------------------------------------------------------------------------- the zip

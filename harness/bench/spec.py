@@ -35,11 +35,12 @@ from harness.bench import metrics
 from harness.bench.load import LevelSpec
 from harness.bench.path import DEFAULT_PROBES
 from harness.bench.profiles import ProfileError, get_profile
+from kit.errors import KitError
 
 DEFAULT_CONCURRENCY = (1, 16, 64)
 
 
-class BenchError(ValueError):
+class BenchError(KitError, ValueError):
     """Bad input or an unusable output directory; the message is one line."""
 
 

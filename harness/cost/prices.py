@@ -32,6 +32,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable
 
+from kit.errors import KitError
+
 SNAPSHOT_PATH = Path(__file__).with_name("price_snapshot.json")
 PRICING_ENDPOINT_REGIONS = ("us-east-1", "ap-south-1", "eu-central-1")
 HOURLY_UNIT = "hrs"
@@ -42,8 +44,10 @@ _BEDROCK_OTHER = re.compile(
 _TOKEN_UNITS = {"1k tokens": 1_000.0, "1m tokens": 1.0, "million tokens": 1.0, "tokens": 1_000_000.0}
 
 
-class PriceError(Exception):
+class PriceError(KitError):
     """A Price List answer that does not hold exactly the one price asked for."""
+
+    exit_code = 1
 
 
 # -- region code <-> Price List location name -------------------------------------------------

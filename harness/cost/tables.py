@@ -29,6 +29,7 @@ from kit.regions import DEFAULT_REGION
 
 from harness.cost.prices import PriceBook, Quote, bedrock_price_list_model, load_snapshot
 from kit.cli import OneLineParser, one_line_errors
+from kit.errors import KitError
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMAND = "python -m harness.cost.tables --write"
@@ -118,7 +119,7 @@ class Block:
 BLOCKS = (Block("backends", "README.md", backends_table), Block("stacks", "docs/stacks.md", stacks_table))
 
 
-class TableError(ValueError):
+class TableError(KitError, ValueError):
     """A file lacks its markers; str(e) is the one line to show."""
 
 

@@ -38,6 +38,8 @@ from dataclasses import dataclass
 
 import torch
 
+from kit.errors import KitError
+
 GROUP = 32
 INT4_MIN, INT4_MAX = -8, 7
 _ANCHORS = (-8, 7, -7, 6, -6, 5, -5, 4, -4, 3, -3, 2, -2, 1, -1)
@@ -46,7 +48,7 @@ _ANCHORS = (-8, 7, -7, 6, -6, 5, -5, 4, -4, 3, -3, 2, -2, 1, -1)
 _ZERO_GROUP_SCALE = torch.finfo(torch.bfloat16).eps
 
 
-class OffGrid(ValueError):
+class OffGrid(KitError, ValueError):
     """A group of a QAT tensor is not a scale times integers in [-8, 7]."""
 
     def __init__(self, tensor: str, row: int, group: int, count: int):

@@ -21,11 +21,12 @@ from kit import catalog, variants
 from harness.bench import metrics as bench_metrics
 from harness.results import endpoints_from_meta, load_bench, read_file, read_records
 from kit.contracts.results import AGENT_RUNS, COST, META, SCOREBOARD
+from kit.errors import KitError
 
 DEFAULT_SLO_TTFT_P99_MS = 800.0  # seed 004's SLO: P99 TTFT <= 800 ms
 
 
-class NotAResultsDir(ValueError):
+class NotAResultsDir(KitError, ValueError):
     pass
 
 

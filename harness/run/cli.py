@@ -32,15 +32,12 @@ from kit.contracts.results import META, RUN_SUMMARY
 from harness.run import stages
 from harness.run.stages import REACHES_BACKENDS, STAGE_OBJECTS, RunContext, run_stages
 from kit.cli import OneLineParser, one_line_errors
+from kit.errors import UsageError
 
 STAGES = tuple(s.name for s in STAGE_OBJECTS)  # harness/run/stages.py, in the order they run
 OFF_BY_DEFAULT = ("accuracy",)  # takes time: --accuracy or --only accuracy
 NEEDS = ("needs AWS credentials (aws configure, or AWS_PROFILE) and a deployed backend stack "
          "(npx cdk deploy G6Stack), or --endpoint NAME=URL for any OpenAI-compatible server")
-
-
-class UsageError(ValueError):
-    """Bad command-line input: printed as one line, exit 2."""
 
 
 def _nonempty_path(text: str) -> Path:
@@ -125,7 +122,7 @@ def _stage_unused(a: argparse.Namespace, given: dict[str, str]) -> str | None:
         for d in dests:
             if d in given and stage not in a.stages:
                 how = "add --accuracy, or " if stage == "accuracy" else ""
-                return (f"harness.run: {given[d]} is read by the {stage} stage, which does not run "
+                return (f"{given[d]} is read by the {stage} stage, which does not run "
                         f"(stages: {', '.join(a.stages) or 'none'}); {how}add {stage} to --only, or drop "
                         f"{given[d]}")
     return None
@@ -135,13 +132,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     a = build_parser().parse_args(argv)
     a.given = given_options(argv)
     if a.region is not None and not a.region.strip():  # '' would silently mean cdk.json's region
-        raise UsageError("harness.run: --region '': give a region code, e.g. us-east-1, or leave "
+        raise UsageError("--region '': give a region code, e.g. us-east-1, or leave "
                          "--region out for cdk.json's region")
     stages: list[str] = []
     for v in a.only:
         for s in (x.strip() for x in v.split(",")):
             if s not in STAGES:
-                raise UsageError(f"harness.run: --only {s!r} is not a stage; valid: {', '.join(STAGES)}")
+                raise UsageError(f"--only {s!r} is not a stage; valid: {', '.join(STAGES)}")
             stages.append(s)
     a.stages = [s for s in STAGES if s in stages] if stages else \
         [s for s in STAGES if s not in OFF_BY_DEFAULT or getattr(a, s, False)]
@@ -149,26 +146,23 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if unused:
         raise UsageError(unused)
     if "accuracy" in a.stages:
-        from harness.accuracy.stage import UsageError as AccuracyUsage, check_stage_options
+        from harness.accuracy.stage import check_stage_options
 
-        try:
-            a.accuracy_opts = check_stage_options(a)
-        except AccuracyUsage as e:
-            raise UsageError(str(e)) from None
+        a.accuracy_opts = check_stage_options(a)
     if a.runs < 1:
-        raise UsageError(f"harness.run: --runs {a.runs}: must be >= 1")
+        raise UsageError(f"--runs {a.runs}: must be >= 1")
     if not math.isfinite(a.timeout) or a.timeout <= 0:  # argparse's float takes nan and inf
-        raise UsageError(f"harness.run: --timeout {a.timeout:g}: must be a finite number of seconds > 0")
+        raise UsageError(f"--timeout {a.timeout:g}: must be a finite number of seconds > 0")
     a.backend_ids = None
     if a.backends:
         a.backend_ids = [b.strip() for b in a.backends.split(",") if b.strip()]
         for b in a.backend_ids:
             base, variant = variants.split(b)  # g6@bf16: one variant stack (kit/variants.py)
             if base not in catalog.BACKENDS or (variant is not None and not variants.NAME.match(variant)):
-                raise UsageError(f"harness.run: --backends: unknown backend {b!r}; valid: {', '.join(catalog.BACKEND_IDS)}"
+                raise UsageError(f"--backends: unknown backend {b!r}; valid: {', '.join(catalog.BACKEND_IDS)}"
                                  " (a backend takes its variants too; <id>@<variant> names one)")
             if variant is not None and base not in variants.backends_with_variants():
-                raise UsageError(f"harness.run: --backends {b!r}: {base} has no variants (its model is not "
+                raise UsageError(f"--backends {b!r}: {base} has no variants (its model is not "
                                  "configuration); <id>@<variant> names a variant of "
                                  f"{', '.join(variants.backends_with_variants())}; give {base} alone")
     _parse_bench_args(a)
@@ -179,7 +173,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         # read and checked now, with or without credentials: a bad file is bad input either way
         a.outputs = load_outputs_file(a.outputs_file) if a.outputs_file else None
     except DiscoveryError as e:
-        raise UsageError(f"harness.run: {e}") from None
+        raise UsageError(str(e)) from None
     return a
 
 
@@ -188,7 +182,7 @@ def check_writable(a: argparse.Namespace) -> None:
     for flag, path, directory in (("--results", a.results, True), ("--json", a.json, False)):
         problem = path is not None and writable_problem(path, directory=directory)
         if problem:
-            raise UsageError(f"harness.run: {flag} {path}: {problem}; give a writable path")
+            raise UsageError(f"{flag} {path}: {problem}; give a writable path")
 
 
 def _parse_bench_args(a: argparse.Namespace) -> None:
@@ -197,13 +191,13 @@ def _parse_bench_args(a: argparse.Namespace) -> None:
         a.concurrency_levels = [int(x) for x in a.concurrency.split(",") if x.strip()]
         a.rates = "auto" if a.rate.strip() == "auto" else [float(x) for x in a.rate.split(",") if x.strip()]
     except ValueError:
-        raise UsageError(f"harness.run: --concurrency {a.concurrency!r} / --rate {a.rate!r}: comma-separated "
+        raise UsageError(f"--concurrency {a.concurrency!r} / --rate {a.rate!r}: comma-separated "
                          "numbers (e.g. 1,16,64 and 2,4,8 or auto)") from None
     if any(c < 1 for c in a.concurrency_levels) or \
             (a.rates != "auto" and any(not (math.isfinite(r) and r > 0) for r in a.rates)):
-        raise UsageError("harness.run: --concurrency levels must be >= 1 and --rate levels finite and > 0")
+        raise UsageError("--concurrency levels must be >= 1 and --rate levels finite and > 0")
     if a.bench_requests < 1:
-        raise UsageError(f"harness.run: --requests {a.bench_requests}: must be >= 1")
+        raise UsageError(f"--requests {a.bench_requests}: must be >= 1")
     a.bench_spec = None
     if "bench" in a.stages:
         from harness.bench.spec import BenchError, BenchSpec
@@ -212,7 +206,7 @@ def _parse_bench_args(a: argparse.Namespace) -> None:
             a.bench_spec = BenchSpec(profile=a.bench_profile, concurrency=tuple(a.concurrency_levels),
                                      rates=a.rates, requests=a.bench_requests, slo=a.slo)
         except BenchError as e:  # named as this command spells the option
-            raise UsageError(f"harness.run: {e}") from None
+            raise UsageError(str(e)) from None
 
 
 # --------------------------------------------------------------------------- the offline plan
@@ -259,11 +253,7 @@ def main(argv: list[str] | None = None, *, session: Any = None,
     Keyword arguments are seams for tests (boto3 session, Strands models, the access opener); a
     real run leaves them unset."""
     opener = open_access
-    try:
-        args = parse_args(argv)
-    except UsageError as e:
-        print(e, file=sys.stderr)
-        return 2
+    args = parse_args(argv)  # bad input: UsageError, one line and exit 2 at the door
     # Strands logs each recoverable model/tool problem as a warning; the trial records them in
     # agent_runs.jsonl, so the terminal keeps to one line per run.
     logging.getLogger("strands").setLevel(logging.ERROR)
@@ -309,11 +299,7 @@ def main(argv: list[str] | None = None, *, session: Any = None,
               "only the --endpoint servers", file=sys.stderr)
         return 2
 
-    try:
-        check_writable(args)
-    except UsageError as e:
-        print(e, file=sys.stderr)
-        return 2
+    check_writable(args)
     # Discovery. A --endpoint server whose model id cannot be probed is recorded as unreachable
     # and skipped, like a backend whose tunnel fails; the others run.
     unreachable: dict[str, str] = {}

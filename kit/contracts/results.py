@@ -44,12 +44,15 @@ from dataclasses import dataclass
 from typing import Any, Callable, Required, TypedDict
 
 from kit.contracts import shape
+from kit.errors import KitError
 
 VERSION_KEY = "schema_version"
 
 
-class ContractError(ValueError):
+class ContractError(KitError, ValueError):
     """A writer asked to write a file that is not of its contract's shape (a bug in the kit)."""
+
+    exit_code = 1
 
 
 # -- shapes ----------------------------------------------------------------------------------

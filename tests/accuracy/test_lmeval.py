@@ -280,7 +280,7 @@ def test_bedrock_and_sagemaker_reach_lm_eval_through_the_gateway(tmp_path, task_
     p = argparse.ArgumentParser()
     add_stage_options(p)
     a = p.parse_args(["--accuracy-tasks", "acc_local_gen,acc_local_mc", "--accuracy-task-path", str(task_dir)])
-    opts = check_options(a, "harness.run", "accuracy-")
+    opts = check_options(a, "accuracy-")
     eps = [Endpoint("bedrock", "bedrock", "amazon.nova-micro-v1:0", region="us-east-1", service="bedrock"),
            Endpoint("sagemaker", "sagemaker", "google/gemma", region="us-west-2", endpoint_name="ep",
                     service="sagemaker")]
