@@ -10,6 +10,8 @@ from __future__ import annotations
 import importlib
 import sys
 
+from kit.cli import run_command
+
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("harness.run.cli:main", "agent trial + benchmark + accuracy + cost + report on what is deployed"),
     "preflight": ("harness.account.preflight:main", "credentials, quotas, offerings, images, model access, before spending"),
@@ -43,8 +45,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     module, _, func = COMMANDS[name][0].partition(":")
     sys.argv = [f"python -m harness {name}", *rest]  # argparse's prog, as the user typed it
-    code = getattr(importlib.import_module(module), func)(rest)
-    return int(code or 0)
+    # the command door (kit/cli.py): a KitError escaping the command is one line and its exit code
+    return run_command(getattr(importlib.import_module(module), func), rest, f"python -m harness {name}")
 
 
 if __name__ == "__main__":
