@@ -65,6 +65,7 @@ SLOW_PATHS = (
     "tests/harness/test_url_credentials.py", "tests/neuron/test_port_check.py",
     "tests/neuron/test_sampling_api.py", "tests/accuracy/test_bos_offset.py", "tests/neuron/test_simulated.py",
     "tests/neuron/test_server_cpu.py", "tests/neuron/test_structured.py", "tests/neuron/test_completions.py",
+    "tests/package/test_sizes.py",
     # tests/stacks: each of these runs boot scripts or image components for real, or synthesizes
     # the app again with its own context, in most of its tests. The rest of tests/stacks shares
     # the session's one synthesis (tests/stacks/conftest.py `kit`) or parses config only.
@@ -92,7 +93,9 @@ SLOW_TESTS: dict[str, tuple[str, ...]] = {
     "tests/cost/test_plan_cli.py": ("test_bad_input_is_one_line_and_exit_2",),
     "tests/cost/test_prices.py": ("test_ec2_pagination_follows_next_token_and_skips_capacity_blocks",),
     "tests/harness/test_discovery.py": ("test_discovery_from_cloudformation_on_moto",),
-    "tests/harness/test_discovery_variants.py": ("test_variant_stacks_on_moto",),
+    "tests/harness/test_command_door.py": ("test_a_bad_option_value_is_one_line_never_a_traceback",),
+    "tests/harness/test_discovery_variants.py": (
+        "test_a_variant_is_looked_for_in_its_backends_region", "test_variant_stacks_on_moto"),
     "tests/harness/test_leftovers.py": ("test_a_check_that_cannot_run_is_not_a_proof",),
     "tests/harness/test_misleading_args.py": ("test_a_dataset_that_cannot_be_reached_is_one_line_quickly",),
     "tests/harness/test_regions.py": ("test_discovery_looks_for_each_backend_in_its_own_region",),
