@@ -30,3 +30,10 @@ class KitError(Exception):
 class UsageError(KitError):
     """Bad command-line input (an option argparse refuses, or a value the command checks itself):
     one line, exit 2."""
+
+
+class CommandFailed(KitError):
+    """The command ran but could not do its job (nothing measured for what was asked, a check
+    that could not be made): one line, exit 1."""
+
+    exit_code = 1

@@ -32,7 +32,7 @@ from kit.contracts.results import META, RUN_SUMMARY
 from harness.run import stages
 from harness.run.stages import REACHES_BACKENDS, STAGE_OBJECTS, RunContext, run_stages
 from kit.cli import OneLineParser, one_line_errors
-from kit.errors import UsageError
+from kit.errors import CommandFailed, UsageError
 
 STAGES = tuple(s.name for s in STAGE_OBJECTS)  # harness/run/stages.py, in the order they run
 OFF_BY_DEFAULT = ("accuracy",)  # takes time: --accuracy or --only accuracy
@@ -243,6 +243,40 @@ def _versions() -> dict[str, str]:
     return out
 
 
+def discover(args: argparse.Namespace, kit: Any, session: Any, creds: bool
+             ) -> tuple[list[Endpoint], list[str], dict[str, str]]:
+    """What is measured: the deployed backends (``--outputs-file``, else CloudFormation in the
+    kit's regions when there are credentials) and the ``--endpoint`` servers; with the notes
+    discovery made and the ``--endpoint`` servers whose model id could not be probed (recorded
+    as unreachable and skipped, like a backend whose tunnel fails; the others run). Bad input is
+    a DiscoveryError or UsageError (exit 2); any other failure, e.g. expired credentials, one
+    line and exit 1."""
+    from harness.discovery import Discovery, DiscoveryError, from_endpoint_args, from_outputs, from_regions
+
+    unreachable: dict[str, str] = {}
+    try:
+        local = from_endpoint_args(args.endpoint, args.model, args.plain, unreachable=unreachable)
+        if args.outputs is not None:
+            d = from_outputs(args.outputs, kit.region, args.backend_ids)
+        elif creds:
+            d = from_regions(lambda r: session.client("cloudformation", region_name=r), kit, args.backend_ids)
+        else:
+            d = Discovery()
+    except DiscoveryError:  # bad input: exit 2
+        raise
+    except Exception as e:  # noqa: BLE001 - e.g. expired credentials: one line, not a traceback
+        raise CommandFailed(f"discovery failed in {', '.join(kit.regions)}: {type(e).__name__}: "
+                            f"{str(e)[:300]}") from None
+    aws_eps = d.endpoints
+    if aws_eps and not creds:
+        d.notes += [f"{e.name}: skipped, needs AWS credentials" for e in aws_eps]
+        aws_eps = []
+    clash = sorted({e.name for e in aws_eps} & {e.name for e in local})
+    if clash:
+        raise UsageError(f"--endpoint name {clash[0]!r} is also a deployed backend; choose another NAME")
+    return aws_eps + local, d.notes, unreachable
+
+
 # --------------------------------------------------------------------------- main
 @one_line_errors("harness.run")
 def main(argv: list[str] | None = None, *, session: Any = None,
@@ -257,15 +291,9 @@ def main(argv: list[str] | None = None, *, session: Any = None,
     # Strands logs each recoverable model/tool problem as a warning; the trial records them in
     # agent_runs.jsonl, so the terminal keeps to one line per run.
     logging.getLogger("strands").setLevel(logging.ERROR)
-    from harness.discovery import (Discovery, DiscoveryError, from_endpoint_args, from_outputs,
-                                   from_regions)
-    from kit.regions import RegionError, resolve
+    from kit.regions import resolve
 
-    try:  # the one region resolution the stacks were deployed with (kit/regions.py)
-        kit = resolve(args.region)
-    except RegionError as e:
-        print(f"harness.run: {e}", file=sys.stderr)
-        return 2
+    kit = resolve(args.region)  # the one region resolution the stacks were deployed with (kit/regions.py)
     region = kit.region
     if session is None:
         import boto3
@@ -286,49 +314,19 @@ def main(argv: list[str] | None = None, *, session: Any = None,
             echo(f"harness.run: nothing measured: {NEEDS}.")
             return 0
         # options that ask for a measurement: this command could not do its job
-        print(f"harness.run: nothing measured: no AWS credentials were found (aws configure, or "
-              f"AWS_PROFILE) and no --endpoint was given, so {', '.join(asked[:4])} had no backend to "
-              "act on; deploy a backend stack and configure credentials, or pass --endpoint NAME=URL",
-              file=sys.stderr)
-        return 1
+        raise CommandFailed(f"nothing measured: no AWS credentials were found (aws configure, or AWS_PROFILE) "
+                            f"and no --endpoint was given, so {', '.join(asked[:4])} had no backend to act on; "
+                            "deploy a backend stack and configure credentials, or pass --endpoint NAME=URL")
     ec2 = [args.given[d] for d in EC2_ONLY if d in args.given]
     ec2 += ["--bench-from instance"] if args.bench_from == "instance" else []
     if not creds and ec2:  # only --endpoint servers: nothing is reached through EC2 Instance Connect
-        print(f"harness.run: {ec2[0]} applies to EC2 backends, which are found and reached with AWS "
-              "credentials, and none were found (aws configure, or AWS_PROFILE); drop it to measure "
-              "only the --endpoint servers", file=sys.stderr)
-        return 2
+        raise UsageError(f"{ec2[0]} applies to EC2 backends, which are found and reached with AWS credentials, "
+                         "and none were found (aws configure, or AWS_PROFILE); drop it to measure only the "
+                         "--endpoint servers")
 
     check_writable(args)
-    # Discovery. A --endpoint server whose model id cannot be probed is recorded as unreachable
-    # and skipped, like a backend whose tunnel fails; the others run.
-    unreachable: dict[str, str] = {}
-    try:
-        local = from_endpoint_args(args.endpoint, args.model, args.plain, unreachable=unreachable)
-        if args.outputs is not None:
-            d = from_outputs(args.outputs, region, args.backend_ids)
-        elif creds:
-            d = from_regions(lambda r: session.client("cloudformation", region_name=r), kit, args.backend_ids)
-        else:
-            d = Discovery()
-    except DiscoveryError as e:
-        print(f"harness.run: {e}", file=sys.stderr)
-        return 2
-    except Exception as e:  # noqa: BLE001 - e.g. expired credentials: one line, not a traceback
-        print(f"harness.run: discovery failed in {', '.join(kit.regions)}: {type(e).__name__}: {str(e)[:300]}",
-              file=sys.stderr)
-        return 1
-    aws_eps = d.endpoints
-    if aws_eps and not creds:
-        d.notes += [f"{e.name}: skipped, needs AWS credentials" for e in aws_eps]
-        aws_eps = []
-    clash = sorted({e.name for e in aws_eps} & {e.name for e in local})
-    if clash:
-        print(f"harness.run: --endpoint name {clash[0]!r} is also a deployed backend; "
-              "choose another NAME", file=sys.stderr)
-        return 2
-    endpoints = aws_eps + local
-    for n in d.notes:
+    endpoints, notes, unreachable = discover(args, kit, session, creds)
+    for n in notes:
         echo(f"discovery  {n}")
     if not endpoints:
         echo(f"harness.run: no backend deployed in {', '.join(kit.regions)} and no --endpoint given; "
@@ -339,7 +337,7 @@ def main(argv: list[str] | None = None, *, session: Any = None,
     meta: dict[str, Any] = {"run_id": run_dir.name, "started_at": time.time(), "region": region,
                             # an --endpoint URL's credentials are never saved (harness.endpoint)
                             "argv": [redact(x) for x in (sys.argv[1:] if argv is None else argv)], "stages": {},
-                            "endpoints": [e.to_dict() for e in endpoints], "notes": d.notes,
+                            "endpoints": [e.to_dict() for e in endpoints], "notes": notes,
                             "versions": _versions(), "interrupted": False}
     write_file(run_dir / "meta.json", META, meta)
     echo(f"results    {run_dir}")
