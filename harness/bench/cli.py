@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from harness.bench.api import run_bench
-from harness.bench.spec import BenchError, BenchSpec
+from harness.bench.spec import BenchSpec
 from harness.endpoint import Endpoint, redact, split_credentials
 from kit.cli import OneLineParser, one_line_errors
 
@@ -148,9 +148,6 @@ def main(argv: list[str] | None = None) -> int:
     try:
         levels = run_bench(endpoint, BenchSpec.from_args(args), out_dir=args.out,
                            api_key=os.environ.get("OPENAI_API_KEY"))
-    except BenchError as e:
-        print(f"harness.bench: {e}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         print(f"harness.bench: interrupted; records so far are in {args.out}; --resume continues",
               file=sys.stderr)

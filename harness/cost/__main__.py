@@ -15,6 +15,7 @@ from pathlib import Path
 
 from harness.results import write_json
 from kit.cli import OneLineParser, one_line_errors
+from kit.errors import UsageError
 
 
 def _ratio(text: str) -> float:
@@ -76,13 +77,9 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     from kit import catalog
     from harness.cost.breakeven import format_plan, offline_plan
-    from kit.regions import RegionError, resolve
+    from kit.regions import resolve
 
-    try:  # the one region resolution the stacks deploy with
-        kit = resolve(a.region)
-    except RegionError as e:
-        print(f"harness.cost: {e}", file=sys.stderr)
-        return 2
+    kit = resolve(a.region)  # the one region resolution the stacks deploy with
     book = PriceBook.auto(offline=a.offline)
     plan = offline_plan(a.input_per_output, book, backend_regions={b: kit.of(b) for b in catalog.BACKEND_IDS})
     if a.json:
@@ -124,20 +121,14 @@ def _payback(argv: list[str]) -> int:
 
 
 def _snapshot(argv: list[str]) -> int:
-    from harness.cost.prices import (PriceError, PriceListClient, has_credentials, load_snapshot,
-                                     refresh_snapshot)
+    from harness.cost.prices import PriceListClient, has_credentials, load_snapshot, refresh_snapshot
 
     p = OneLineParser(prog="python -m harness.cost snapshot")
     p.add_argument("--out", type=Path, required=True)
     a = p.parse_args(argv)
     if not has_credentials():
-        print("harness.cost: no AWS credentials: the snapshot can only be refreshed live", file=sys.stderr)
-        return 2
-    try:
-        new = refresh_snapshot(PriceListClient(), load_snapshot())
-    except PriceError as e:
-        print(f"harness.cost: {e}", file=sys.stderr)
-        return 1
+        raise UsageError("no AWS credentials: the snapshot can only be refreshed live")
+    new = refresh_snapshot(PriceListClient(), load_snapshot())  # PriceError: one line, exit 1
     write_json(a.out, new)
     print(f"wrote {a.out} ({len(new['instances'])} instances, {len(new['bedrock'])} Bedrock models, as of {new['as_of']})")
     return 0

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import sys
 
-from harness.report import NotAResultsDir, render
+from harness.report import render
+from kit.cli import one_line_errors
 
 
 def _prog() -> str:
@@ -15,6 +16,7 @@ def _prog() -> str:
     return sys.argv[0] if sys.argv[0].startswith("python -m harness ") else "python -m harness.report"
 
 
+@one_line_errors("harness.report")
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     usage = f"usage: {_prog()} RESULTS_DIR (a results/<run-id>/ directory)"
@@ -24,12 +26,9 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 1 or args[0].startswith("-"):
         print(usage, file=sys.stderr)
         return 2
-    try:
-        notes: list[str] = []
+    notes: list[str] = []
+    try:  # not a results directory: NotAResultsDir, one line and exit 2 at the door
         md, page = render(args[0], notes=notes)
-    except NotAResultsDir as e:
-        print(f"harness.report: {e}", file=sys.stderr)
-        return 2
     except OSError as e:  # e.g. a read-only results directory
         print(f"harness.report: cannot write the report into {args[0]}: {e.strerror or e}", file=sys.stderr)
         return 1
