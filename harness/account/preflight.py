@@ -42,7 +42,8 @@ from typing import Any, Callable, Iterable
 from kit import catalog, variants
 from harness.account import preflight_fresh as fresh
 from kit.cli import OneLineParser, one_line_errors
-from kit.regions import RegionError, resolve
+from kit.errors import KitError, UsageError
+from kit.regions import resolve
 
 QUOTA_CODES = {cls: code for cls, (code, _) in fresh.EC2_QUOTAS.items()}
 QUOTA_NAMES = {cls: name for cls, (_, name) in fresh.EC2_QUOTAS.items()}
@@ -540,7 +541,7 @@ def parse_backends(value: str | None) -> list[str] | None:
     ids = [v.strip() for v in value.split(",") if v.strip()]
     for i in ids:
         if i not in catalog.BACKENDS:
-            raise ValueError(f"--backends: unknown backend {i!r}; valid: {', '.join(catalog.BACKEND_IDS)}")
+            raise UsageError(f"--backends: unknown backend {i!r}; valid: {', '.join(catalog.BACKEND_IDS)}")
     return ids
 
 
@@ -551,15 +552,12 @@ def _context(path: Path | None, overrides: list[str]) -> dict[str, Any] | None:
     from kit.regions import read_context
 
     ctx: dict[str, Any] | None = None
-    if path is not None or os.path.lexists("cdk.json"):
-        try:
-            ctx = read_context(path or Path("cdk.json"), required=path is not None)
-        except ValueError as e:
-            raise ValueError(f"preflight: {e}") from None
+    if path is not None or os.path.lexists("cdk.json"):  # JsonFileError: one line naming the file, exit 2
+        ctx = read_context(path or Path("cdk.json"), required=path is not None)
     for o in overrides:
         k, sep, v = o.partition("=")
         if not sep or not k:
-            raise ValueError(f"-c {o!r}: expected KEY=VALUE")
+            raise UsageError(f"-c {o!r}: expected KEY=VALUE")
         ctx = ctx if ctx is not None else {}
         ctx[k] = v
     return ctx
@@ -574,29 +572,22 @@ def main(argv: list[str] | None = None, *, session: Any = None, **inject: Any) -
     p.add_argument("--cdk-json", type=Path, default=None, help="default ./cdk.json")
     p.add_argument("-c", "--context", action="append", default=[], metavar="KEY=VALUE",
                    help="context override, as for cdk deploy -c (e.g. g5g_instance_type=g5g.4xlarge)")
-    try:
-        args = p.parse_args(argv)
+    args = p.parse_args(argv)
+    try:  # bad input is one line and exit 2 at the door (KitErrors: RegionError, ConfigError ...)
         backends = parse_backends(args.backends)
         ctx = _context(args.cdk_json, args.context)
-        try:  # the one region resolution the stacks deploy with (kit/regions.py)
-            kit = resolve(args.region, context=ctx if ctx is not None else {})
-        except RegionError as e:
-            raise ValueError(f"preflight: {e}") from None
+        kit = resolve(args.region, context=ctx if ctx is not None else {})  # as the stacks deploy (kit/regions.py)
         region = kit.region
         if ctx is not None:
-            from kit.config import ConfigError
-
             if region:
                 ctx["region"] = region
-            try:
-                region, targets = targets_from_config(ctx, backends)
-            except ConfigError as e:
-                raise ValueError(f"preflight: {e}") from None
+            region, targets = targets_from_config(ctx, backends)
         else:
             targets = targets_from_catalog(backends or list(catalog.BACKEND_IDS))
-    except ValueError as e:
-        print(e, file=sys.stderr)
-        return 2
+    except KitError:
+        raise
+    except ValueError as e:  # a value the kit's plain parsers refuse (kit/catalog.py, kit/models.py)
+        raise UsageError(str(e)) from None
     if session is None:
         import boto3
 
