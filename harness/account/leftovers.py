@@ -65,6 +65,7 @@ from typing import Any, Callable, Iterable, TextIO
 
 from harness.cost.storage_prices import HOURS_PER_MONTH, gb, monthly
 from kit.cli import OneLineParser, one_line_errors
+from kit.errors import UsageError
 
 TAG_KEY, TAG_VALUE = "project", "aws-inference-kit"
 LOG_PREFIXES = ("/aws/imagebuilder/inference-kit-", "/aws/imagebuilder/pipeline/inference-kit-",
@@ -539,28 +540,20 @@ def main(argv: list[str] | None = None, *, client: ClientFor | None = None, pric
                                     "region harness.account.touched recorded)")
     p.add_argument("--cdk-json", type=Path, default=None, help="default ./cdk.json")
     p.add_argument("-c", "--context", action="append", default=[], metavar="KEY=VALUE")
-    try:
-        a = p.parse_args(argv)
-        from kit.config import ConfigError, parse
-        from kit.regions import RegionError, check_region, read_context
+    a = p.parse_args(argv)
+    from kit.config import parse
+    from kit.regions import check_region, read_context
 
-        try:  # a named file that is missing or broken is one line naming it, never the defaults
-            ctx = read_context(a.cdk_json or Path("cdk.json"), required=a.cdk_json is not None)
-        except ValueError as e:
-            raise ValueError(f"harness leftovers: {e}") from None
-        for o in a.context:
-            k, sep, v = o.partition("=")
-            if not sep or not k:
-                raise ValueError(f"harness leftovers: -c {o!r}: expected KEY=VALUE")
-            ctx[k] = v
-        try:
-            config = parse(ctx)
-            regions = [check_region("--region", a.region)] if a.region else list(config.regions)
-        except (ConfigError, RegionError) as e:
-            raise ValueError(f"harness leftovers: {e}") from None
-    except ValueError as e:
-        print(e, file=sys.stderr)
-        return 2
+    # bad input is one line and exit 2 at the door: a named file that is missing or broken names
+    # it (JsonFileError, never the defaults), then ConfigError, RegionError
+    ctx = read_context(a.cdk_json or Path("cdk.json"), required=a.cdk_json is not None)
+    for o in a.context:
+        k, sep, v = o.partition("=")
+        if not sep or not k:
+            raise UsageError(f"-c {o!r}: expected KEY=VALUE")
+        ctx[k] = v
+    config = parse(ctx)
+    regions = [check_region("--region", a.region)] if a.region else list(config.regions)
     if client is None:
         import boto3
 
