@@ -13,11 +13,9 @@ import base64
 import re
 import urllib.parse
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Literal
+from typing import Any
 
-from kit.catalog import Protocol  # the protocol words, one list (kit/catalog.py)
-
-Service = Literal["ec2", "sagemaker", "bedrock"]
+from kit.catalog import Protocol, Service  # the protocol and service words, one list each (kit/catalog.py)
 
 
 @dataclass(frozen=True)

@@ -610,7 +610,7 @@ DEFAULTS: dict[str, Any] = {row.name: row.default for row in KEYS if row.has is 
 
 # The kit's keys are snake_case; CDK's own context keys carry "@", ":" or "-" (feature flags,
 # lookups, cli-telemetry), so a snake_case key the kit does not know is a typo: refusing it keeps
-# `-c backend=g6` from silently synthesizing all six backends, or `-c ttl_hour=1` the default TTL.
+# `-c backend=g6` from silently synthesizing every backend, or `-c ttl_hour=1` the default TTL.
 _KIT_SHAPED = re.compile(r"^[a-z][a-z0-9_]*$")
 # InferenceAmiVersion names (SageMaker API enum, e.g. al2-ami-sagemaker-inference-gpu-3-1).
 _AMI_VERSION = re.compile(r"^al2(023)?-ami-sagemaker-inference-(gpu|neuron)-[0-9]+(-[0-9]+)*$")
