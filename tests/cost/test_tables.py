@@ -115,3 +115,48 @@ def test_a_file_without_its_markers_is_one_line(copy_root, capsys):
     assert err == ("harness.cost.tables: README.md: no '<!-- generated: backends (python -m harness.cost.tables "
                    "--write) -->' ... '<!-- end generated: backends -->' markers; add them where the backends "
                    "table goes\n")
+
+
+# An hourly price typed in prose (an example output, a worked break-even) names a type or a
+# backend id right before it: "g6.xlarge $0.8048/h", "g6 $0.8048/h". Each such figure must be a
+# price the snapshot holds for that type (in some region), so a new snapshot cannot leave an old
+# figure standing in the docs.
+_PRICE_AFTER = r"(?<![\w.-]){name}[ ,:(]*\$([0-9]+(?:\.[0-9]+)?)/h"
+
+
+def _typed_prices(text: str, snapshot: dict) -> list[tuple[str, float, set[float]]]:
+    import re
+
+    known: dict[str, set[float]] = {}
+    for r in snapshot["instances"]:
+        known.setdefault(r["instance_type"], set()).update([float(r["usd_per_hour"])] if r["usd_per_hour"] is not None else [])
+    names = dict(known)
+    names.update({b.id: known.get(b.instance_type or "", set()) for b in BACKENDS.values() if b.instance_type})
+    out = []
+    for name, prices in names.items():
+        for m in re.finditer(_PRICE_AFTER.format(name=re.escape(name)), text):
+            out.append((name, float(m.group(1)), prices))
+    return out
+
+
+def test_prices_typed_in_prose_are_the_snapshots():
+    import subprocess
+
+    snapshot = load_snapshot()
+    docs = subprocess.run(["git", "ls-files", "*.md"], cwd=ROOT, capture_output=True, text=True,
+                          check=True).stdout.split()
+    wrong, seen = [], 0
+    for rel in docs:
+        for name, price, prices in _typed_prices((ROOT / rel).read_text(encoding="utf-8"), snapshot):
+            seen += 1
+            if price not in prices:
+                wrong.append(f"{rel}: {name} ${price:g}/h, the snapshot has {sorted(prices) or 'no price'}")
+    assert seen, "no typed price found: the pattern no longer matches the docs"
+    assert not wrong, "\n".join(wrong)
+
+
+def test_a_typed_price_off_the_snapshot_is_found():
+    snapshot = load_snapshot()
+    g6 = next(b for b in BACKENDS.values() if b.id == "g6")
+    found = _typed_prices(f"est. $0.17 so far ({g6.instance_type} $0.9999/h); g6 $0.8048/h", snapshot)
+    assert [(n, p, p in ps) for n, p, ps in found] == [(g6.instance_type, 0.9999, False), ("g6", 0.8048, True)]
