@@ -21,7 +21,7 @@ export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export AWS_EC2_METADATA_DISABLED := true
 unexport CDK_DEFAULT_ACCOUNT
 
-.PHONY: help setup setup-run sysdeps synth lint ruff pytest test check docs-check run deploy leftovers clean bench-fidelity bench-tunnel bench-engine patch-check port-check demo
+.PHONY: help setup setup-run sysdeps synth lint ruff pytest test check docs docs-check run deploy leftovers clean bench-fidelity bench-tunnel bench-engine patch-check port-check demo
 
 help:
 	@echo "make setup-run   attendee set-up: .venv with requirements.txt, the CDK CLI (Python 3.11, Node 20; no root)"
@@ -32,6 +32,7 @@ help:
 	@echo "make check  the fast tier (~1 min 20 s on 2 cores, near 3 min on a busy machine): ruff, then"
 	@echo "            the tests not marked slow, the stacks smoke subset and the docs check among them"
 	@echo "make test   make setup, synth every stack, lint, every test: what CI runs"
+	@echo "make docs   regenerate the docs' tables from the catalog, the price snapshot and the context keys"
 	@echo "make docs-check   the docs check alone: relative links, headings, repository paths"
 	@echo "make demo   the whole flow on this machine, no AWS: tiny engine, harness.run, report (dev set)"
 	@echo "make port-check   the Neuron E2B port on CPU vs transformers past the window (KIT_PORT_PATCH=off: as pinned)"
@@ -110,6 +111,13 @@ test: lint pytest
 # subnet-plan tests) and the docs check. `make test` is still what CI runs.
 check: $(STAMP_DEV) sysdeps ruff
 	$(PY) -m pytest -q -m "not slow" -n $(PYTEST_WORKERS) --dist loadfile
+
+# The docs' generated tables, from the rows they show: the backend and price tables (kit/catalog.py
+# and harness/cost/price_snapshot.json) and the context-key reference (kit/config.py KEYS).
+# tests/cost/test_tables.py and tests/kit/test_config_doc.py fail, naming this, until they agree.
+docs: $(STAMP_RUN)
+	$(PY) -m harness.cost.tables --write
+	$(PY) -m kit.config_doc --write
 
 docs-check: $(STAMP_DEV)
 	$(PY) -m pytest -q -p no:cacheprovider tests/test_docs_links.py
