@@ -66,3 +66,37 @@ def one_line_errors(prog: str) -> Callable[[Main], Callable[..., int]]:
         return door
 
     return wrap
+
+
+def generated_docs_command(prog: str, description: str, *, root: Any, stale: Callable[[Any], list[str]],
+                           write: Callable[[Any], list[str]], agrees: str,
+                           show: Callable[[], str]) -> Callable[..., int]:
+    """The ``main`` of a generator of docs tables (``make docs``): ``--check`` exits 1 listing what
+    is stale (``stale(root)``), ``--write`` rewrites (``write(root)`` -> the files changed), neither
+    prints what it would write (``show()``). ``root``: the repository checked by default."""
+
+    @one_line_errors(prog)
+    def main(argv: list[str] | None = None) -> int:
+        from pathlib import Path
+
+        p = OneLineParser(prog=f"python -m {prog}", description=description)
+        mode = p.add_mutually_exclusive_group()
+        mode.add_argument("--write", action="store_true", help="rewrite the tables in place")
+        mode.add_argument("--check", action="store_true", help="exit 1 when a file's table is out of date")
+        p.add_argument("--root", type=Path, default=root, help="repository root (default: this checkout)")
+        a = p.parse_args(sys.argv[1:] if argv is None else argv)
+        try:
+            if a.check:
+                problems = stale(a.root)
+                print("\n".join(problems) or agrees, file=sys.stderr if problems else sys.stdout)
+                return 1 if problems else 0
+            if a.write:
+                changed = write(a.root)
+                print(f"rewrote {', '.join(changed)}" if changed else "nothing to rewrite")
+                return 0
+        except OSError as e:  # a --root without the files: one line, not a traceback
+            raise UsageError(str(e)) from None
+        print(show())
+        return 0
+
+    return main

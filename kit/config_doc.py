@@ -24,7 +24,7 @@ from pathlib import Path
 
 from kit.catalog import BACKENDS
 from kit.config import ID, KEYS, Key
-from kit.cli import OneLineParser, one_line_errors
+from kit.cli import generated_docs_command
 from kit.errors import KitError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -120,29 +120,9 @@ def write(root: Path = ROOT) -> list[str]:
     return [PATH]
 
 
-@one_line_errors("kit.config_doc")
-def main(argv: list[str] | None = None) -> int:
-    p = OneLineParser(prog="python -m kit.config_doc", description="Render the context-key table of docs/stacks.md.")
-    mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--write", action="store_true", help="rewrite the table in place")
-    mode.add_argument("--check", action="store_true", help="exit 1 when the file's table is out of date")
-    p.add_argument("--root", type=Path, default=ROOT, help="repository root (default: this checkout)")
-    a = p.parse_args(sys.argv[1:] if argv is None else argv)
-    try:
-        if a.check:
-            problems = stale(a.root)
-            print("\n".join(problems) or f"{PATH} agrees with kit/config.py KEYS",
-                  file=sys.stderr if problems else sys.stdout)
-            return 1 if problems else 0
-        if a.write:
-            changed = write(a.root)
-            print(f"rewrote {', '.join(changed)}" if changed else "nothing to rewrite")
-            return 0
-    except (DocError, OSError) as e:
-        print(f"kit.config_doc: {e}", file=sys.stderr)
-        return 2
-    print(table())
-    return 0
+main = generated_docs_command("kit.config_doc", "Render the context-key table of docs/stacks.md.", root=ROOT,
+                              stale=stale, write=write, agrees=f"{PATH} agrees with kit/config.py KEYS",
+                              show=table)
 
 
 if __name__ == "__main__":

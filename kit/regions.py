@@ -128,6 +128,16 @@ def context_with(cdk_json: Path | None, overrides: list[str], *, required: bool 
     return ctx
 
 
+def command_context(cdk_json: Path | None, overrides: list[str], prog: str) -> dict[str, Any]:
+    """What a command that wraps ``cdk deploy`` decides from: ``--cdk-json`` (else ./cdk.json when
+    there is one, as the CLI reads it) plus ``-c``; a named file that is missing or broken, or a
+    malformed override, is a ValueError of one line starting with ``prog``."""
+    try:
+        return context_with(cdk_json or Path("cdk.json"), overrides, required=cdk_json is not None)
+    except ValueError as e:
+        raise ValueError(f"{prog}: {e}") from None
+
+
 def check_region(key: str, value: Any) -> str:
     if not isinstance(value, str) or not REGION_PATTERN.match(value):
         raise RegionError(f"{key}={value!r} is not an AWS region code (e.g. us-east-1)")

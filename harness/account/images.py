@@ -480,14 +480,9 @@ def backends_booting(image: str) -> list[str]:
 # -- CLI --------------------------------------------------------------------------------------
 
 def _context(path: Path | None, overrides: list[str]) -> dict[str, Any]:
-    """cdk.json's context (``--cdk-json``, else ./cdk.json when there is one) plus ``-c``; a named
-    file that is missing or broken is one line naming it (kit/regions.py read_context)."""
-    from kit.regions import context_with
+    from kit.regions import command_context
 
-    try:
-        return context_with(path or Path("cdk.json"), overrides, required=path is not None)
-    except ValueError as e:
-        raise ValueError(f"harness images: {e}") from None
+    return command_context(path, overrides, "harness images")
 
 
 def _stack_name(image: str, region: str, kit_region: str) -> str:

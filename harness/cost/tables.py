@@ -28,7 +28,7 @@ from kit.image_families import image_family
 from kit.regions import DEFAULT_REGION
 
 from harness.cost.prices import PriceBook, Quote, bedrock_price_list_model, load_snapshot
-from kit.cli import OneLineParser, one_line_errors
+from kit.cli import generated_docs_command
 from kit.errors import KitError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -159,31 +159,15 @@ def write(root: Path = ROOT, snapshot: dict | None = None) -> list[str]:
     return changed
 
 
-@one_line_errors("harness.cost.tables")
-def main(argv: list[str] | None = None) -> int:
-    p = OneLineParser(prog="python -m harness.cost.tables",
-                      description="Render the backend and price tables of README.md and docs/stacks.md.")
-    mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--write", action="store_true", help="rewrite the tables in place")
-    mode.add_argument("--check", action="store_true", help="exit 1 when a file's table is out of date")
-    p.add_argument("--root", type=Path, default=ROOT, help="repository root (default: this checkout)")
-    a = p.parse_args(sys.argv[1:] if argv is None else argv)
-    try:
-        if a.check:
-            problems = stale(a.root)
-            print("\n".join(problems) or "README.md and docs/stacks.md agree with the catalog and the snapshot",
-                  file=sys.stderr if problems else sys.stdout)
-            return 1 if problems else 0
-        if a.write:
-            changed = write(a.root)
-            print(f"rewrote {', '.join(changed)}" if changed else "nothing to rewrite")
-            return 0
-    except (TableError, OSError) as e:
-        print(f"harness.cost.tables: {e}", file=sys.stderr)
-        return 2
+def _show() -> str:
     snap = load_snapshot()
-    print("\n\n".join(f"{b.path} ({b.name}):\n{b.render(snap)}" for b in BLOCKS))
-    return 0
+    return "\n\n".join(f"{b.path} ({b.name}):\n{b.render(snap)}" for b in BLOCKS)
+
+
+main = generated_docs_command(
+    "harness.cost.tables", "Render the backend and price tables of README.md and docs/stacks.md.", root=ROOT,
+    stale=stale, write=write, agrees="README.md and docs/stacks.md agree with the catalog and the snapshot",
+    show=_show)
 
 
 if __name__ == "__main__":
