@@ -70,7 +70,7 @@ BUILD_PYTHON = "3.11"
 STANDARD_7_0_PYTHONS = ("3.9", "3.10", "3.11", "3.12", "3.13", "3.14")
 # What the build needs from the kit: the package builder and its pins, nothing else.
 ASSET_INCLUDE = ("harness/__init__.py", "harness/package/*.py", "kit/__init__.py", "kit/schemes.py",
-                 "requirements-package.txt", "constraints.txt")
+                 "kit/cli.py", "kit/errors.py", "requirements-package.txt", "constraints.txt")
 
 
 def stage_kit_source() -> Path:

@@ -137,8 +137,9 @@ def test_templates_pass_cfn_lint(kit):
 
 
 def test_build_source_asset_is_the_builder_alone_and_imports_on_its_own():
-    """The CodeBuild source: harness/package, the scheme table it reads (kit/schemes.py) and its
-    pins, nothing else of the repository, and it
+    """The CodeBuild source: harness/package, the scheme table it reads (kit/schemes.py), the
+    command door it parses and fails through (kit/cli.py, kit/errors.py) and its pins, nothing
+    else of the repository, and it
     imports without the rest of the kit (the build would otherwise fail after its install phase)."""
     import os
     import subprocess
@@ -150,6 +151,7 @@ def test_build_source_asset_is_the_builder_alone_and_imports_on_its_own():
     files = sorted(str(p.relative_to(stage)) for p in stage.rglob("*") if p.is_file())
     assert "requirements-package.txt" in files and "constraints.txt" in files
     assert all(f.startswith("harness/package/") or f in {"harness/__init__.py", "kit/__init__.py", "kit/schemes.py",
+                                                          "kit/cli.py", "kit/errors.py",
                                                           "requirements-package.txt", "constraints.txt"}
                for f in files), files
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
