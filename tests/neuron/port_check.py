@@ -428,12 +428,14 @@ def run(variants: list[dict], workdir: Path) -> list[list[Case]]:
     import torch
 
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+    # Every port staged first: a patch that does not apply or a line not found is one line at once,
+    # before the minute the reference and the runs take.
+    ports = [stage_port(workdir / f"port{i}", v["patched"], v.get("mutate")) for i, v in enumerate(variants)]
     # The reference in float64: what is left of the difference is the port's own float32 rounding.
     ref = write_checkpoint(workdir / "ckpt").double()
     work = workload(ref)
     results = []
-    for i, v in enumerate(variants):
-        port_src = stage_port(workdir / f"port{i}", v["patched"], v.get("mutate"))
+    for i, port_src in enumerate(ports):
         cases = run_variant(port_src, workdir / "ckpt", work)
         if i == 0:  # the first variant (the one asked for) also through the on-device sampler
             cases.append(device_sampling_case(port_src, workdir / "ckpt", work))
@@ -441,26 +443,33 @@ def run(variants: list[dict], workdir: Path) -> list[list[Case]]:
     return results
 
 
+def variants_for(setting: str, also_unpatched: bool, also_mutated: tuple[str, str] | None) -> list[dict]:
+    """The ports to run, the one KIT_PORT_PATCH names first ("on": with the kit's patch, "off": as
+    pinned); raises PortCheckError for another setting."""
+    if setting not in ("on", "off"):
+        raise PortCheckError(f"KIT_PORT_PATCH={setting!r}: must be 'on' (the port with the kit's patch) or "
+                             "'off' (the port as pinned)")
+    variants = [{"label": "patched" if setting == "on" else "unpatched", "patched": setting == "on"}]
+    if also_unpatched and setting == "on":
+        variants.append({"label": "unpatched", "patched": False})
+    if also_mutated:
+        variants.append({"label": "mutated", "patched": True, "mutate": tuple(also_mutated)})
+    return variants
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tests.neuron.port_check", description=__doc__.split("\n")[0])
     ap.add_argument("--json", action="store_true", help="print the figures as one JSON object")
+    ap.add_argument("--json-file", type=Path, metavar="PATH",
+                    help="also write the figures as one JSON object to PATH (the text report still prints)")
     ap.add_argument("--also-unpatched", action="store_true",
                     help="also run the port as pinned, against the same reference (it must disagree)")
     ap.add_argument("--also-mutated", nargs=2, metavar=("LINE", "REPLACEMENT"),
                     help="also run the patched port with one line replaced (the tests' proof that the check "
                          "runs the port's file)")
     args = ap.parse_args(argv)
-    setting = os.environ.get("KIT_PORT_PATCH", "on")
-    if setting not in ("on", "off"):
-        print(f"port-check: KIT_PORT_PATCH={setting!r}: must be 'on' (the port with the kit's patch) or "
-              "'off' (the port as pinned)", file=sys.stderr)
-        return 2
-    variants = [{"label": "patched" if setting == "on" else "unpatched", "patched": setting == "on"}]
-    if args.also_unpatched and setting == "on":
-        variants.append({"label": "unpatched", "patched": False})
-    if args.also_mutated:
-        variants.append({"label": "mutated", "patched": True, "mutate": tuple(args.also_mutated)})
     try:
+        variants = variants_for(os.environ.get("KIT_PORT_PATCH", "on"), args.also_unpatched, args.also_mutated)
         with tempfile.TemporaryDirectory(prefix="port-check-") as tmp:
             results = run(variants, Path(tmp))
     except PortCheckError as e:
@@ -468,9 +477,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     labels = {"patched": "the port with ami/neuron-port/gemma4-e2b-port.patch",
               "unpatched": "the port as pinned (no patch)", "mutated": "the patched port with one line changed"}
+    figures = json.dumps({"tolerance": TOLERANCE, "variants": [
+        {**v, "cases": [{**asdict(c), "ok": c.ok} for c in cases]} for v, cases in zip(variants, results)]})
     if args.json:
-        print(json.dumps({"tolerance": TOLERANCE, "variants": [
-            {**v, "cases": [{**asdict(c), "ok": c.ok} for c in cases]} for v, cases in zip(variants, results)]}))
+        print(figures)
+    if args.json_file:
+        args.json_file.write_text(figures + "\n")
     rc = 0
     for v, cases in zip(variants, results):
         label = labels[v["label"]]

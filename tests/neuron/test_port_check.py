@@ -1,7 +1,7 @@
 """The port check (tests/neuron/port_check.py, `make port-check`) passes on the port with the kit's
 patch, fails on the port as pinned where the two defects are, and runs the port's own file.
 
-One run of the check (about 20 s here): the patched port, the port as pinned and the patched port
+One run of the check (about a minute here, two on a busy machine): the patched port, the port as pinned and the patched port
 with one line changed back (the KV-cache manager given the sliding window again), all against one
 transformers reference. Which case fails tells which defect it saw:
 
@@ -35,11 +35,19 @@ def check(*args: str, **env: str) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def variants() -> dict:
-    r = check("--json", "--also-unpatched", "--also-mutated", KV_LINE, "sliding_window=self.sliding_window,")
+def run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, dict]:
+    """One run of the check, the text report and the figures (--json-file) of the same run: the
+    reference and the three ports take a minute or more, so every test here reads this one."""
+    figures = tmp_path_factory.mktemp("port-check") / "figures.json"
+    r = check("--json-file", str(figures), "--also-unpatched", "--also-mutated", KV_LINE,
+              "sliding_window=self.sliding_window,")
     assert r.returncode == 1, r.stderr[-3000:]  # the unpatched and mutated variants disagree
-    out = json.loads(r.stdout)
-    return {v["label"]: {c["name"]: c for c in v["cases"]} for v in out["variants"]}
+    return r, json.loads(figures.read_text())
+
+
+@pytest.fixture(scope="module")
+def variants(run) -> dict:
+    return {v["label"]: {c["name"]: c for c in v["cases"]} for v in run[1]["variants"]}
 
 
 def test_the_patched_port_agrees_with_transformers_past_the_window(variants):
@@ -73,20 +81,31 @@ def test_one_line_of_the_patched_file_changes_the_result(variants):
     assert mutated["long-context"]["first_bad"] >= pc.ONE_PROMPT > pc.WINDOW
 
 
-def test_the_text_report_and_exit_codes():
-    r = check(KIT_PORT_PATCH="off")
+def test_the_text_report_and_exit_codes(run):
+    r, _ = run
     assert r.returncode == 1
-    assert "global-layers" in r.stderr.splitlines()[-1] and "long-context" in r.stderr.splitlines()[-1]
-    rows = [line for line in r.stdout.splitlines() if line.startswith("  FAIL")]
-    assert {row.split()[1] for row in rows} == {"global-layers", "context", "long-context", "slots",
-                                                "device-sampling"}
+    blocks = r.stdout.split("port-check: ")[1:]
+    pinned = next(b for b in blocks if b.startswith("the port as pinned"))
+    rows = [line for line in pinned.splitlines() if line.startswith("  FAIL")]
+    assert {row.split()[1] for row in rows} == {"global-layers", "context", "long-context", "slots"}
     assert all("max |logit diff|" in row and "first differing position" in row for row in rows)
+    said = [line for line in r.stderr.splitlines() if line.startswith("port-check: the port as pinned")]
+    assert said == ["port-check: the port as pinned (no patch) disagrees with transformers in: "
+                    "global-layers, context, long-context, slots"]
+    assert not any("the port with ami/neuron-port" in line for line in r.stderr.splitlines())  # patched: ok
+
+
+def test_kit_port_patch_chooses_the_port_run_first():
+    assert [v["label"] for v in pc.variants_for("off", True, None)] == ["unpatched"]  # off: the port as pinned
+    assert [v["label"] for v in pc.variants_for("on", True, ("a", "b"))] == ["patched", "unpatched", "mutated"]
+    with pytest.raises(pc.PortCheckError):
+        pc.variants_for("maybe", False, None)
 
 
 def test_bad_settings_are_one_line():
     r = check(KIT_PORT_PATCH="maybe")
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "KIT_PORT_PATCH='maybe'" in r.stderr
-    r = check("--also-mutated", "no such line", "x")
+    r = check("--also-mutated", "no such line", "x")  # found before the reference is built: quick
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "no such line" in r.stderr
 
 
