@@ -123,7 +123,7 @@ class DripServer:
 
 
 @pytest.fixture(params=sorted(MODES))
-def drip(request):
+def drip(request):  # every mode, or the ones a test names (indirect parametrize)
     srv = DripServer(request.param)
     yield srv
     srv.close()
@@ -141,6 +141,13 @@ def _timed(cmd: list[str]) -> tuple[subprocess.CompletedProcess, float]:
     return p, time.monotonic() - t0
 
 
+# The commands run as processes prove their requests are wired to the deadline: two ways of
+# dripping each (a body that never ends, and no byte at all); every way against the deadline
+# itself is test_every_probe_has_a_total_deadline's, in-process and quicker.
+WIRED = pytest.mark.parametrize("drip", ["chunked_body", "silent"], indirect=True)
+
+
+@WIRED
 def test_harness_accuracy_request_stops_at_its_deadline(drip, tmp_path):
     p, took = _timed(["-m", "harness.accuracy", "--endpoint", f"a={drip.url}", "--model", "m",
                       "--items", str(_items(tmp_path)), "--out", str(tmp_path / "o"), "--retries", "0",
@@ -152,6 +159,7 @@ def test_harness_accuracy_request_stops_at_its_deadline(drip, tmp_path):
     assert f"no complete reply within {DEADLINE:g} s" in status
 
 
+@WIRED
 def test_harness_run_accuracy_stage_stops_at_its_deadline(drip, tmp_path):
     p, took = _timed(["-m", "harness.run", "--endpoint", f"a={drip.url}", "--model", "m", "--only", "accuracy",
                       "--accuracy-items", str(_items(tmp_path)), "--accuracy-retries", "0",

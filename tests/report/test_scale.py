@@ -9,6 +9,7 @@ still in the tables.
 """
 from __future__ import annotations
 
+import copy
 import json
 import math
 
@@ -62,10 +63,15 @@ def big_run(tmp_path_factory):
     return run
 
 
+@pytest.fixture(scope="module")
+def loaded(big_run):
+    return load_run(big_run)  # read once: each test takes a shallow copy with its own records
+
+
 @pytest.mark.parametrize("n", [200, 2_000, N])
-def test_passes_over_the_agent_records_do_not_grow_with_their_number(big_run, n):
-    run = load_run(big_run)
-    run.agent_runs = CountingList(run.agent_runs[:n])
+def test_passes_over_the_agent_records_do_not_grow_with_their_number(loaded, n):
+    run = copy.copy(loaded)
+    run.agent_runs = CountingList(loaded.agent_runs[:n])
     CountingList.passes = 0
     md = markdown(run)
     assert md.count("| pass |") + md.count("| FAIL |") == n  # every record is a row
