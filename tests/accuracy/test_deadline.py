@@ -110,8 +110,10 @@ class DripServer:
                 try:
                     if data:
                         conn.sendall(data[i:i + 1])
-                    elif conn.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b"":
-                        return  # silent: the client went away
+                    elif conn.recv(65536, socket.MSG_DONTWAIT) == b"":
+                        return  # silent: the client went away (what else it sent, e.g. a body
+                        # that came in a segment of its own, is read and dropped: peeked, it
+                        # would stand in front of the end of the stream forever)
                 except BlockingIOError:
                     continue
                 except OSError:
@@ -241,3 +243,18 @@ def test_the_stand_in_answers_like_requests_for_a_server_that_replies():
         assert not bad.ok and bad.status_code == 404
         with pytest.raises(api.requests.HTTPError):
             bad.raise_for_status()
+
+
+def test_the_stand_in_sees_a_silent_client_leave_after_a_late_body():
+    """A body in a segment of its own, then the client leaves: the silent server must see it go
+    (it once peeked at the unread body forever and reported the connection still open)."""
+    srv = DripServer("silent")
+    try:
+        c = socket.create_connection(("127.0.0.1", srv.port))
+        c.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n")
+        time.sleep(0.3)  # the server's first read has the headers alone
+        c.sendall(b"{}")
+        c.close()
+        assert len(srv.served()) == 1
+    finally:
+        srv.close()
