@@ -68,7 +68,9 @@ engine_exec() {
     [ -n "$rev" ] || exit 1
     # The image's own commit is whole in its cache: offline, so neither this download nor vLLM asks
     # the Hub (a gated model would need a token an attendee may not have). huggingface_hub's
-    # HF_HUB_OFFLINE serves a commit's cached snapshot and fails if it is missing.
+    # HF_HUB_OFFLINE serves a commit's cached snapshot and fails if it is missing; vLLM passes it to
+    # its snapshot_download (local_files_only=HF_HUB_OFFLINE, vllm-project/vllm#4374), the answer
+    # given for serving a gated model without a token (vllm-project/vllm#9255).
     [ "$how" != image ] || export HF_HUB_OFFLINE=1
     "$KIT_VENV/bin/hf" download "$model" --revision "$rev" >/dev/null || exit 1
     kit_record_model "$HF_HOME/hub/models--${model//\//--}/snapshots/$rev" "$model" "$rev" "$how" || exit 1
